@@ -1,0 +1,150 @@
+"""Servers the benchmarks drive: a Millrace segment store node and a redis-server, as processes.
+
+Responsibility: start each on a spare loopback port with a data directory of its own under a
+temporary directory, wait until it answers, and stop it (SIGTERM, then SIGKILL after a grace
+period) however the benchmark ends. Optionally the node runs under a profiler: ``py-spy record``
+(raw folded stacks) or ``cProfile`` (a ``.prof`` file); both are written when the node stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 30.0
+REDIS_SERVER = "/usr/bin/redis-server"
+_LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+
+
+def spare_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes], pid: int | None = None) -> None:
+    """SIGTERM ``pid`` (default: the process itself), wait, SIGKILL the process if it hangs."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid or proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def child_pid(pid: int) -> int | None:
+    """The first child of ``pid`` (the node under py-spy), from /proc."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    return None
+
+
+def py_spy_command(out: Path) -> list[str]:
+    """``py-spy record`` writing raw folded stacks to ``out`` (append ``--`` and a command)."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return [py_spy, "record", "--format", "raw", "--rate", "250", "--threads", "-o", str(out)]
+
+
+def node_command(data_dir: Path, profile: str | None, profile_out: Path | None) -> list[str]:
+    node = [sys.executable, "-m", "millrace.cli", "segmentstore", "--data-dir", str(data_dir)]
+    node += ["--port", "0"]
+    if profile == "py-spy":
+        assert profile_out is not None
+        return [*py_spy_command(profile_out), "--", *node]
+    if profile == "loop-stalls":
+        probe = str(Path(__file__).resolve().parent / "loop_stalls.py")
+        return [sys.executable, probe, str(profile_out), *node[3:]]
+    if profile == "cprofile":
+        return [sys.executable, "-m", "cProfile", "-o", str(profile_out), *node[1:]]
+    return node
+
+
+@contextlib.contextmanager
+def millrace_node(
+    work_dir: Path,
+    *,
+    profile: str | None = None,
+    profile_out: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, int, int]]:
+    """A segment store node (file tier-1, filesystem tier-2, auth off) on ``work_dir/data``;
+    yields (host, port, pid of the node's Python process)."""
+    data_dir = work_dir / "millrace-data"
+    data_dir.mkdir(parents=True)
+    env = {**os.environ, "MILLRACE_AUTH": "off", "PYTHONUNBUFFERED": "1", **(env or {})}
+    log_path = work_dir / "node.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            node_command(data_dir, profile, profile_out),
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            env=env,
+            start_new_session=True,
+        )
+    node_pid: int | None = None
+    try:
+        port = _await_listening(proc, log_path)
+        node_pid = child_pid(proc.pid) if profile == "py-spy" else proc.pid
+        yield "127.0.0.1", port, node_pid or proc.pid
+    finally:
+        _stop(proc, node_pid)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _await_listening(proc: subprocess.Popen[bytes], log_path: Path) -> int:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().decode(errors="replace")
+        if not line and proc.poll() is not None:
+            break
+        match = _LISTENING.search(line)
+        if match:
+            return int(match.group(1))
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"segment store node did not start (exit {proc.poll()}):\n{tail}")
+
+
+@contextlib.contextmanager
+def redis_server(work_dir: Path) -> Iterator[tuple[str, int, int]]:
+    """redis-server with AOF on and fsync on every write, no RDB snapshots; yields
+    (host, port, pid)."""
+    import redis
+
+    data_dir = work_dir / "redis-data"
+    data_dir.mkdir(parents=True)
+    port = spare_port()
+    cmd = [
+        REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+        "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+        "--daemonize", "no", "--logfile", str(work_dir / "redis.log"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start (exit {proc.poll()})") from None
+                time.sleep(0.05)
+        client.close()
+        yield "127.0.0.1", port, proc.pid
+    finally:
+        _stop(proc)

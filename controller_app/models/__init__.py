@@ -1,0 +1,38 @@
+"""Controller metadata: one module per aggregate, one row per record (see
+docs/components/controller-metadata.md for the records, their indexes and each query's cost).
+
+``transition()`` is the one way to change a record's state (compare-and-swap on ``version``).
+"""
+
+from controller_app.models.base import StatefulModel, transition
+from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
+from controller_app.models.host import Container, ContainerAssignment, Node
+from controller_app.models.reader_group import ReaderGroup, Subscriber
+from controller_app.models.retention import StreamCutRecord, TruncationRecord
+from controller_app.models.scope import Scope
+from controller_app.models.stream import Stream, StreamBucket, StreamTag
+from controller_app.models.transaction import CompletedTransaction, Transaction
+from controller_app.models.watermark import Watermark, WriterMark
+
+__all__ = [
+    "CompletedTransaction",
+    "Container",
+    "ContainerAssignment",
+    "Epoch",
+    "EpochTransition",
+    "Node",
+    "ReaderGroup",
+    "Scope",
+    "SegmentRecord",
+    "StatefulModel",
+    "Stream",
+    "StreamBucket",
+    "StreamCutRecord",
+    "StreamTag",
+    "Subscriber",
+    "Transaction",
+    "TruncationRecord",
+    "Watermark",
+    "WriterMark",
+    "transition",
+]

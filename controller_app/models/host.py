@@ -1,0 +1,59 @@
+"""The host store: nodes, segment containers, and which node owns which container.
+
+A segment's container is the segment store's stable hash of its name modulo the container count
+(``segment_app.engine.store.container_for``); ``ContainerAssignment`` then names the node whose
+wire-protocol endpoint serves it. The count is fixed for the life of a cluster.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from controller_app.choices import NodeRole
+
+
+class Node(models.Model):
+    """A Millrace process that registered itself: its id, role and wire-protocol endpoint."""
+
+    node_id = models.CharField(max_length=255, unique=True)
+    role = models.CharField(max_length=16, choices=NodeRole.choices, default=NodeRole.BOTH)
+    host = models.CharField(max_length=255, help_text="Literal IP or host name clients reach.")
+    port = models.IntegerField()
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(port__gte=0, port__lte=65535), name="node_port"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} ({self.host}:{self.port})"
+
+
+class Container(models.Model):
+    """One segment container (a shard of the segment store), numbered from 0."""
+
+    number = models.IntegerField(unique=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.CheckConstraint(condition=Q(number__gte=0), name="container_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"container {self.number}"
+
+
+class ContainerAssignment(models.Model):
+    """The node that owns a container now; ``generation`` grows at every reassignment."""
+
+    container = models.OneToOneField(Container, on_delete=models.CASCADE, related_name="assignment")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="assignments")
+    generation = models.BigIntegerField(default=0)
+    assigned_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.container} → {self.node}"

@@ -1,0 +1,858 @@
+"""Client of the segment store wire protocol: requests, pipelined appends, and a sync wrapper.
+
+Responsibility: one TCP connection to a segment store (Pravega's wire protocol v17, see
+``docs/components/wire-protocol.md``). ``SegmentStoreClient`` connects and says Hello, then:
+
+* request/response calls (create, info, read, seal, truncate, delete, merge, attributes), any
+  number outstanding at once, matched to their replies by request id;
+* append sessions: ``setup_append(segment, writer_id)`` returns the writer's last persisted event
+  number; ``append_block(writer_id, events)`` numbers the events, wraps each in the 8-byte event
+  header (unless ``raw``), batches them into AppendBlockEnd blocks (a block is sent when full,
+  after ``linger_ms``, or on ``flush``), keeps up to ``blocks_in_flight_max`` blocks in flight and
+  returns a future completed by the DataAppended acknowledgement;
+* ``conditional_append`` (ConditionalBlockEnd, the byte-stream write).
+
+Error replies become the exceptions below (named after the engine's errors they mirror). A lost
+connection fails every pending call; appends fail with ``AppendsLostError`` listing the unacked
+event numbers and payloads, so a caller can reconnect, ``setup_append`` again and resend the
+events numbered above the returned last event number (the server drops duplicates).
+
+``SyncSegmentStoreClient`` runs the async client on a private event loop in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import functools
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from segment_app.server import protocol as wire
+
+__all__ = [
+    "NO_EVENT_NUMBER",
+    "NULL_ATTRIBUTE_VALUE",
+    "AppendAck",
+    "AppendLimits",
+    "AppendsLostError",
+    "AuthTokenCheckFailedError",
+    "BadEventNumberError",
+    "BadOffsetError",
+    "ConnectionLostError",
+    "ContainerOfflineError",
+    "InvalidArgumentError",
+    "OperationUnsupportedError",
+    "ReadResult",
+    "SegmentExistsError",
+    "SegmentInfo",
+    "SegmentNotFoundError",
+    "SegmentSealedError",
+    "SegmentStoreClient",
+    "SegmentStoreError",
+    "SegmentTruncatedError",
+    "ServerError",
+    "SyncSegmentStoreClient",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+NO_EVENT_NUMBER = wire.NO_EVENT_NUMBER
+WIRE = wire.WIRE_VERSION
+#: Attribute value meaning "no value" (Java Long.MIN_VALUE).
+NULL_ATTRIBUTE_VALUE = -(2**63)
+_EVENT_HEADER = wire.EVENT_HEADER
+_EVENT_HEADER_BYTES = _EVENT_HEADER.size
+#: Java's largest read reply; asking for more gets at most this much.
+READ_BYTES_DEFAULT = 2 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+class SegmentStoreError(Exception):
+    """An error reply from the segment store (or a failure of the connection)."""
+
+    def __init__(self, message: str, *, segment: str = "", request_id: int = -1) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.request_id = request_id
+
+
+class SegmentNotFoundError(SegmentStoreError):
+    """NoSuchSegment."""
+
+
+class SegmentExistsError(SegmentStoreError):
+    """SegmentAlreadyExists."""
+
+
+class SegmentSealedError(SegmentStoreError):
+    """SegmentIsSealed."""
+
+
+class SegmentTruncatedError(SegmentStoreError):
+    """SegmentIsTruncated; ``start_offset`` is the first readable byte."""
+
+    def __init__(self, message: str, *, start_offset: int = 0, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.start_offset = start_offset
+
+
+class BadOffsetError(SegmentStoreError):
+    """ConditionalCheckFailed: the segment length was not the expected offset."""
+
+
+class BadEventNumberError(SegmentStoreError):
+    """InvalidEventNumber."""
+
+
+class ContainerOfflineError(SegmentStoreError):
+    """WrongHost: the segment's container is not served here (now); ask again later."""
+
+    def __init__(self, message: str, *, correct_host: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.correct_host = correct_host
+
+
+class InvalidArgumentError(SegmentStoreError):
+    """ErrorMessage with errorCode 0 (illegal argument)."""
+
+
+class ServerError(SegmentStoreError):
+    """ErrorMessage with another error code: the server failed."""
+
+
+class AuthTokenCheckFailedError(SegmentStoreError):
+    """AuthTokenCheckFailed; ``expired`` when the token was good but has expired."""
+
+    def __init__(self, message: str, *, expired: bool = False, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.expired = expired
+
+
+class OperationUnsupportedError(SegmentStoreError):
+    """OperationUnsupported."""
+
+
+class ConnectionLostError(SegmentStoreError):
+    """The connection closed (or could not be set up) before the reply arrived."""
+
+
+class AppendsLostError(ConnectionLostError):
+    """Appends of one writer whose acknowledgement was lost with the connection."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        writer_id: uuid.UUID,
+        unacked_events: list[tuple[int, bytes]],
+        **kw: Any,
+    ) -> None:
+        super().__init__(message, **kw)
+        self.writer_id = writer_id
+        #: (event number, payload as given to append_block) of every unacknowledged event.
+        self.unacked_events = unacked_events
+
+    @property
+    def unacked_event_numbers(self) -> list[int]:
+        return [number for number, _ in self.unacked_events]
+
+
+def error_from_reply(reply: Any) -> SegmentStoreError:
+    """The exception an error reply stands for."""
+    rid = getattr(reply, "request_id", -1)
+    segment = getattr(reply, "segment", "")
+    detail = getattr(reply, "server_stack_trace", "")
+    name = type(reply).__name__
+    message = f"{name}: {segment}" + (f" ({detail})" if detail else "")
+    kw: dict[str, Any] = {"segment": segment, "request_id": rid}
+    match reply:
+        case wire.NoSuchSegment():
+            return SegmentNotFoundError(message, **kw)
+        case wire.SegmentAlreadyExists():
+            return SegmentExistsError(message, **kw)
+        case wire.SegmentIsSealed():
+            return SegmentSealedError(message, **kw)
+        case wire.SegmentIsTruncated():
+            return SegmentTruncatedError(message, start_offset=reply.start_offset, **kw)
+        case wire.ConditionalCheckFailed():
+            return BadOffsetError(f"{name}: event {reply.event_number}", request_id=rid)
+        case wire.InvalidEventNumber():
+            return BadEventNumberError(f"{name}: {detail}", request_id=rid)
+        case wire.WrongHost():
+            return ContainerOfflineError(message, correct_host=reply.correct_host, **kw)
+        case wire.AuthTokenCheckFailed():
+            expired = reply.error_code == wire.TOKEN_EXPIRED
+            return AuthTokenCheckFailedError(f"{name}: {detail}", expired=expired, request_id=rid)
+        case wire.OperationUnsupported():
+            return OperationUnsupportedError(f"{name}: {reply.operation_name}", request_id=rid)
+        case wire.ErrorMessage(error_code=wire.ERROR_ILLEGAL_ARGUMENT):
+            return InvalidArgumentError(f"{name}: {reply.message}", **kw)
+        case wire.ErrorMessage():
+            return ServerError(f"{name}: {reply.message}", **kw)
+    return SegmentStoreError(f"unexpected reply {reply!r}", request_id=rid)
+
+
+# --------------------------------------------------------------------------------------------
+# results and limits
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    segment: str
+    exists: bool
+    sealed: bool
+    deleted: bool
+    last_modified_ms: int
+    write_offset: int
+    start_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadResult:
+    offset: int
+    data: bytes
+    at_tail: bool
+    end_of_segment: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendAck:
+    """The acknowledgement of an append call: its last event number and the segment length."""
+
+    event_number: int
+    previous_event_number: int
+    segment_write_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendLimits:
+    """Client-side batching of appends."""
+
+    #: A block is sent once it holds this many bytes (a larger single event gets its own block).
+    block_bytes_max: int = 1024 * 1024
+    #: ... or this many events.
+    block_events_max: int = 10_000
+    #: Blocks sent and not yet acknowledged, per writer; further appends wait.
+    blocks_in_flight_max: int = 16
+    #: How long a non-full block waits for more events before it is sent (0 = next loop turn).
+    linger_ms: float = 0.0
+    #: Largest event accepted (Pravega's limit).
+    event_bytes_max: int = 8 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# append sessions
+
+
+@dataclasses.dataclass(slots=True)
+class _Block:
+    """A block in flight: events numbered ``first_event_number`` on, one by one."""
+
+    request_id: int
+    first_event_number: int
+    events: list[bytes]
+
+    @property
+    def last_event_number(self) -> int:
+        return self.first_event_number + len(self.events) - 1
+
+
+@dataclasses.dataclass(slots=True)
+class _Session:
+    """One writer's append state on this connection."""
+
+    segment: str
+    writer_id: uuid.UUID
+    next_event_number: int
+    #: Events of the block being filled; they are numbered up to ``next_event_number - 1``.
+    open_events: list[bytes] = dataclasses.field(default_factory=list)
+    open_parts: list[bytes] = dataclasses.field(default_factory=list)
+    open_bytes: int = 0
+    send_due: bool = False
+    linger: asyncio.Handle | None = None
+    in_flight: collections.deque[_Block] = dataclasses.field(default_factory=collections.deque)
+    calls: collections.deque[tuple[int, asyncio.Future[AppendAck]]] = dataclasses.field(
+        default_factory=collections.deque
+    )
+    room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    failure: SegmentStoreError | None = None
+
+    def unacked(self) -> list[tuple[int, bytes]]:
+        blocks = [*self.in_flight, _Block(-1, self.open_first(), self.open_events)]
+        return [(b.first_event_number + i, e) for b in blocks for i, e in enumerate(b.events)]
+
+    def open_first(self) -> int:
+        return self.next_event_number - len(self.open_events)
+
+
+class _ClientProtocol(asyncio.BufferedProtocol):
+    def __init__(self, client: SegmentStoreClient) -> None:
+        self.client = client
+        self.assembler = wire.FrameAssembler()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client._transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.assembler.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            for type_code, payload in self.assembler.buffer_updated(nbytes):
+                self.client._on_reply(wire.decode_frame(type_code, payload, lenient=True))
+        except wire.ProtocolError as exc:
+            self.client._abort(ConnectionLostError(f"undecodable reply: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._on_lost(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# the async client
+
+
+class SegmentStoreClient:
+    """An async connection to one segment store. Use ``await SegmentStoreClient.connect(...)``."""
+
+    def __init__(
+        self,
+        *,
+        delegation_token: str = "",
+        request_timeout: float = 30.0,
+        limits: AppendLimits | None = None,
+    ) -> None:
+        self.delegation_token = delegation_token
+        self.request_timeout = request_timeout
+        self.limits = limits or AppendLimits()
+        self._transport: asyncio.Transport | None = None
+        #: Encoded commands not yet handed to the transport (see ``_send``).
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._out_scheduled = False
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._sessions: dict[uuid.UUID, _Session] = {}
+        self._blocks: dict[int, uuid.UUID] = {}
+        self._hello: asyncio.Future[wire.Hello] | None = None
+        self._lost: SegmentStoreError | None = None
+        self._closed = asyncio.get_running_loop().create_future()
+
+    @classmethod
+    async def connect(cls, host: str, port: int, **kwargs: Any) -> SegmentStoreClient:
+        """Open a connection and exchange Hello (raises ConnectionLostError on a version clash)."""
+        client = cls(**kwargs)
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: _ClientProtocol(client), host, port)
+        await client._handshake()
+        return client
+
+    async def _handshake(self) -> None:
+        self._hello = asyncio.get_running_loop().create_future()
+        self._send(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
+        hello = await asyncio.wait_for(self._hello, self.request_timeout)
+        if not hello.low_version <= wire.WIRE_VERSION <= hello.high_version:
+            low, high = hello.low_version, hello.high_version
+            error = ConnectionLostError(f"server speaks versions {low}..{high}, not {WIRE}")
+            self._abort(error)
+            raise error
+
+    async def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._flush_out()  # queued commands go out before the transport closes
+            self._transport.close()
+        if self._transport is not None:
+            await asyncio.shield(self._closed)
+
+    async def __aenter__(self) -> SegmentStoreClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._lost is not None
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _send(self, cmd: Any) -> None:
+        """Queue a command; those queued during one event-loop turn (e.g. the blocks of many
+        writers whose linger expired together) go out in one write (one syscall)."""
+        if self._lost is not None:
+            raise self._lost
+        assert self._transport is not None
+        self._out.extend(wire.encode_parts(cmd))
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        if out and self._transport is not None and not self._transport.is_closing():
+            self._transport.writelines(out)
+
+    def _token(self, token: str | None) -> str:
+        return self.delegation_token if token is None else token
+
+    async def _call(self, make: Any, expected: type[T]) -> T:
+        """Send ``make(request_id)`` and wait for its reply; error replies are raised."""
+        request_id = next(self._request_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self._send(make(request_id))
+            reply = await asyncio.wait_for(future, self.request_timeout)
+        finally:
+            self._pending.pop(request_id, None)
+        if isinstance(reply, expected):
+            return reply
+        raise error_from_reply(reply)
+
+    def _on_reply(self, reply: Any) -> None:
+        if isinstance(reply, wire.DataAppended):
+            self._on_data_appended(reply)
+            return
+        if isinstance(reply, wire.Hello):
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(reply)
+            return
+        request_id = getattr(reply, "request_id", None)
+        future = self._pending.pop(request_id, None) if request_id is not None else None
+        if future is not None:
+            if not future.done():
+                future.set_result(reply)
+        elif request_id in self._blocks:
+            self._on_block_error(request_id, reply)
+        elif not isinstance(reply, wire.KeepAlive):
+            log.warning("segment store sent an unsolicited %r", reply)
+            if request_id == wire.NO_REQUEST_ID and isinstance(reply, wire.ErrorMessage):
+                self._lost = ConnectionLostError(f"server closed the connection: {reply.message}")
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        lost = self._lost or ConnectionLostError(f"connection lost: {exc or 'closed'}")
+        self._lost = lost
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(lost)
+        self._pending.clear()
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(lost)
+        for session in list(self._sessions.values()):
+            self._fail_session(session, None)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _abort(self, error: SegmentStoreError) -> None:
+        self._lost = self._lost or error
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- request/response -----------------------------------------------------------------------
+
+    async def create_segment(self, segment: str, *, token: str | None = None) -> None:
+        def make(rid: int) -> Any:
+            return wire.CreateSegment(rid, segment, 0, 0, self._token(token), 0)
+
+        await self._call(make, wire.SegmentCreated)
+
+    async def get_info(self, segment: str, *, token: str | None = None) -> SegmentInfo:
+        def make(rid: int) -> Any:
+            return wire.GetStreamSegmentInfo(rid, segment, self._token(token))
+
+        r = await self._call(make, wire.StreamSegmentInfo)
+        return SegmentInfo(
+            r.segment_name, r.exists, r.is_sealed, r.is_deleted, r.last_modified,
+            r.write_offset, r.start_offset,
+        )  # fmt: skip
+
+    async def read_segment(
+        self,
+        segment: str,
+        offset: int,
+        length: int = READ_BYTES_DEFAULT,
+        *,
+        token: str | None = None,
+    ) -> ReadResult:
+        """Up to ``length`` bytes at ``offset``; at the tail the server waits a little for data."""
+
+        def make(rid: int) -> Any:
+            return wire.ReadSegment(segment, offset, length, self._token(token), rid)
+
+        r = await self._call(make, wire.SegmentRead)
+        return ReadResult(r.offset, bytes(r.data), r.at_tail, r.end_of_segment)
+
+    async def seal(self, segment: str, *, token: str | None = None) -> None:
+        await self._call(
+            lambda rid: wire.SealSegment(rid, segment, self._token(token)), wire.SegmentSealed
+        )
+
+    async def truncate(self, segment: str, offset: int, *, token: str | None = None) -> None:
+        def make(rid: int) -> Any:
+            return wire.TruncateSegment(rid, segment, offset, self._token(token))
+
+        await self._call(make, wire.SegmentTruncated)
+
+    async def delete(self, segment: str, *, token: str | None = None) -> None:
+        await self._call(
+            lambda rid: wire.DeleteSegment(rid, segment, self._token(token)), wire.SegmentDeleted
+        )
+
+    async def merge(self, target: str, source: str, *, token: str | None = None) -> int:
+        """Append all of ``source`` to ``target`` and delete it; returns the new target length."""
+
+        def make(rid: int) -> Any:
+            return wire.MergeSegments(rid, target, source, self._token(token))
+
+        return (await self._call(make, wire.SegmentsMerged)).new_target_write_offset
+
+    async def get_attribute(
+        self, segment: str, attribute_id: uuid.UUID, *, token: str | None = None
+    ) -> int:
+        def make(rid: int) -> Any:
+            return wire.GetSegmentAttribute(rid, segment, attribute_id, self._token(token))
+
+        return (await self._call(make, wire.SegmentAttribute)).value
+
+    async def update_attribute(
+        self,
+        segment: str,
+        attribute_id: uuid.UUID,
+        new_value: int,
+        expected_value: int = NULL_ATTRIBUTE_VALUE,
+        *,
+        token: str | None = None,
+    ) -> bool:
+        """Set the attribute if its value is ``expected_value`` (NULL: absent); False if not."""
+
+        def make(rid: int) -> Any:
+            return wire.UpdateSegmentAttribute(
+                rid, segment, attribute_id, new_value, expected_value, self._token(token)
+            )
+
+        return (await self._call(make, wire.SegmentAttributeUpdated)).success
+
+    # -- appends --------------------------------------------------------------------------------
+
+    async def setup_append(
+        self, segment: str, writer_id: uuid.UUID, *, token: str | None = None
+    ) -> int:
+        """Start appending to ``segment`` as ``writer_id``; returns its last persisted event
+        number (NO_EVENT_NUMBER for a new writer). Numbering continues after it."""
+
+        def make(rid: int) -> Any:
+            return wire.SetupAppend(rid, writer_id, segment, self._token(token))
+
+        old = self._sessions.get(writer_id)
+        if old is not None and (old.calls or old.open_events):
+            raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
+        last = (await self._call(make, wire.AppendSetup)).last_event_number
+        self._sessions[writer_id] = _Session(segment, writer_id, max(last, 0) + 1)
+        return last
+
+    async def append_block(
+        self, writer_id: uuid.UUID, events: bytes | Sequence[bytes], *, raw: bool = False
+    ) -> asyncio.Future[AppendAck]:
+        """Queue events (one ``bytes`` or a sequence) for the writer; returns a future completed
+        when all of them are acknowledged. Waits while ``blocks_in_flight_max`` blocks are out.
+        ``raw``: the bytes are appended as they are, without event headers."""
+        session = self._session(writer_id)
+        batch: Sequence[bytes | bytearray | memoryview]
+        batch = [events] if isinstance(events, bytes | bytearray | memoryview) else events
+        await self._add_events(session, batch, raw)
+        future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
+        last = session.next_event_number - 1
+        if batch or session.calls:
+            session.calls.append((last, future))
+            self._schedule(session)
+        else:
+            future.set_result(AppendAck(last, -1, -1))
+        return future
+
+    async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
+        """``append_block`` of a single event."""
+        return await self.append_block(writer_id, [event])
+
+    async def flush(self, writer_id: uuid.UUID | None = None) -> None:
+        """Send every open block now and wait until all appends are acknowledged."""
+        if writer_id is not None:
+            sessions = [self._session(writer_id)]
+        else:
+            sessions = [s for s in self._sessions.values() if s.failure is None]
+        waits: list[asyncio.Future[AppendAck]] = []
+        for session in sessions:
+            await self._drain_open(session)
+            waits.extend(future for _, future in session.calls)
+        if waits:
+            await asyncio.gather(*waits)
+
+    async def conditional_append(
+        self, writer_id: uuid.UUID, data: bytes, expected_offset: int, *, raw: bool = True
+    ) -> AppendAck:
+        """Append ``data`` only if the segment length is ``expected_offset`` (ConditionalBlockEnd);
+        raises BadOffsetError otherwise. ``raw=False`` wraps it in an event header."""
+        session = self._session(writer_id)
+        await self._drain_open(session)
+        payload = bytes(data) if raw else wire.EVENT_HEADER.pack(0, len(data)) + bytes(data)
+        number = session.next_event_number
+        session.next_event_number += 1
+        request_id = next(self._request_ids)
+        future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
+        session.calls.append((number, future))
+        self._send_block(
+            session,
+            _Block(request_id, number, [bytes(data)]),
+            wire.ConditionalBlockEnd(writer_id, number, expected_offset, payload, request_id),
+        )
+        return await future
+
+    def _session(self, writer_id: uuid.UUID) -> _Session:
+        session = self._sessions.get(writer_id)
+        if session is None:
+            raise InvalidArgumentError(f"no setup_append for writer {writer_id}")
+        if session.failure is not None:
+            raise session.failure
+        if self._lost is not None:
+            raise self._lost
+        return session
+
+    async def _add_events(
+        self, session: _Session, events: Sequence[bytes | bytearray | memoryview], raw: bool
+    ) -> None:
+        """Put events in the open block (the hot loop of the client: keep it lean)."""
+        limits = self.limits
+        header = _EVENT_HEADER.pack
+        overhead = 0 if raw else _EVENT_HEADER_BYTES
+        for event in events:
+            if type(event) is not bytes:
+                event = bytes(event)
+            n = len(event)
+            if n > limits.event_bytes_max:
+                raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")
+            if session.open_events and (
+                session.open_bytes + n + overhead > limits.block_bytes_max
+                or len(session.open_events) >= limits.block_events_max
+            ):
+                await self._drain_open(session)
+            if overhead:
+                session.open_parts.append(header(0, n))
+            session.open_parts.append(event)
+            session.open_events.append(event)
+            session.open_bytes += n + overhead
+            session.next_event_number += 1
+
+    async def _drain_open(self, session: _Session) -> None:
+        """Send the open block now, waiting for room in flight when needed."""
+        session.send_due = True
+        while session.open_events:
+            self._pump(session)
+            if session.open_events:
+                session.room.clear()
+                await session.room.wait()
+            if session.failure is not None:
+                raise session.failure
+
+    def _schedule(self, session: _Session) -> None:
+        full = (
+            session.open_bytes >= self.limits.block_bytes_max
+            or len(session.open_events) >= self.limits.block_events_max
+        )
+        if full:
+            session.send_due = True
+            self._pump(session)
+        elif session.linger is None and session.open_events:
+            loop = asyncio.get_running_loop()
+            delay = self.limits.linger_ms / 1000
+            if delay > 0:
+                session.linger = loop.call_later(delay, self._linger_expired, session)
+            else:  # the next loop turn: a plain handle is cheaper than a timer
+                session.linger = loop.call_soon(self._linger_expired, session)
+
+    def _linger_expired(self, session: _Session) -> None:
+        session.linger = None
+        session.send_due = True
+        self._pump(session)
+
+    def _pump(self, session: _Session) -> None:
+        """Send the open block if it is due and there is room in flight."""
+        if session.failure is not None or self._lost is not None:
+            return
+        if not (session.open_events and session.send_due):
+            return
+        if len(session.in_flight) >= self.limits.blocks_in_flight_max:
+            return
+        first, events, parts = session.open_first(), session.open_events, session.open_parts
+        session.open_events, session.open_parts, session.open_bytes = [], [], 0
+        session.send_due = False
+        if session.linger is not None:
+            session.linger.cancel()
+            session.linger = None
+        data = b"".join(parts)
+        block = _Block(next(self._request_ids), first, events)
+        cmd = wire.AppendBlockEnd(
+            session.writer_id,
+            len(data),
+            data,
+            len(events),
+            block.last_event_number,
+            block.request_id,
+        )
+        self._send_block(session, block, cmd)
+
+    def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
+        session.in_flight.append(block)
+        self._blocks[block.request_id] = session.writer_id
+        self._send(cmd)
+
+    def _on_data_appended(self, reply: wire.DataAppended) -> None:
+        session = self._sessions.get(reply.writer_id)
+        if session is None:
+            return
+        while session.in_flight and session.in_flight[0].last_event_number <= reply.event_number:
+            self._blocks.pop(session.in_flight.popleft().request_id, None)
+        self._ack_calls(
+            session,
+            reply.event_number,
+            reply.previous_event_number,
+            reply.current_segment_write_offset,
+        )
+        session.room.set()
+        self._pump(session)
+
+    def _ack_calls(self, session: _Session, number: int, previous: int, offset: int) -> None:
+        while session.calls and session.calls[0][0] <= number:
+            last, future = session.calls.popleft()
+            if not future.done():
+                future.set_result(AppendAck(last, previous, offset))
+
+    def _on_block_error(self, request_id: int, reply: Any) -> None:
+        session = self._sessions.get(self._blocks.pop(request_id))
+        if session is None:
+            return
+        error = error_from_reply(reply)
+        if isinstance(reply, wire.ConditionalCheckFailed):
+            self._fail_conditional(session, request_id, error)
+        else:
+            self._fail_session(session, error)
+
+    def _fail_conditional(self, session: _Session, request_id: int, error: Exception) -> None:
+        block = next((b for b in session.in_flight if b.request_id == request_id), None)
+        if block is None:
+            return
+        session.in_flight.remove(block)
+        for entry in list(session.calls):
+            if entry[0] == block.last_event_number:
+                session.calls.remove(entry)
+                if not entry[1].done():
+                    entry[1].set_exception(error)
+        session.room.set()
+
+    def _fail_session(self, session: _Session, error: SegmentStoreError | None) -> None:
+        """Fail every pending append of the session (``None``: the connection was lost)."""
+        if error is None:
+            error = AppendsLostError(
+                f"connection lost with appends of writer {session.writer_id} unacknowledged",
+                writer_id=session.writer_id,
+                unacked_events=session.unacked(),
+                segment=session.segment,
+            )
+        session.failure = session.failure or error
+        for block in session.in_flight:
+            self._blocks.pop(block.request_id, None)
+        session.in_flight.clear()
+        while session.calls:
+            _, future = session.calls.popleft()
+            if not future.done():
+                future.set_exception(error)
+        session.open_events, session.open_parts, session.open_bytes = [], [], 0
+        session.room.set()
+
+
+# --------------------------------------------------------------------------------------------
+# the sync wrapper
+
+
+class SyncSegmentStoreClient:
+    """Blocking wrapper: the async client runs on a private event loop in a daemon thread."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 60.0, **kwargs: Any) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="millrace-segment-store-client", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._client = self._run(SegmentStoreClient.connect(host, port, **kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        """The request/response methods of the async client, made blocking."""
+        if name in _SYNC_METHODS:
+            method = getattr(self._client, name)
+            return functools.wraps(method)(lambda *a, **kw: self._run(method(*a, **kw)))
+        raise AttributeError(name)
+
+    def append_block(
+        self, writer_id: uuid.UUID, events: bytes | Sequence[bytes], *, raw: bool = False
+    ) -> concurrent.futures.Future[AppendAck]:
+        """Blocks until the events are queued; the returned future completes on their ack."""
+        result: concurrent.futures.Future[AppendAck] = concurrent.futures.Future()
+
+        async def submit() -> None:
+            ack = await self._client.append_block(writer_id, events, raw=raw)
+            ack.add_done_callback(functools.partial(_copy_outcome, result))
+
+        self._run(submit())
+        return result
+
+    def close(self) -> None:
+        try:
+            self._run(self._client.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> SyncSegmentStoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_SYNC_METHODS = frozenset(
+    {
+        "create_segment", "get_info", "read_segment", "seal", "truncate", "delete", "merge",
+        "get_attribute", "update_attribute", "setup_append", "flush", "conditional_append",
+    }
+)  # fmt: skip
+
+
+def _copy_outcome(target: concurrent.futures.Future[T], source: asyncio.Future[T]) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())

@@ -1,0 +1,175 @@
+"""Django settings of a Millrace node, built from environment variables with embedded defaults.
+
+Responsibility: translate ``millrace.config.WebSettings`` (read once, here) into Django, DRF,
+Channels and Celery settings. Embedded defaults need no system service: SQLite under the data
+directory, the in-memory channel layer and kombu's filesystem broker (shared by every process
+that uses the same data directory). ``DATABASE_URL`` switches to PostgreSQL (or any database
+dj-database-url knows) and ``REDIS_URL`` switches the channel layer and the broker to Redis.
+See README.md for the variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+from millrace.config import ConfigError, WebSettings, mask_url_password
+
+
+def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
+    """The ``default`` database: ``database_url`` if given, else SQLite in ``data_dir``."""
+    if database_url is None:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(data_dir / "millrace.sqlite3"),
+            # IMMEDIATE: writers take the lock up front instead of failing on upgrade; WAL lets
+            # readers run beside the one writer (ASGI app, Celery worker and beat share it).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
+        }
+    try:
+        return dict(dj_database_url.parse(database_url, conn_health_checks=True))
+    except ValueError as exc:  # dj-database-url's UnknownSchemeError is a ValueError too
+        why = str(exc).split(". ")[0]  # its first sentence; the rest lists every scheme
+        raise ConfigError(f"DATABASE_URL={mask_url_password(database_url)!r}: {why}") from None
+
+
+def channel_layers(redis_url: str | None) -> dict[str, Any]:
+    """Redis channel layer when ``redis_url`` is given (needed across processes), else in-memory."""
+    if redis_url is None:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url]},
+        }
+    }
+
+
+def celery_broker(redis_url: str | None, data_dir: Path) -> tuple[str, dict[str, Any]]:
+    """Broker URL and transport options: Redis if given, else kombu's filesystem transport.
+
+    The filesystem transport keeps messages as files under ``<data_dir>/celery/`` (its folders
+    are created here, as kombu requires), so a worker, beat and the ASGI app started as separate
+    processes on one host share one queue.
+    """
+    if redis_url is not None:
+        return redis_url, {}
+    folder = data_dir / "celery"
+    for name in ("queue", "control"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return "filesystem://", {
+        "data_folder_in": str(folder / "queue"),
+        "data_folder_out": str(folder / "queue"),
+        "control_folder": str(folder / "control"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+    }
+
+
+MILLRACE = WebSettings.from_env()
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = MILLRACE.secret_key
+DEBUG = MILLRACE.debug
+ALLOWED_HOSTS = list(MILLRACE.allowed_hosts)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "segment_app",
+    "controller_app",
+    "admin_ui",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "millrace.urls"
+WSGI_APPLICATION = "millrace.wsgi.application"
+ASGI_APPLICATION = "millrace.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_config(MILLRACE.database_url, MILLRACE.data_dir)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = MILLRACE.data_dir / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated"
+        if MILLRACE.auth_enabled
+        else "rest_framework.permissions.AllowAny"
+    ],
+}
+
+CHANNEL_LAYERS = channel_layers(MILLRACE.redis_url)
+
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(
+    MILLRACE.redis_url, MILLRACE.data_dir
+)
+# Workflows keep their state in the database; nobody waits on a task result.
+CELERY_TASK_IGNORE_RESULT = True
+# Tasks may run twice (every workflow step checks the state it expects), never zero times.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
+CELERY_TIMEZONE = TIME_ZONE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Developer entry points of Millrace (the README's quickstart):
+#   bash scripts/dev.sh standalone [ARGS...]  run a node on ./data (SQLite, file tiers, no services)
+#   bash scripts/dev.sh test [PYTEST ARGS...]  ruff, import contracts, mypy, then the whole test suite
+# Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install millrace[dev] into it
+# when missing, and reinstall only when pyproject.toml or the set of top-level packages changed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+venv=.venv
+python=${MILLRACE_PYTHON:-python3.11}
+
+die() {
+  echo "dev.sh: $*" >&2
+  exit 1
+}
+
+install_stamp() {
+  # What the editable install depends on: the project file and which top-level packages exist.
+  { cat pyproject.toml; ls -d -- */__init__.py; } | sha256sum | cut -d' ' -f1
+}
+
+setup() {
+  if [ ! -x "$venv/bin/python" ]; then
+    command -v "$python" >/dev/null || die "$python not found: install Python 3.11+ or set MILLRACE_PYTHON"
+    echo "dev.sh: creating $venv with $python"
+    "$python" -m venv "$venv"
+  fi
+  local stamp_file="$venv/.millrace-install-stamp" want log
+  want=$(install_stamp)
+  if [ "$(cat "$stamp_file" 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  log="$venv/pip-install.log"
+  echo "dev.sh: installing millrace[dev] into $venv (full log: $log)"
+  # One line per package instead of pip's full output; the log keeps everything.
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
+    tee "$log" | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } |
+    sed -u 's/^/  /'; then
+    tail -n 30 "$log" >&2
+    die "pip install failed (see $log)"
+  fi
+  echo "$want" >"$stamp_file"
+}
+
+run_tests() {
+  export PATH="$PWD/$venv/bin:$PATH"
+  local failed=() step
+  for step in "ruff check ." "ruff format --check ." "lint-imports" "mypy"; do
+    echo "dev.sh: $step"
+    $step || failed+=("$step")
+  done
+  echo "dev.sh: pytest $*"
+  # pytest exits 5 when it collected no test: that is a failure here too.
+  pytest "$@" || failed+=("pytest")
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "dev.sh: FAILED: ${failed[*]}" >&2
+    return 1
+  fi
+  echo "dev.sh: all checks passed"
+}
+
+case "${1:-}" in
+  standalone)
+    shift
+    setup
+    exec "$venv/bin/millrace" standalone --data-dir ./data "$@"
+    ;;
+  test)
+    shift
+    setup
+    run_tests "$@"
+    ;;
+  *)
+    echo "usage: bash scripts/dev.sh standalone [ARGS...] | test [PYTEST ARGS...]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,334 @@
+"""The durable log: operation queue, processor, group commit to tier-1, checkpoints, truncation.
+
+Callers ``add`` a request and get a future. One processor task drains the whole queue at a time,
+validates every operation (``MetadataUpdater``), packs the accepted ones into data frames and
+hands the frames to tier-1 without waiting, up to ``frames_in_flight_max`` at once. A completer
+task awaits the frames in order; only when a frame is durable are its operations applied to the
+metadata, passed to ``on_commit`` (read index, storage writer) and their futures completed.
+
+A failed frame rolls back the pending view and fails its callers and every later one; the log
+is then failed (``failure``) and the container must restart, recovering from tier-1, which is the
+truth. Every ``checkpoint_operations_min`` operations a metadata checkpoint is written; tier-1
+is truncated up to the newest checkpoint all of whose preceding operations are in tier-2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from segment_app.engine.config import DurableLogConfig
+from segment_app.engine.containers.metadata import ContainerMetadata
+from segment_app.engine.containers.updater import NO_WRITE, MetadataUpdater, Request
+from segment_app.engine.errors import ContainerOfflineError, EngineError, TooLargeError
+from segment_app.engine.logs.frames import FRAME_HEADER_SIZE, FrameBuilder
+from segment_app.engine.logs.operations import MetadataCheckpoint, Operation, encode_operation
+from tiers.base import DurableDataLog, LogAddress
+
+__all__ = ["DurableLog"]
+
+log = logging.getLogger(__name__)
+
+CommitCallback = Callable[[Operation], None]
+
+
+@dataclasses.dataclass(slots=True)
+class _Frame:
+    task: asyncio.Future[LogAddress] | None
+    ops: list[Operation]
+    requests: list[tuple[Request, asyncio.Future[object]]]
+    checkpoint: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    sequence: int
+    #: Address of the frame just before the checkpoint frame (truncate up to it).
+    before: LogAddress | None
+
+
+class DurableLog:
+    def __init__(
+        self,
+        data_log: DurableDataLog,
+        metadata: ContainerMetadata,
+        config: DurableLogConfig,
+        *,
+        on_commit: CommitCallback,
+        now_ms: Callable[[], int],
+        deduplicate: bool = True,
+        over_budget: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.data_log = data_log
+        self.metadata = metadata
+        self.config = config
+        self.on_commit = on_commit
+        self.now_ms = now_ms
+        self.over_budget = over_budget
+        self.throttled_seconds = 0.0
+        self.updater = MetadataUpdater(metadata, deduplicate=deduplicate)
+        self.failure: BaseException | None = None
+        self.last_address: LogAddress | None = None
+        self._queue: list[tuple[Request, asyncio.Future[object]]] = []
+        self._wakeup = asyncio.Event()
+        self._in_flight: collections.deque[_Frame] = collections.deque()
+        self._frame_done = asyncio.Event()
+        self._checkpoints: list[_Checkpoint] = []
+        self._checkpoint_waiters: list[asyncio.Future[object]] = []
+        self._ops_since_checkpoint = 0
+        self._bytes_since_checkpoint = 0
+        self._sequence = metadata.sequence
+        self._processor: asyncio.Task[None] | None = None
+        self._completer: asyncio.Task[None] | None = None
+        self._completer_wakeup = asyncio.Event()
+        self._stopping = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(
+        self,
+        recovered_checkpoints: list[tuple[int, LogAddress | None]],
+        last_address: LogAddress | None,
+    ) -> None:
+        self._sequence = self.metadata.sequence
+        self.last_address = last_address
+        self._checkpoints = [_Checkpoint(s, a) for s, a in recovered_checkpoints]
+        self._processor = asyncio.create_task(self._process(), name="durable-log-processor")
+        self._completer = asyncio.create_task(self._complete(), name="durable-log-completer")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        self._completer_wakeup.set()
+        for task in (self._processor, self._completer):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in (self._processor, self._completer) if t), return_exceptions=True
+        )
+        self._fail_all(ContainerOfflineError("container stopped"))
+
+    # -- public -----------------------------------------------------------------------------------
+
+    def add(self, request: Request) -> asyncio.Future[object]:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self.failure is not None or self._stopping:
+            future.set_exception(ContainerOfflineError(f"container is offline: {self.failure}"))
+            return future
+        self._queue.append((request, future))
+        self._wakeup.set()
+        return future
+
+    async def truncate_before(self, lowest_unapplied_sequence: int) -> bool:
+        """Truncate tier-1 at the newest checkpoint below ``lowest_unapplied_sequence``."""
+        eligible = [c for c in self._checkpoints if c.sequence < lowest_unapplied_sequence]
+        if not eligible:
+            return False
+        target = eligible[-1]
+        self._checkpoints = [c for c in self._checkpoints if c.sequence > target.sequence]
+        if target.before is None:
+            return False  # the checkpoint is already the first frame of the log
+        await self.data_log.truncate(target.before)
+        return True
+
+    # -- processor --------------------------------------------------------------------------------
+
+    async def _process(self) -> None:
+        try:
+            while not self._stopping:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while (self._queue or self._checkpoint_waiters) and self.failure is None:
+                    if self._queue:
+                        batch = self._take_batch()
+                        if not batch:
+                            await self._hold_back()
+                            continue
+                        if not self._in_flight:
+                            self.updater.clear()  # everything accepted is committed
+                        await self._process_batch(batch)
+                    if self._checkpoint_due() or self._checkpoint_waiters:
+                        await self._write_checkpoint()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            log.exception("durable log processor failed")
+            self._fail(error)
+
+    def _take_batch(self) -> list[tuple[Request, asyncio.Future[object]]]:
+        """The next requests to process; only internal ones while the cache is over budget."""
+        if self.over_budget():
+            batch = [item for item in self._queue if item[0].internal]
+            if batch:
+                self._queue = [item for item in self._queue if not item[0].internal]
+            return batch
+        batch = self._queue[: self.config.batch_operations_max]
+        del self._queue[: len(batch)]
+        return batch
+
+    async def _hold_back(self) -> None:
+        """Throttle: tier-2 is behind and unflushed data fills the cache; wait for it."""
+        before = self.throttled_seconds
+        await asyncio.sleep(self.config.throttle_delay_ms / 1000)
+        self.throttled_seconds += self.config.throttle_delay_ms / 1000
+        if int(self.throttled_seconds / 5) > int(before / 5):
+            log.warning("appends held back %.0f s so far: tier-2 is behind", self.throttled_seconds)
+
+    async def _process_batch(self, batch: list[tuple[Request, asyncio.Future[object]]]) -> None:
+        builder = FrameBuilder(self.config.frame_bytes_max)
+        frame = _Frame(None, [], [])
+        for request, future in batch:
+            try:
+                accepted = self.updater.accept(request)
+            except EngineError as error:
+                future.set_exception(error)
+                continue
+            if accepted is NO_WRITE:
+                frame.requests.append((request, future))
+                continue
+            op = request.op
+            self._sequence += 1
+            op.sequence = self._sequence
+            parts = encode_operation(op)
+            size = builder.encoded_size(parts)
+            if size + FRAME_HEADER_SIZE > self.config.frame_bytes_max:
+                self._fail(TooLargeError(f"operation of {size} bytes exceeds a frame"))
+                future.set_exception(TooLargeError("operation exceeds the frame size"))
+                return
+            if not builder.fits(size) and not builder.empty:
+                await self._send(builder, frame)
+                frame = _Frame(None, [], [])
+            builder.add(op, parts, size)
+            frame.ops.append(op)
+            frame.requests.append((request, future))
+            self._ops_since_checkpoint += 1
+            self._bytes_since_checkpoint += size
+        if not builder.empty:
+            await self._send(builder, frame)
+        elif frame.requests:
+            self._attach_no_writes(frame)
+
+    def _attach_no_writes(self, frame: _Frame) -> None:
+        if self._in_flight:
+            self._in_flight[-1].requests.extend(frame.requests)
+            return
+        for request, future in frame.requests:
+            if not future.done():
+                future.set_result(request.result)
+
+    async def _send(self, builder: FrameBuilder, frame: _Frame) -> None:
+        while len(self._in_flight) >= self.config.frames_in_flight_max:
+            self._frame_done.clear()
+            await self._frame_done.wait()
+            if self.failure is not None:
+                raise ContainerOfflineError(f"durable log failed: {self.failure}")
+        data = builder.close()
+        frame.task = asyncio.ensure_future(self.data_log.append(memoryview(data)))
+        self._in_flight.append(frame)
+        self._completer_wakeup.set()
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def _checkpoint_due(self) -> bool:
+        return (
+            self._ops_since_checkpoint >= self.config.checkpoint_operations_min
+            or self._bytes_since_checkpoint >= self.config.checkpoint_bytes_min
+        )
+
+    async def write_checkpoint(self) -> None:
+        """Write a metadata checkpoint now (the container does so at the end of recovery)."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self.failure is not None or self._stopping:
+            raise ContainerOfflineError(f"container is offline: {self.failure}")
+        self._checkpoint_waiters.append(future)
+        self._wakeup.set()
+        await future
+
+    async def _write_checkpoint(self) -> None:
+        await self._drain()
+        if self.failure is not None:
+            return
+        self._sequence += 1
+        op = MetadataCheckpoint(snapshot=self.metadata.snapshot(), sequence=self._sequence)
+        builder = FrameBuilder(max(self.config.frame_bytes_max, len(op.snapshot) * 2 + 4096))
+        builder.add(op)
+        request = Request(op)
+        waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
+        requests = [(request, w) for w in waiters]
+        await self._send(builder, _Frame(None, [op], requests, checkpoint=True))
+        self._ops_since_checkpoint = 0
+        self._bytes_since_checkpoint = 0
+
+    async def _drain(self) -> None:
+        while self._in_flight and self.failure is None:
+            self._frame_done.clear()
+            await self._frame_done.wait()
+
+    # -- completer --------------------------------------------------------------------------------
+
+    async def _complete(self) -> None:
+        while not self._stopping:
+            if not self._in_flight:
+                self._completer_wakeup.clear()
+                await self._completer_wakeup.wait()
+                continue
+            frame = self._in_flight[0]
+            assert frame.task is not None
+            try:
+                address = await asyncio.shield(frame.task)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:
+                self._fail(error)
+                return
+            self._in_flight.popleft()
+            self._commit(frame, address)
+            self._frame_done.set()
+
+    def _commit(self, frame: _Frame, address: LogAddress) -> None:
+        now = self.now_ms()
+        if frame.checkpoint:
+            self._checkpoints.append(_Checkpoint(frame.ops[0].sequence, self.last_address))
+        for op in frame.ops:
+            self.metadata.apply(op, now)
+            self.on_commit(op)
+        self.last_address = address
+        for request, future in frame.requests:
+            if not future.done():
+                future.set_result(request.result)
+
+    # -- failure ----------------------------------------------------------------------------------
+
+    def fail(self, error: BaseException) -> None:
+        """Take the container offline (e.g. tier-1 says another instance fenced this one)."""
+        self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+            log.error("durable log failed; container goes offline: %r", error)
+        self.updater.clear()
+        self._fail_all(ContainerOfflineError(f"tier-1 write failed, rolled back: {error!r}"))
+        self._frame_done.set()
+
+    def _fail_all(self, error: EngineError) -> None:
+        while self._in_flight:
+            frame = self._in_flight.popleft()
+            if frame.task is not None:  # its own error is known already: do not log it again
+                frame.task.add_done_callback(_retrieve)
+            for _, future in frame.requests:
+                if not future.done():
+                    future.set_exception(error)
+        queue, self._queue = self._queue, []
+        waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
+        for future in [f for _, f in queue] + waiters:
+            if not future.done():
+                future.set_exception(error)
+
+
+def _retrieve(task: asyncio.Future[LogAddress]) -> None:
+    if not task.cancelled():
+        task.exception()

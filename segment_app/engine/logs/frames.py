@@ -1,0 +1,127 @@
+"""Data frames: how log operations are packed into tier-1 entries.
+
+Layout (version 1, big-endian)::
+
+    magic "MRDF" | version u8 | flags u8 | reserved u16 | count u32 | first sequence u64
+    | body length u32 | CRC32C(body) u32 | body
+
+and the body is ``count`` records of ``length u32 | operation bytes``. A frame holds whole
+operations only; the builder closes a frame before it would pass ``frame_bytes_max``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import crc32c
+
+from segment_app.engine.logs.operations import (
+    Operation,
+    OperationFormatError,
+    decode_operation,
+    encode_operation,
+)
+
+__all__ = ["FRAME_HEADER_SIZE", "FrameBuilder", "FrameCorruptionError", "parse_frame"]
+
+_MAGIC = b"MRDF"
+_VERSION = 1
+_FRAME_HEADER = struct.Struct(">4sBBHIQII")
+FRAME_HEADER_SIZE = _FRAME_HEADER.size
+_LEN = struct.Struct(">I")
+
+
+class FrameCorruptionError(OperationFormatError):
+    """A frame whose header or checksum is wrong."""
+
+
+class FrameBuilder:
+    """Packs operations into frames of at most ``frame_bytes_max`` bytes."""
+
+    __slots__ = ("_buf", "_count", "_first", "frame_bytes_max")
+
+    def __init__(self, frame_bytes_max: int) -> None:
+        self.frame_bytes_max = frame_bytes_max
+        self._buf = bytearray(FRAME_HEADER_SIZE)
+        self._count = 0
+        self._first = -1
+
+    @staticmethod
+    def encoded_size(parts: list[bytes | memoryview]) -> int:
+        return _LEN.size + sum(len(p) for p in parts)
+
+    def fits(self, size: int) -> bool:
+        """Whether a record of ``size`` bytes (``encoded_size``) still fits in this frame."""
+        return len(self._buf) + size <= self.frame_bytes_max
+
+    def add(
+        self, op: Operation, parts: list[bytes | memoryview] | None = None, size: int = -1
+    ) -> None:
+        parts = parts if parts is not None else encode_operation(op)
+        if size < 0:
+            size = self.encoded_size(parts)
+        if self._count == 0:
+            self._first = op.sequence
+        self._buf += _LEN.pack(size - _LEN.size)
+        for part in parts:
+            self._buf += part
+        self._count += 1
+
+    @property
+    def empty(self) -> bool:
+        return self._count == 0
+
+    def close(self) -> bytearray:
+        """Finish the current frame and start a new one; returns the frame's bytes."""
+        frame = self._buf
+        body = memoryview(frame)[FRAME_HEADER_SIZE:]
+        checksum = crc32c.crc32c(body)
+        body.release()
+        _FRAME_HEADER.pack_into(
+            frame,
+            0,
+            _MAGIC,
+            _VERSION,
+            0,
+            0,
+            self._count,
+            self._first,
+            len(frame) - FRAME_HEADER_SIZE,
+            checksum,
+        )
+        self._buf = bytearray(FRAME_HEADER_SIZE)
+        self._count = 0
+        self._first = -1
+        return frame
+
+
+def parse_frame(
+    frame: bytes | memoryview, *, verify_crc: bool = True, copy_data: bool = True
+) -> Iterator[Operation]:
+    """Yield the operations of one frame; raise FrameCorruptionError if it is damaged."""
+    view = memoryview(frame)
+    if len(view) < FRAME_HEADER_SIZE:
+        raise FrameCorruptionError(f"frame of {len(view)} bytes is shorter than its header")
+    magic, version, _flags, _res, count, _first, body_len, checksum = _FRAME_HEADER.unpack(
+        view[:FRAME_HEADER_SIZE]
+    )
+    if magic != _MAGIC or version != _VERSION:
+        raise FrameCorruptionError(f"not a data frame (magic {magic!r}, version {version})")
+    body = view[FRAME_HEADER_SIZE:]
+    if len(body) != body_len:
+        raise FrameCorruptionError(f"frame body is {len(body)} bytes, header says {body_len}")
+    if verify_crc and crc32c.crc32c(body) != checksum:
+        raise FrameCorruptionError("frame checksum mismatch")
+    pos = 0
+    for _ in range(count):
+        if pos + _LEN.size > len(body):
+            raise FrameCorruptionError("frame ends inside a record header")
+        (n,) = _LEN.unpack_from(body, pos)
+        pos += _LEN.size
+        if pos + n > len(body):
+            raise FrameCorruptionError("frame ends inside a record")
+        yield decode_operation(body[pos : pos + n], copy_data=copy_data)
+        pos += n
+    if pos != len(body):
+        raise FrameCorruptionError(f"{len(body) - pos} stray bytes after the last record")

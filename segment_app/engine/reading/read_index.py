@@ -1,0 +1,278 @@
+"""The read index: serves reads at any offset from the cache, tier-2, or a merged source.
+
+Per segment it keeps cache entries sorted by offset. Appends are added once durable, coalesced
+into entries of up to ``cache_entry_bytes_max``. The cache is bounded by ``cache_bytes_max``:
+entries are evicted oldest first, but only once their bytes are in tier-2 (below the segment's
+storage length), so acknowledged data is always readable. Reads that miss the cache below the
+storage length fetch from tier-2 through the segment's chunk list and populate the cache. A read
+at the tail of an unsealed segment waits for data (tail read). A merged transaction's range reads
+from the source segment until the storage writer relinks its chunks into the target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import contextlib
+import dataclasses
+
+from segment_app.engine.api import ReadResult
+from segment_app.engine.config import ReadIndexConfig
+from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
+from segment_app.engine.errors import BadOffsetError, SegmentNotFoundError, SegmentTruncatedError
+from segment_app.engine.invariants import check
+from tiers.base import ChunkNotFoundError, ChunkStorage
+
+__all__ = ["ReadIndex"]
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Entry:
+    offset: int
+    data: bytearray | bytes
+    live: bool = True
+    #: A view of ``data`` is held (by the storage writer): it must not grow any more.
+    frozen: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
+
+
+@dataclasses.dataclass(slots=True)
+class _SegmentIndex:
+    offsets: list[int] = dataclasses.field(default_factory=list)
+    entries: list[_Entry] = dataclasses.field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = dataclasses.field(default_factory=list)
+
+    def find(self, offset: int) -> int:
+        """Index of the entry that starts at or before ``offset`` (-1 if none)."""
+        return bisect.bisect_right(self.offsets, offset) - 1
+
+    def insert(self, entry: _Entry) -> None:
+        i = bisect.bisect_right(self.offsets, entry.offset)
+        self.offsets.insert(i, entry.offset)
+        self.entries.insert(i, entry)
+
+    def remove(self, entry: _Entry) -> None:
+        i = bisect.bisect_left(self.offsets, entry.offset)
+        if i < len(self.entries) and self.entries[i] is entry:
+            del self.offsets[i]
+            del self.entries[i]
+
+
+class ReadIndex:
+    """Reads for one container (see the module doc)."""
+
+    def __init__(
+        self, metadata: ContainerMetadata, storage: ChunkStorage, config: ReadIndexConfig
+    ) -> None:
+        self.metadata = metadata
+        self.storage = storage
+        self.config = config
+        self.cache_bytes = 0
+        self._segments: dict[int, _SegmentIndex] = {}
+        self._fifo: collections.deque[tuple[int, _Entry]] = collections.deque()
+
+    # -- feeding ----------------------------------------------------------------------------------
+
+    def append(self, segment_id: int, offset: int, data: bytes | memoryview) -> None:
+        """Add durable appended bytes (called in operation order)."""
+        index = self._index(segment_id)
+        last = index.entries[-1] if index.entries else None
+        if (
+            last is not None
+            and last.live
+            and not last.frozen
+            and isinstance(last.data, bytearray)
+            and last.end == offset
+            and len(last.data) < self.config.cache_entry_bytes_max
+        ):
+            last.data += data
+        else:
+            entry = _Entry(offset, bytearray(data))
+            index.offsets.append(offset)
+            index.entries.append(entry)
+            self._fifo.append((segment_id, entry))
+        self.cache_bytes += len(data)
+        self._wake(index)
+        if self.cache_bytes > self.config.cache_bytes_max:
+            self.evict()
+
+    def notify(self, segment_id: int) -> None:
+        """Wake tail readers of a segment (it was sealed, deleted or merged into)."""
+        index = self._segments.get(segment_id)
+        if index is not None:
+            self._wake(index)
+
+    def remove(self, segment_id: int) -> None:
+        index = self._segments.pop(segment_id, None)
+        if index is None:
+            return
+        for entry in index.entries:
+            entry.live = False
+            self.cache_bytes -= len(entry.data)
+        self._wake(index)
+
+    def evict(self) -> None:
+        """Drop the oldest entries already in tier-2 until the cache fits its budget."""
+        while self.cache_bytes > self.config.cache_bytes_max and self._fifo:
+            segment_id, entry = self._fifo[0]
+            if entry.live:
+                segment = self.metadata.segments.get(segment_id)
+                if segment is not None and entry.end > segment.storage_length:
+                    return  # the oldest entry is not in tier-2 yet: nothing can go
+                entry.live = False
+                self.cache_bytes -= len(entry.data)
+                index = self._segments.get(segment_id)
+                if index is not None:
+                    index.remove(entry)
+            self._fifo.popleft()
+
+    def _index(self, segment_id: int) -> _SegmentIndex:
+        index = self._segments.get(segment_id)
+        if index is None:
+            index = self._segments[segment_id] = _SegmentIndex()
+        return index
+
+    @staticmethod
+    def _wake(index: _SegmentIndex) -> None:
+        waiters, index.waiters = index.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def read(
+        self, name: str, offset: int, max_length: int, wait_seconds: float = 0.0
+    ) -> ReadResult:
+        deadline = asyncio.get_running_loop().time() + wait_seconds
+        while True:
+            segment = self.metadata.get(name)
+            if segment is None:
+                raise SegmentNotFoundError(f"segment {name} does not exist", segment=name)
+            _check_range(segment, offset)
+            if offset < segment.length:
+                data = await self._read_available(segment, offset, max(1, max_length))
+                end = offset + len(data)
+                at_tail = end >= segment.length
+                return ReadResult(offset, data, at_tail, at_tail and segment.sealed)
+            if segment.sealed:
+                return ReadResult(offset, b"", True, True)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return ReadResult(offset, b"", True, False)
+            waiter = asyncio.get_running_loop().create_future()
+            self._index(segment.segment_id).waiters.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await waiter
+
+    async def read_unflushed(
+        self, segment: SegmentMetadata, offset: int, length: int
+    ) -> bytes | memoryview:
+        """Bytes the storage writer is about to flush (pinned in the cache). A single cache
+        entry comes back as a view, without a copy; the entry stops growing from then on."""
+        return await self._read_available(segment, offset, length, exact=True)
+
+    async def _read_available(
+        self, segment: SegmentMetadata, offset: int, max_length: int, exact: bool = False
+    ) -> bytes:
+        end = min(segment.length, offset + max_length)
+        parts: list[bytes | memoryview] = []
+        position = offset
+        while position < end:
+            piece = await self._read_piece(segment, position, end, pin=exact)
+            if not piece:
+                break
+            parts.append(piece)
+            position += len(piece)
+            if not exact and position - offset >= self.config.storage_read_bytes_max:
+                break
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        check(not exact or len(data) == max_length, "%s: short read of pinned data", segment.name)
+        return data  # type: ignore[return-value]  # a view only when ``exact`` (read_unflushed)
+
+    async def _read_piece(
+        self, segment: SegmentMetadata, position: int, end: int, pin: bool = False
+    ) -> bytes | memoryview:
+        index = self._index(segment.segment_id)
+        i = index.find(position)
+        if i >= 0 and index.entries[i].end > position:
+            entry = index.entries[i]
+            start, stop = position - entry.offset, min(end, entry.end) - entry.offset
+            if pin:
+                entry.frozen = True
+                return memoryview(entry.data)[start:stop]
+            with memoryview(entry.data) as view:
+                return bytes(view[start:stop])
+        next_start = index.offsets[i + 1] if i + 1 < len(index.offsets) else end
+        for merge in segment.pending_merges:
+            if merge.offset <= position < merge.offset + merge.length:
+                return await self._read_merged(
+                    merge.source_id,
+                    position - merge.offset,
+                    min(end, merge.offset + merge.length) - position,
+                    pin,
+                )
+        if position < segment.storage_length:
+            limit = min(end, next_start, segment.storage_length)
+            return await self._read_storage(segment, index, position, limit)
+        check(False, f"{segment.name}: bytes at {position} are neither cached nor stored")
+        return b""
+
+    async def _read_merged(
+        self, source_id: int, offset: int, length: int, pin: bool
+    ) -> bytes | memoryview:
+        source = self.metadata.segments.get(source_id)
+        check(source is not None, f"merged source {source_id} vanished before relinking")
+        assert source is not None
+        return await self._read_piece(source, offset, offset + length, pin)
+
+    async def _read_storage(
+        self, segment: SegmentMetadata, index: _SegmentIndex, position: int, limit: int
+    ) -> bytes:
+        chunks = segment.chunks
+        i = bisect.bisect_right([c.start for c in chunks], position) - 1
+        if i < 0 or chunks[i].end <= position:
+            raise SegmentTruncatedError(
+                f"{segment.name}: offset {position} is no longer stored",
+                segment=segment.name,
+                start_offset=segment.start_offset,
+            )
+        chunk = chunks[i]
+        length = min(limit, chunk.end, position + self.config.storage_read_bytes_max) - position
+        try:
+            data = await self.storage.read(chunk.name, position - chunk.start, length)
+        except ChunkNotFoundError:
+            raise SegmentTruncatedError(
+                f"{segment.name}: offset {position} was truncated",
+                segment=segment.name,
+                start_offset=segment.start_offset,
+            ) from None
+        entry = _Entry(position, data)
+        if self._segments.get(segment.segment_id) is index and index.find(position) == index.find(
+            position + length - 1
+        ):
+            index.insert(entry)
+            self._fifo.append((segment.segment_id, entry))
+            self.cache_bytes += len(data)
+            self.evict()
+        return data
+
+
+def _check_range(segment: SegmentMetadata, offset: int) -> None:
+    if offset < segment.start_offset:
+        raise SegmentTruncatedError(
+            f"{segment.name}: offset {offset} is below the start offset {segment.start_offset}",
+            segment=segment.name,
+            start_offset=segment.start_offset,
+        )
+    if offset > segment.length:
+        raise BadOffsetError(
+            f"{segment.name}: offset {offset} is past the end ({segment.length})",
+            segment=segment.name,
+            length=segment.length,
+        )

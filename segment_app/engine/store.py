@@ -1,0 +1,176 @@
+"""The segment store: routes each segment to its container and keeps containers running.
+
+A segment's container is a stable hash (CRC32C) of its name modulo the container count, where a
+transaction or transient segment hashes as its parent so that merges stay inside one container.
+A container that fails (tier-1 trouble) is restarted after ``restart_delay_ms`` and recovers from
+tier-1; one fenced by a newer instance elsewhere stays down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+
+import crc32c
+
+from segment_app.engine.api import AppendResult, AttributeUpdate, ReadResult, SegmentInfo
+from segment_app.engine.config import SegmentStoreConfig
+from segment_app.engine.containers.container import ContainerState, SegmentContainer
+from segment_app.engine.errors import ContainerOfflineError
+from tiers.base import DataLogFencedError
+
+__all__ = ["SegmentStore", "container_for"]
+
+log = logging.getLogger(__name__)
+
+_SUFFIXES = ("#transaction.", "#transient.", "$attributes")
+
+ContainerFactory = Callable[[int], SegmentContainer]
+
+
+def parent_name(name: str) -> str:
+    for suffix in _SUFFIXES:
+        cut = name.find(suffix)
+        if cut > 0:
+            return name[:cut]
+    return name
+
+
+def container_for(name: str, container_count: int) -> int:
+    """The container that owns segment ``name``."""
+    return crc32c.crc32c(parent_name(name).encode()) % container_count
+
+
+class SegmentStore:
+    def __init__(self, config: SegmentStoreConfig, factory: ContainerFactory) -> None:
+        self.config = config
+        self.factory = factory
+        self.containers: dict[int, SegmentContainer] = {}
+        self._restarts: dict[int, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    async def start(self) -> None:
+        for container_id in range(self.config.container_count):
+            container = self.factory(container_id)
+            await container.start()
+            self.containers[container_id] = container
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._restarts.values():
+            task.cancel()
+        for container in self.containers.values():
+            await container.stop()
+
+    async def flush_to_storage(self) -> None:
+        for container in self.containers.values():
+            await container.flush_to_storage()
+
+    def container(self, name: str) -> SegmentContainer:
+        container_id = container_for(name, self.config.container_count)
+        container = self.containers.get(container_id)
+        if container is None:
+            raise ContainerOfflineError(f"container {container_id} is not running", segment=name)
+        if container.state is ContainerState.FAILED or (
+            container.durable_log is not None and container.durable_log.failure is not None
+        ):
+            self._schedule_restart(container)
+        return container
+
+    def _schedule_restart(self, container: SegmentContainer) -> None:
+        failure = container.durable_log.failure if container.durable_log else None
+        if self._stopping or isinstance(failure, DataLogFencedError):
+            return
+        if container.container_id not in self._restarts:
+            self._restarts[container.container_id] = asyncio.create_task(
+                self._restart(container.container_id)
+            )
+
+    async def _restart(self, container_id: int) -> None:
+        try:
+            await self.containers[container_id].stop()
+            await asyncio.sleep(self.config.restart_delay_ms / 1000)
+            replacement = self.factory(container_id)
+            await replacement.start()
+            self.containers[container_id] = replacement
+            log.warning("container %d restarted at epoch %d", container_id, replacement.epoch)
+        except Exception:
+            log.exception("restart of container %d failed", container_id)
+        finally:
+            self._restarts.pop(container_id, None)
+
+    # -- SegmentStoreAPI ----------------------------------------------------------------------
+
+    async def create_segment(self, name: str) -> None:
+        await self.container(name).create_segment(name)
+
+    def append_nowait(
+        self,
+        name: str,
+        data: bytes | memoryview,
+        *,
+        writer_id: uuid.UUID | None = None,
+        event_number: int | None = None,
+        expected_offset: int | None = None,
+    ) -> asyncio.Future[AppendResult]:
+        try:
+            container = self.container(name)
+            return container.append_nowait(
+                name,
+                data,
+                writer_id=writer_id,
+                event_number=event_number,
+                expected_offset=expected_offset,
+            )
+        except ContainerOfflineError as error:
+            future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+            future.set_exception(error)
+            return future
+
+    async def append(
+        self,
+        name: str,
+        data: bytes | memoryview,
+        *,
+        writer_id: uuid.UUID | None = None,
+        event_number: int | None = None,
+        expected_offset: int | None = None,
+    ) -> AppendResult:
+        return await self.append_nowait(
+            name,
+            data,
+            writer_id=writer_id,
+            event_number=event_number,
+            expected_offset=expected_offset,
+        )
+
+    async def read(
+        self, name: str, offset: int, max_length: int, *, wait_seconds: float = 0.0
+    ) -> ReadResult:
+        return await self.container(name).read(name, offset, max_length, wait_seconds=wait_seconds)
+
+    async def get_info(self, name: str) -> SegmentInfo:
+        return await self.container(name).get_info(name)
+
+    async def seal(self, name: str) -> int:
+        return await self.container(name).seal(name)
+
+    async def truncate(self, name: str, offset: int) -> None:
+        await self.container(name).truncate(name, offset)
+
+    async def delete(self, name: str) -> None:
+        await self.container(name).delete(name)
+
+    async def merge(self, target: str, source: str) -> int:
+        return await self.container(target).merge(target, source)
+
+    async def get_attributes(self, name: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return await self.container(name).get_attributes(name, ids)
+
+    async def update_attributes(self, name: str, updates: list[AttributeUpdate]) -> None:
+        await self.container(name).update_attributes(name, updates)
+
+    async def last_event_number(self, name: str, writer_id: uuid.UUID) -> int:
+        return await self.container(name).last_event_number(name, writer_id)

@@ -1,0 +1,324 @@
+"""The storage writer: moves durable data and changes from tier-1 into tier-2.
+
+It is driven by state, not by replaying operations: each committed operation that affects
+tier-2 marks its segment dirty (with the sequence number of the first such operation not yet
+applied), and the writer brings each dirty segment's tier-2 image in line with its metadata:
+flush appended bytes in large writes (when enough bytes or old enough), relink merged sources'
+chunks into their target, seal, drop chunks below the start offset, delete. Every tier-2 layout
+change is recorded by an ``UpdateStorage`` operation through the durable log, so it is fenced
+with tier-1 and recovered with the metadata. Chunks are only ever appended to by the epoch that
+created them, so a fenced older instance cannot overwrite what a newer one stored. Once segments
+are clean, tier-1 may be truncated up to the newest checkpoint below the lowest unapplied
+operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+from segment_app.engine.config import StorageWriterConfig
+from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
+from segment_app.engine.containers.updater import Request
+from segment_app.engine.errors import ContainerOfflineError
+from segment_app.engine.logs.operations import (
+    ChunkRecord,
+    Merge,
+    Operation,
+    UpdateStorage,
+)
+from segment_app.engine.reading.read_index import ReadIndex
+from tiers.base import BadChunkOffsetError, ChunkExistsError, ChunkNotFoundError, ChunkStorage
+
+__all__ = ["StorageWriter"]
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[[Request], Awaitable[object]]
+
+
+class StorageWriter:
+    def __init__(
+        self,
+        metadata: ContainerMetadata,
+        read_index: ReadIndex,
+        storage: ChunkStorage,
+        config: StorageWriterConfig,
+        *,
+        submit: Submit,
+        truncate_log: Callable[[int], Awaitable[bool]],
+        now: Callable[[], float],
+        ensure_owner: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.metadata = metadata
+        self.read_index = read_index
+        self.storage = storage
+        self.config = config
+        self.submit = submit
+        self.truncate_log = truncate_log
+        self.ensure_owner = ensure_owner
+        self.now = now
+        #: segment id -> sequence of the first operation not yet applied to tier-2.
+        self.dirty: dict[int, int] = {}
+        self._dirty_since: dict[int, float] = {}
+        self._urgent: set[int] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._pass_lock = asyncio.Lock()
+        self._stopped = False  # one pass at a time (the loop, or flush_all)
+        self.bytes_flushed = 0
+
+    # -- feeding ----------------------------------------------------------------------------------
+
+    def on_commit(self, op: Operation) -> None:
+        if not op.STORAGE_RELEVANT:
+            return
+        if isinstance(op, Merge):
+            self._mark(op.target_id, op.sequence, urgent=True)
+            self._mark(op.source_id, op.sequence, urgent=True)
+            return
+        segment_id: int = op.segment_id  # type: ignore[attr-defined]
+        urgent = type(op).__name__ != "Append"
+        self._mark(segment_id, op.sequence, urgent)
+
+    def _mark(self, segment_id: int, sequence: int, urgent: bool) -> None:
+        if segment_id not in self.dirty:
+            self.dirty[segment_id] = sequence
+            self._dirty_since[segment_id] = self.now()
+        if urgent:
+            self._urgent.add(segment_id)
+            self._wakeup.set()
+
+    def hurry(self) -> None:
+        """Flush every dirty segment now, whatever its age (the cache is full)."""
+        self._urgent.update(self.dirty)
+        self._wakeup.set()
+
+    def recover(self, first_sequence: int) -> None:
+        """After recovery: every segment whose tier-2 image lags its metadata is dirty."""
+        for segment in self.metadata.segments.values():
+            if _needs_work(segment):
+                self._mark(segment.segment_id, first_sequence, urgent=True)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="storage-writer")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def flush_all(self) -> None:
+        """Apply everything pending now, whatever its age (tests, shutdown, benchmarks)."""
+        while self.dirty:
+            self._urgent.update(self.dirty)
+            await self._pass()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            try:
+                worked = await self._pass()
+            except ContainerOfflineError:
+                return
+            except Exception:
+                log.exception("storage writer pass failed; retrying")
+                await asyncio.sleep(self.config.retry_delay_ms / 1000)
+                continue
+            await asyncio.sleep(0)  # never starve the event loop, whatever the backends do
+            if not worked:
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.idle_delay_ms / 1000):
+                        await self._wakeup.wait()
+
+    async def _pass(self) -> bool:
+        async with self._pass_lock:
+            return await self._pass_locked()
+
+    async def _pass_locked(self) -> bool:
+        worked = False
+        for segment_id in list(self.dirty):
+            if self._due(segment_id):
+                worked = True
+                await self._process(segment_id)
+        lowest = min(self.dirty.values(), default=self.metadata.sequence + 1)
+        if await self.truncate_log(lowest):
+            worked = True
+        return worked
+
+    def _due(self, segment_id: int) -> bool:
+        if segment_id in self._urgent:
+            return True
+        segment = self.metadata.segments.get(segment_id)
+        if segment is None:
+            return True
+        age_ms = (self.now() - self._dirty_since.get(segment_id, 0.0)) * 1000
+        unflushed = segment.length - segment.storage_length
+        return unflushed >= self.config.flush_bytes_min or age_ms >= self.config.flush_delay_ms
+
+    async def _process(self, segment_id: int) -> None:
+        segment = self.metadata.segments.get(segment_id)
+        if segment is None:
+            self._clean(segment_id)
+            return
+        seen = segment.last_storage_op
+        if segment.deleted:
+            await self._delete(segment)
+        else:
+            await self._flush(segment)
+            if segment.merged:
+                self._clean(segment_id)  # its target relinks it
+                return
+            await self._seal(segment)
+            await self._drop_truncated(segment)
+        current = self.metadata.segments.get(segment_id)
+        if current is None or (current.last_storage_op == seen and not _needs_work(current)):
+            self._clean(segment_id)
+        else:
+            self._urgent.discard(segment_id)
+            self._dirty_since[segment_id] = self.now()
+
+    def _clean(self, segment_id: int) -> None:
+        self.dirty.pop(segment_id, None)
+        self._dirty_since.pop(segment_id, None)
+        self._urgent.discard(segment_id)
+
+    # -- flushing ---------------------------------------------------------------------------------
+
+    async def _flush(self, segment: SegmentMetadata) -> None:
+        while segment.storage_length < segment.length and not segment.deleted:
+            offset = segment.storage_length
+            merge = next((m for m in segment.pending_merges if m.offset == offset), None)
+            if merge is not None:
+                await self._relink(segment, merge.source_id)
+                continue
+            stop = min(
+                [m.offset for m in segment.pending_merges if m.offset > offset]
+                + [segment.length, offset + self.config.write_bytes_max]
+            )
+            await self._write(segment, offset, stop - offset)
+
+    async def _write(self, segment: SegmentMetadata, offset: int, length: int) -> None:
+        await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
+        data = await self.read_index.read_unflushed(segment, offset, length)
+        epoch = self.metadata.epoch
+        last = segment.chunks[-1] if segment.chunks else None
+        can_append = (
+            self.storage.supports_append
+            and last is not None
+            and last.epoch == epoch
+            and last.end == offset
+            and last.length + length <= self.config.chunk_bytes_max
+        )
+        if can_append:
+            assert last is not None
+            try:
+                await self.storage.write(last.name, last.length, data)
+            except (BadChunkOffsetError, ChunkNotFoundError):
+                can_append = False  # the chunk is not as recorded: start a new one
+            else:
+                grown = dataclasses.replace(last, length=last.length + length)
+                keep = len(segment.chunks) - 1
+                await self._record(segment, offset + length, keep=keep, chunks=[grown])
+        if not can_append:
+            name = f"{segment.name}.E{epoch}.O{offset}"
+            try:
+                await self.storage.create_with_data(name, data)
+            except ChunkExistsError:  # left by an earlier failed attempt of this epoch
+                await self.storage.delete(name)
+                await self.storage.create_with_data(name, data)
+            chunk = ChunkRecord(name, offset, length, epoch)
+            await self._record(segment, offset + length, keep=len(segment.chunks), chunks=[chunk])
+        self.bytes_flushed += length
+
+    async def _relink(self, target: SegmentMetadata, source_id: int) -> None:
+        source = self.metadata.segments[source_id]
+        await self._flush(source)
+        shift = target.storage_length  # a merge source is never truncated: it starts at 0
+        moved = [ChunkRecord(c.name, c.start + shift, c.length, c.epoch) for c in source.chunks]
+        await self._record(
+            target,
+            target.storage_length + source.length,
+            keep=len(target.chunks),
+            chunks=moved,
+            merged_source_id=source_id,
+        )
+        self.read_index.remove(source_id)
+        self._clean(source_id)
+
+    async def _seal(self, segment: SegmentMetadata) -> None:
+        flushed = segment.storage_length == segment.length
+        if segment.sealed and not segment.sealed_in_storage and flushed:
+            await self._record(
+                segment, segment.storage_length, keep=len(segment.chunks), sealed=True
+            )
+
+    async def _drop_truncated(self, segment: SegmentMetadata) -> None:
+        drop = 0
+        for chunk in segment.chunks:
+            if chunk.end > segment.start_offset:
+                break
+            drop += 1
+        if drop == 0:
+            return
+        doomed = segment.chunks[:drop]
+        await self._record(
+            segment, segment.storage_length, drop_head=drop, keep=len(segment.chunks)
+        )
+        for chunk in doomed:
+            await self._delete_chunk(chunk.name)
+
+    async def _delete(self, segment: SegmentMetadata) -> None:
+        for merge in list(segment.pending_merges):
+            source = self.metadata.segments.get(merge.source_id)
+            if source is not None:
+                await self._delete(source)
+        for chunk in segment.chunks:
+            await self._delete_chunk(chunk.name)
+        op = UpdateStorage(segment.segment_id, segment.storage_length, deleted_in_storage=True)
+        await self.submit(Request(op, internal=True))
+        self.read_index.remove(segment.segment_id)
+
+    async def _delete_chunk(self, name: str) -> None:
+        await self.ensure_owner()
+        with contextlib.suppress(ChunkNotFoundError):
+            await self.storage.delete(name)
+
+    async def _record(
+        self,
+        segment: SegmentMetadata,
+        storage_length: int,
+        *,
+        keep: int,
+        drop_head: int = 0,
+        chunks: list[ChunkRecord] | None = None,
+        merged_source_id: int = -1,
+        sealed: bool = False,
+    ) -> None:
+        op = UpdateStorage(
+            segment.segment_id,
+            storage_length,
+            drop_head,
+            keep,
+            chunks or [],
+            merged_source_id,
+            sealed,
+        )
+        await self.submit(Request(op, internal=True))
+        self.read_index.evict()
+
+
+def _needs_work(segment: SegmentMetadata) -> bool:
+    if segment.deleted or segment.storage_length < segment.length:
+        return True
+    if segment.sealed and not segment.sealed_in_storage and not segment.merged:
+        return True
+    return bool(segment.chunks) and segment.chunks[0].end <= segment.start_offset

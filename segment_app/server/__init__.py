@@ -1,0 +1,7 @@
+"""The segment store's network face: Pravega's wire protocol over TCP, and delegation tokens.
+
+``protocol`` is the codec (shared with ``millrace.client``); ``server`` / ``connection`` /
+``requests`` / ``replies`` serve a ``SegmentStoreAPI``; ``auth`` checks and mints tokens; ``node``
+runs a whole segment store process. See ``docs/components/wire-protocol.md``. The engine never
+imports this package.
+"""

@@ -1,0 +1,454 @@
+"""One client connection of the wire server: framing, dispatch, and the pipelined append path.
+
+Responsibility: read frames straight into reusable buffers (``asyncio.BufferedProtocol``), decode
+them, and answer each one:
+
+* Hello is answered with Hello(17, 5); a client whose version range excludes 17..5 is
+  disconnected after the answer, as Pravega does.
+* SetupAppend binds a writer id to a segment on this connection (after the token check);
+  AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer go straight to
+  ``store.append_nowait`` without awaiting, so many blocks are in flight while reading goes on.
+  Replies per writer are sent in the order the blocks arrived. After an append of a writer fails,
+  later blocks of that writer on this connection are refused with the same error (never appended
+  past a gap) until a new SetupAppend.
+* Other requests run as tasks (a tail read may wait), each answered with its request id.
+* A frame that cannot be decoded is answered with ErrorMessage when its request id is readable;
+  otherwise (bad length, unknown type, undecodable append) the connection is closed. Either way
+  the server and its other connections carry on.
+
+Back-pressure: reading pauses while the transport's write buffer is full or more than
+``appends_in_flight_max`` appends (or ``append_bytes_in_flight_max`` bytes of them) or
+``requests_in_flight_max`` requests are pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from segment_app.engine.api import AppendResult
+from segment_app.engine.errors import (
+    BadEventNumberError,
+    BadOffsetError,
+    ContainerOfflineError,
+    InvalidArgumentError,
+)
+from segment_app.server import protocol as wire
+from segment_app.server.auth import READ_UPDATE, AuthError
+from segment_app.server.replies import reply_for_error
+
+if TYPE_CHECKING:
+    from segment_app.server.server import SegmentStoreServer
+
+__all__ = ["WireConnection"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingAppend:
+    future: asyncio.Future[AppendResult]
+    writer_id: uuid.UUID
+    event_number: int
+    request_id: int
+    conditional: bool
+    size: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Writer:
+    """An append session: a writer id bound to a segment on one connection."""
+
+    segment: str
+    pending: collections.deque[_PendingAppend] = dataclasses.field(
+        default_factory=collections.deque
+    )
+    last_event_number: int = wire.NO_EVENT_NUMBER
+    failure: BaseException | None = None
+
+
+class WireConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: SegmentStoreServer) -> None:
+        self.server = server
+        self.config = server.config
+        self.store = server.store
+        self.requests = server.requests
+        self.assembler = wire.FrameAssembler(buffer_bytes=self.config.receive_buffer_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.writers: dict[uuid.UUID, _Writer] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.appends_in_flight = 0
+        self.append_bytes_in_flight = 0
+        self.closed = False
+        self._write_paused = False
+        self._reading_paused = False
+        #: Encoded replies not yet handed to the transport (sent together, see ``send``).
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._out_scheduled = False
+        self._sync_handlers: dict[int, Callable[[Any], None]] = {
+            wire.Hello.TYPE: self._hello,
+            wire.KeepAlive.TYPE: _ignore,
+            wire.Padding.TYPE: _ignore,
+            wire.AppendBlockEnd.TYPE: self._append_block_end,
+            wire.ConditionalBlockEnd.TYPE: self._conditional_block_end,
+            wire.ConditionalAppend.TYPE: self._conditional_append,
+        }
+
+    # -- asyncio protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        for task in self.tasks:
+            task.cancel()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.assembler.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.assembler.buffer_updated(nbytes)
+        except wire.FramingError as exc:
+            self.fail(str(exc))
+            return
+        for type_code, payload in frames:
+            if self.closed:
+                return
+            self._on_frame(type_code, payload)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # -- sending and closing --------------------------------------------------------------------
+
+    def send(self, cmd: Any) -> None:
+        """Queue a reply; the replies queued during one event-loop turn (e.g. the DataAppended
+        of every block one data frame made durable) go out in one write (one syscall)."""
+        if self.closed or self.transport is None:
+            return
+        try:
+            parts = wire.encode_parts(cmd)
+        except wire.ProtocolError:
+            log.exception("cannot encode reply %r", type(cmd).__name__)
+            self.fail("reply could not be encoded")
+            return
+        self._out.extend(parts)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        if out and not self.closed and self.transport is not None:
+            self.transport.writelines(out)
+
+    def fail(self, message: str) -> None:
+        """Give up on this connection: say why (request id -1), then close it."""
+        if self.closed:
+            return
+        log.info("closing connection %s: %s", self._peer(), message)
+        self.send(wire.ErrorMessage(wire.NO_REQUEST_ID, "", message, wire.ERROR_ILLEGAL_ARGUMENT))
+        self.close()
+
+    def close(self) -> None:
+        self._flush_out()  # queued replies go out before the transport closes
+        if self.transport is not None:
+            self.transport.close()
+        self.closed = True
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self.closed = True
+
+    def _peer(self) -> object:
+        return self.transport.get_extra_info("peername") if self.transport else None
+
+    def _update_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        pause = (
+            self._write_paused
+            or self.appends_in_flight >= self.config.appends_in_flight_max
+            or self.append_bytes_in_flight >= self.config.append_bytes_in_flight_max
+            or len(self.tasks) >= self.config.requests_in_flight_max
+        )
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def _on_frame(self, type_code: int, payload: bytes | memoryview) -> None:
+        try:
+            cmd = wire.decode_frame(type_code, payload)
+        except wire.ProtocolError as exc:
+            self._malformed(type_code, payload, exc)
+            return
+        handler = self._sync_handlers.get(type_code)
+        if handler is not None:
+            handler(cmd)
+        elif type_code == wire.SetupAppend.TYPE:
+            self._spawn(self._setup_append(cmd))
+        elif type_code in self.requests.handlers:
+            self._spawn(self._request(type_code, cmd))
+        else:
+            self._unsupported(cmd)
+
+    def _malformed(self, type_code: int, payload: bytes | memoryview, exc: Exception) -> None:
+        request_id = wire.request_id_of(type_code, payload)
+        if request_id is None or isinstance(exc, wire.UnknownCommandError):
+            self.fail(str(exc))
+        else:
+            self.send(wire.ErrorMessage(request_id, "", str(exc), wire.ERROR_ILLEGAL_ARGUMENT))
+
+    def _unsupported(self, cmd: Any) -> None:
+        name = type(cmd).__name__
+        request_id = getattr(cmd, "request_id", wire.NO_REQUEST_ID)
+        self.send(wire.OperationUnsupported(request_id, name, f"{name} is not supported"))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        self._update_reading()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._update_reading()
+
+    async def _request(self, type_code: int, cmd: Any) -> None:
+        try:
+            reply = await self.requests.handlers[type_code](cmd)
+        except Exception as exc:
+            reply = reply_for_error(
+                exc,
+                request_id=cmd.request_id,
+                segment=_segment_of(cmd),
+                offset=getattr(cmd, "offset", -1),
+            )
+        self.send(reply)
+
+    def _hello(self, cmd: wire.Hello) -> None:
+        self.send(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
+        if cmd.low_version > wire.WIRE_VERSION or cmd.high_version < wire.OLDEST_COMPATIBLE_VERSION:
+            log.info(
+                "client %s speaks versions %d..%d", self._peer(), cmd.low_version, cmd.high_version
+            )
+            self.close()
+
+    # -- appends --------------------------------------------------------------------------------
+
+    async def _setup_append(self, cmd: wire.SetupAppend) -> None:
+        try:
+            self.requests.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+            self._check_writer_room(cmd.writer_id, cmd.segment)
+            last = await self.store.last_event_number(cmd.segment, cmd.writer_id)
+        except Exception as exc:
+            self.send(reply_for_error(exc, request_id=cmd.request_id, segment=cmd.segment))
+            return
+        self.writers[cmd.writer_id] = _Writer(cmd.segment)
+        self.send(wire.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
+
+    def _check_writer_room(self, writer_id: uuid.UUID, segment: str) -> None:
+        limit = self.config.writers_per_connection_max
+        if writer_id not in self.writers and len(self.writers) >= limit:
+            raise InvalidArgumentError(
+                f"more than {limit} writers on one connection", segment=segment
+            )
+
+    def _writer(self, writer_id: uuid.UUID, request_id: int) -> _Writer | None:
+        writer = self.writers.get(writer_id)
+        if writer is None:
+            message = f"writer {writer_id} has no SetupAppend on this connection"
+            exc = AuthError(message) if self.config.auth_enabled else InvalidArgumentError(message)
+            self.send(reply_for_error(exc, request_id=request_id))
+        return writer
+
+    def _append_block_end(self, cmd: wire.AppendBlockEnd) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is None:
+            return
+        problem = _block_problem(cmd, writer)
+        if problem is not None:
+            self._enqueue_failed(
+                writer, cmd.writer_id, cmd.last_event_number, cmd.request_id, problem
+            )
+            return
+        writer.last_event_number = cmd.last_event_number
+        self._enqueue(writer, cmd.writer_id, cmd.data, cmd.last_event_number, cmd.request_id, None)
+
+    def _conditional_block_end(self, cmd: wire.ConditionalBlockEnd) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is not None:
+            self._conditional(writer, cmd, cmd.data)
+
+    def _conditional_append(self, cmd: wire.ConditionalAppend) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is not None:
+            header = wire.EVENT_HEADER.pack(wire.EVENT_TYPE, len(cmd.data))
+            self._conditional(writer, cmd, header + bytes(cmd.data))
+
+    def _conditional(self, writer: _Writer, cmd: Any, data: bytes | memoryview) -> None:
+        if cmd.expected_offset < 0:
+            problem = InvalidArgumentError(f"negative expected offset {cmd.expected_offset}")
+            self._enqueue_failed(writer, cmd.writer_id, cmd.event_number, cmd.request_id, problem)
+            return
+        self._enqueue(
+            writer, cmd.writer_id, data, cmd.event_number, cmd.request_id, cmd.expected_offset
+        )
+
+    def _enqueue(
+        self,
+        writer: _Writer,
+        writer_id: uuid.UUID,
+        data: bytes | memoryview,
+        event_number: int,
+        request_id: int,
+        expected_offset: int | None,
+    ) -> None:
+        if writer.failure is not None:
+            self._enqueue_failed(writer, writer_id, event_number, request_id, writer.failure)
+            return
+        try:
+            future = self.store.append_nowait(
+                writer.segment,
+                data,
+                writer_id=writer_id,
+                event_number=event_number,
+                expected_offset=expected_offset,
+            )
+        except Exception as exc:
+            future = _failed_future(exc)
+        conditional = expected_offset is not None
+        pending = _PendingAppend(
+            future, writer_id, event_number, request_id, conditional, len(data)
+        )
+        self._track(writer, pending)
+
+    def _enqueue_failed(
+        self,
+        writer: _Writer,
+        writer_id: uuid.UUID,
+        event_number: int,
+        request_id: int,
+        exc: BaseException,
+    ) -> None:
+        pending = _PendingAppend(_failed_future(exc), writer_id, event_number, request_id, False)
+        self._track(writer, pending)
+
+    def _track(self, writer: _Writer, pending: _PendingAppend) -> None:
+        future = pending.future
+        if future.done() and _is_gap_failure(pending):
+            writer.failure = _exception_of(future)
+        writer.pending.append(pending)
+        self.appends_in_flight += 1
+        self.append_bytes_in_flight += pending.size
+        future.add_done_callback(functools.partial(self._append_done, writer))
+        self._update_reading()
+
+    def _append_done(self, writer: _Writer, _future: object) -> None:
+        pending = writer.pending
+        while pending and pending[0].future.done():
+            done = pending.popleft()
+            self.appends_in_flight -= 1
+            self.append_bytes_in_flight -= done.size
+            if _is_gap_failure(done):
+                writer.failure = writer.failure or _exception_of(done.future)
+            self.send(_append_reply(writer, done))
+        self._update_reading()
+
+
+def _ignore(cmd: object) -> None:
+    return None
+
+
+def _failed_future(exc: BaseException) -> asyncio.Future[AppendResult]:
+    future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+    future.set_exception(exc)
+    return future
+
+
+def _exception_of(future: asyncio.Future[AppendResult]) -> BaseException | None:
+    if future.cancelled():
+        return ContainerOfflineError("append cancelled: the segment store is stopping")
+    return future.exception()
+
+
+def _is_gap_failure(pending: _PendingAppend) -> bool:
+    """A failed append after which later ones of the writer must not be applied."""
+    exc = _exception_of(pending.future)
+    if exc is None:
+        return False
+    return not (pending.conditional and isinstance(exc, BadOffsetError))
+
+
+def _append_reply(writer: _Writer, pending: _PendingAppend) -> object:
+    exc = _exception_of(pending.future)
+    if exc is None:
+        result = pending.future.result()
+        return wire.DataAppended(
+            pending.writer_id,
+            pending.event_number,
+            result.previous_event_number,
+            pending.request_id,
+            result.length,
+        )
+    if pending.conditional and isinstance(exc, BadOffsetError):
+        return wire.ConditionalCheckFailed(
+            pending.writer_id, pending.event_number, pending.request_id
+        )
+    return reply_for_error(
+        exc,
+        request_id=pending.request_id,
+        segment=writer.segment,
+        writer_id=pending.writer_id,
+        event_number=pending.event_number,
+    )
+
+
+def _block_problem(cmd: wire.AppendBlockEnd, writer: _Writer) -> Exception | None:
+    if cmd.num_events <= 0:
+        return BadEventNumberError(f"block has {cmd.num_events} events", segment=writer.segment)
+    if cmd.last_event_number < writer.last_event_number:
+        return BadEventNumberError(
+            f"event number {cmd.last_event_number} goes back from {writer.last_event_number}",
+            segment=writer.segment,
+        )
+    if cmd.size_of_whole_events != len(cmd.data):
+        return InvalidArgumentError(
+            f"sizeOfWholeEvents {cmd.size_of_whole_events} but {len(cmd.data)} data bytes "
+            "(partial events and AppendBlock are not supported)",
+            segment=writer.segment,
+        )
+    return None
+
+
+def _segment_of(cmd: Any) -> str:
+    for field in ("segment", "segment_name", "target", "parent_segment", "target_segment_id"):
+        value = getattr(cmd, field, None)
+        if isinstance(value, str):
+            return value
+    return ""

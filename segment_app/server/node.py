@@ -1,0 +1,233 @@
+"""A segment store node: the engine plus the wire server, run until SIGTERM or SIGINT.
+
+Responsibility: the composition of one ``millrace segmentstore`` process. ``main(argv)`` reads
+the environment once (``millrace.config.SegmentStoreSettings``: ``MILLRACE_*`` variables, the
+token secret persisted in the data directory), applies the command-line overrides, and runs
+``run_node``, which builds the store with ``segment_app.engine.bootstrap``, starts it and the
+server, prints where it listens, and on a signal stops the server first (no new requests), then
+the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from segment_app.engine.errors import EngineError
+from segment_app.server.server import SegmentStoreServer, ServerConfig
+from tiers.base import TierError
+
+__all__ = ["NodeConfig", "main", "run_node"]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything one segment store node is built from."""
+
+    #: Interface the wire server listens on.
+    host: str = "127.0.0.1"
+    #: Wire server port (Pravega's 12345; 0 = any free port).
+    port: int = 12345
+    #: Root of the node's local state (file tier-1, filesystem tier-2).
+    data_dir: str = "./data"
+    #: Number of segment containers; fixed for the life of a cluster.
+    container_count: int = 4
+    #: Check delegation tokens on every request.
+    auth_enabled: bool = True
+    #: Secret the delegation tokens are signed with (required when ``auth_enabled``).
+    token_secret: str = dataclasses.field(default="", repr=False)
+    #: Tier-1 backend name (entry point of ``millrace.tier1``) or dotted path.
+    tier1: str = "file"
+    #: Keyword options of the tier-1 backend.
+    tier1_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: Tier-2 backend name (entry point of ``millrace.tier2``) or dotted path.
+    tier2: str = "filesystem"
+    #: Keyword options of the tier-2 backend.
+    tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: How long a read at the tail of an open segment waits for data (under 30 s).
+    read_tail_wait_seconds: float = 5.0
+    #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
+    #: ``_unsafe_settings``. Never set in production.
+    unsafe: frozenset[str] = frozenset()
+
+    def server_config(self) -> ServerConfig:
+        return ServerConfig(
+            host=self.host,
+            port=self.port,
+            auth_enabled=self.auth_enabled,
+            token_secret=self.token_secret,
+            read_tail_wait_seconds=self.read_tail_wait_seconds,
+        )
+
+
+def _build_store(config: NodeConfig) -> Any:
+    from segment_app.engine.bootstrap import StoreSettings, build_segment_store
+    from segment_app.engine.config import SegmentStoreConfig
+
+    settings = StoreSettings(
+        data_dir=config.data_dir,
+        tier1=config.tier1,
+        tier1_options=dict(config.tier1_options),
+        tier2=config.tier2,
+        tier2_options=dict(config.tier2_options),
+        store=SegmentStoreConfig(container_count=config.container_count),
+    )
+    return build_segment_store(_unsafe_settings(settings, config.unsafe))
+
+
+#: TEST-ONLY: the file tier-1 option each unsafe flag sets.
+_UNSAFE_FILE_TIER1 = {
+    "no-fsync": ("fsync", False),
+    "no-fencing": ("fencing", False),
+    "no-crc": ("verify_crc", False),
+}
+
+
+def _unsafe_settings(settings: Any, unsafe: frozenset[str]) -> Any:
+    """TEST-ONLY: ``settings`` with the protections named in ``unsafe`` switched off.
+
+    The acceptance tests run each whole-process test once this way to prove the test can fail
+    (docs/components/guarantees.md). The file tier-1 and filesystem tier-2 options are set only
+    when those backends are chosen.
+    """
+    if not unsafe:
+        return settings
+    log.warning(
+        "UNSAFE TEST MODE (MILLRACE_TEST_UNSAFE=%s): protections are OFF; acknowledged data "
+        "may be lost, duplicated, corrupted or written by a fenced node. Never use in production.",
+        ",".join(sorted(unsafe)),
+    )
+    tier1, tier2 = dict(settings.tier1_options), dict(settings.tier2_options)
+    if settings.tier1 == "file":
+        tier1.update(_UNSAFE_FILE_TIER1[flag] for flag in unsafe if flag in _UNSAFE_FILE_TIER1)
+    if settings.tier2 == "filesystem" and "no-fsync" in unsafe:
+        tier2["fsync"] = False
+    container = settings.store.container
+    if "no-crc" in unsafe:
+        durable_log = dataclasses.replace(container.durable_log, verify_crc=False)
+        container = dataclasses.replace(container, durable_log=durable_log)
+    if "no-dedup" in unsafe:
+        container = dataclasses.replace(container, deduplicate=False)
+    store = dataclasses.replace(settings.store, container=container)
+    return dataclasses.replace(settings, tier1_options=tier1, tier2_options=tier2, store=store)
+
+
+async def run_node(
+    config: NodeConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[SegmentStoreServer], None] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server."""
+    stop = stop or asyncio.Event()
+    store = _build_store(config)
+    server = SegmentStoreServer(store, config.server_config())  # checks the config first
+    await store.start()
+    try:
+        await server.start()
+        try:
+            print(
+                f"Millrace segment store listening on {config.host}:{server.port} "
+                f"(data dir {config.data_dir})",
+                flush=True,
+            )
+            if on_ready is not None:
+                on_ready(server)
+            with _stop_on_signals(stop):
+                await stop.wait()
+        finally:
+            await server.stop()
+    finally:
+        await store.stop()
+    log.info("segment store stopped")
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Any:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="millrace segmentstore",
+        description="Run a segment store node (wire protocol server and its containers). "
+        "Other settings come from MILLRACE_* environment variables.",
+    )
+    parser.add_argument("--data-dir", help="root of local state (default $MILLRACE_DATA_DIR)")
+    parser.add_argument("--host", help="interface to listen on")
+    parser.add_argument("--port", type=int, help="wire protocol port (default 12345)")
+    parser.add_argument("--containers", type=int, help="number of segment containers")
+    parser.add_argument(
+        "--read-tail-wait", type=float, help="seconds a tail read waits for data (default 5)"
+    )
+    return parser
+
+
+def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeConfig:
+    """The node configuration: environment first, command-line options over it."""
+    from millrace.config import SegmentStoreSettings
+
+    env = dict(environ)
+    if args.data_dir:
+        env["MILLRACE_DATA_DIR"] = args.data_dir
+    settings = SegmentStoreSettings.from_env(env)
+    config = NodeConfig(
+        host=args.host or settings.host,
+        port=settings.port if args.port is None else args.port,
+        data_dir=str(settings.data_dir),
+        container_count=args.containers or settings.container_count,
+        auth_enabled=settings.auth_enabled,
+        token_secret=settings.token_secret,
+        tier1=settings.tier1,
+        tier1_options=dict(settings.tier1_options),
+        tier2=settings.tier2,
+        tier2_options=dict(settings.tier2_options),
+        unsafe=settings.unsafe,
+    )
+    if args.read_tail_wait is not None:
+        config = dataclasses.replace(config, read_tail_wait_seconds=args.read_tail_wait)
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``millrace segmentstore``: returns the exit status (0 after a clean stop)."""
+    args = _parser().parse_args(argv)
+    try:
+        config = config_from(args, os.environ)
+        config.server_config()  # validates the server options
+    except ValueError as exc:  # ConfigError is a ValueError
+        print(f"millrace segmentstore: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        asyncio.run(run_node(config))
+    except (OSError, ValueError, TierError, EngineError) as exc:
+        # e.g. a corrupt tier-1 record: the message names the file and the offset.
+        print(f"millrace segmentstore: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK

@@ -1,0 +1,167 @@
+"""Request/response commands of the wire server: each request in, one reply out.
+
+Responsibility: authorize each request, call the segment store, and build the success reply.
+Handlers raise engine errors, ``AuthError`` or ``UnsupportedOperationError``; the connection turns
+those into error replies through ``segment_app.server.replies``. Appends (SetupAppend and the
+append blocks) are per-connection state and live in ``segment_app.server.connection``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from segment_app.engine.api import AttributeUpdate, SegmentStoreAPI
+from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentError
+from segment_app.server import protocol as wire
+from segment_app.server.auth import READ, READ_UPDATE, Authorizer
+from segment_app.server.replies import UnsupportedOperationError
+
+__all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "RequestHandlers", "RequestSettings"]
+
+MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED = "MergeSegments with attribute updates"
+#: Java's minimum read size (the size of an event header).
+_READ_BYTES_MIN = 8
+
+Handler = Callable[[Any], Awaitable[object]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """What the handlers need from the server configuration."""
+
+    #: How long a read at the tail of an open segment waits for data before answering empty.
+    read_tail_wait_seconds: float
+    #: Most bytes in one SegmentRead reply.
+    read_reply_bytes_max: int
+
+
+class RequestHandlers:
+    """The request/response commands, by type code (``handlers``)."""
+
+    def __init__(
+        self, store: SegmentStoreAPI, authorizer: Authorizer, settings: RequestSettings
+    ) -> None:
+        self.store = store
+        self.auth = authorizer
+        self.settings = settings
+        self.handlers: dict[int, Handler] = {
+            wire.ReadSegment.TYPE: self.read_segment,
+            wire.GetStreamSegmentInfo.TYPE: self.get_info,
+            wire.CreateSegment.TYPE: self.create_segment,
+            wire.SealSegment.TYPE: self.seal_segment,
+            wire.TruncateSegment.TYPE: self.truncate_segment,
+            wire.DeleteSegment.TYPE: self.delete_segment,
+            wire.MergeSegments.TYPE: self.merge_segments,
+            wire.MergeSegmentsBatch.TYPE: self.merge_segments_batch,
+            wire.GetSegmentAttribute.TYPE: self.get_attribute,
+            wire.UpdateSegmentAttribute.TYPE: self.update_attribute,
+            wire.UpdateSegmentPolicy.TYPE: self.update_policy,
+            wire.CreateTransientSegment.TYPE: self.create_transient_segment,
+        }
+
+    def authorize(self, token: str, segment: str, access: str) -> None:
+        self.auth.check(token, segment, access)
+
+    async def read_segment(self, cmd: wire.ReadSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        _check_offset(cmd.offset, cmd.segment)
+        length = min(self.settings.read_reply_bytes_max, max(_READ_BYTES_MIN, cmd.suggested_length))
+        result = await self.store.read(
+            cmd.segment, cmd.offset, length, wait_seconds=self.settings.read_tail_wait_seconds
+        )
+        return wire.SegmentRead(
+            cmd.segment,
+            cmd.offset,
+            result.at_tail,
+            result.end_of_segment,
+            result.data,
+            cmd.request_id,
+        )
+
+    async def get_info(self, cmd: wire.GetStreamSegmentInfo) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment_name, READ)
+        info = await self.store.get_info(cmd.segment_name)
+        return wire.StreamSegmentInfo(
+            cmd.request_id,
+            cmd.segment_name,
+            info.exists,
+            info.sealed,
+            info.deleted,
+            info.last_modified_ms,
+            info.length,
+            info.start_offset,
+        )
+
+    async def create_segment(self, cmd: wire.CreateSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.store.create_segment(cmd.segment)
+        return wire.SegmentCreated(cmd.request_id, cmd.segment)
+
+    async def seal_segment(self, cmd: wire.SealSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.store.seal(cmd.segment)
+        return wire.SegmentSealed(cmd.request_id, cmd.segment)
+
+    async def truncate_segment(self, cmd: wire.TruncateSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        _check_offset(cmd.truncation_offset, cmd.segment)
+        await self.store.truncate(cmd.segment, cmd.truncation_offset)
+        return wire.SegmentTruncated(cmd.request_id, cmd.segment)
+
+    async def delete_segment(self, cmd: wire.DeleteSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.store.delete(cmd.segment)
+        return wire.SegmentDeleted(cmd.request_id, cmd.segment)
+
+    async def merge_segments(self, cmd: wire.MergeSegments) -> object:
+        self.authorize(cmd.delegation_token, cmd.target, READ_UPDATE)
+        self.authorize(cmd.delegation_token, cmd.source, READ_UPDATE)
+        if cmd.attribute_updates:
+            raise UnsupportedOperationError(MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED)
+        length = await self.store.merge(cmd.target, cmd.source)
+        return wire.SegmentsMerged(cmd.request_id, cmd.target, cmd.source, length)
+
+    async def merge_segments_batch(self, cmd: wire.MergeSegmentsBatch) -> object:
+        """Merges the sources one after the other (not atomically, as in Pravega)."""
+        target = cmd.target_segment_id
+        for name in (target, *cmd.source_segment_ids):
+            self.authorize(cmd.delegation_token, name, READ_UPDATE)
+        merged = []
+        for source in cmd.source_segment_ids:
+            merged.append((source, await self.store.merge(target, source)))
+        return wire.SegmentsBatchMerged(cmd.request_id, target, tuple(merged))
+
+    async def get_attribute(self, cmd: wire.GetSegmentAttribute) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment_name, READ)
+        values = await self.store.get_attributes(cmd.segment_name, [cmd.attribute_id])
+        return wire.SegmentAttribute(cmd.request_id, values[cmd.attribute_id])
+
+    async def update_attribute(self, cmd: wire.UpdateSegmentAttribute) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment_name, READ_UPDATE)
+        update = AttributeUpdate(cmd.attribute_id, cmd.new_value, cmd.expected_value)
+        try:
+            await self.store.update_attributes(cmd.segment_name, [update])
+        except BadAttributeUpdateError:
+            return wire.SegmentAttributeUpdated(cmd.request_id, False)
+        return wire.SegmentAttributeUpdated(cmd.request_id, True)
+
+    async def update_policy(self, cmd: wire.UpdateSegmentPolicy) -> object:
+        """Scaling policies live in the controller; the segment only has to exist."""
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.store.get_info(cmd.segment)
+        return wire.SegmentPolicyUpdated(cmd.request_id, cmd.segment)
+
+    async def create_transient_segment(self, cmd: wire.CreateTransientSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.parent_segment, READ_UPDATE)
+        await self.store.get_info(cmd.parent_segment)
+        name = f"{cmd.parent_segment}#transient.{cmd.writer_id.hex}.{uuid.uuid4().hex}"
+        await self.store.create_segment(name)
+        return wire.SegmentCreated(cmd.request_id, name)
+
+
+def _check_offset(offset: int, segment: str) -> None:
+    if offset < 0:
+        raise InvalidArgumentError(f"negative offset {offset}", segment=segment)

@@ -1,0 +1,1 @@
+"""Whole-system tests: start real ``millrace`` processes, talk to them, kill them."""

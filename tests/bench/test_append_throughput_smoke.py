@@ -1,0 +1,36 @@
+"""Smoke test of ``bench/append_throughput.py``: a few seconds of ``--quick``; it must print
+figures for every scenario (no speed is asserted: this machine's speed is not the test's
+business) and leave no process or temporary directory behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "append_throughput.py"
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_run_prints_figures(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable, str(BENCH), "--quick", "--duration", "0.5", "--warmup", "0.3",
+        "--many-segments", "20", "--json", "--no-progress", "--tmp-dir", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    medians = report["medians"]
+    expected = {"millrace-100B", "millrace-10KiB", "millrace-paced-100k", "millrace-10-segments",
+                "millrace-20-segments"}  # fmt: skip
+    assert expected <= set(medians)
+    for name, figures in medians.items():
+        assert figures["events_per_s"] > 0, name
+        assert figures["latency_p99_ms"] >= figures["latency_p50_ms"] > 0, name
+    assert "events/s" in done.stderr and "Millrace" in done.stderr  # the table
+    assert [t["target"] for t in report["targets"]]  # every target gets a verdict
+    assert list(tmp_path.iterdir()) == []  # temporary data directories removed

@@ -1,0 +1,323 @@
+"""Segment container behaviour, through its public methods, on in-memory tiers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from segment_app.engine.api import NULL_ATTRIBUTE_VALUE, AttributeUpdate
+from segment_app.engine.errors import (
+    BadAttributeUpdateError,
+    BadOffsetError,
+    ContainerOfflineError,
+    InvalidArgumentError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+    SegmentTruncatedError,
+    TooLargeError,
+)
+from tests.engine.conftest import Tiers
+
+SEG = "scope/stream/0.#epoch.0"
+TXN = SEG + "#transaction.0000000000000000000000000000000a"
+
+
+async def read_all(container, name: str) -> bytes:
+    info = await container.get_info(name)
+    parts, offset = [], info.start_offset
+    while offset < info.length:
+        result = await container.read(name, offset, 1 << 20)
+        assert result.offset == offset
+        parts.append(result.data)
+        offset += len(result.data)
+    return b"".join(parts)
+
+
+async def test_append_then_read_back(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    results = await asyncio.gather(*(c.append(SEG, b"e%04d" % i) for i in range(500)))
+    assert [r.length for r in results] == [5 * (i + 1) for i in range(500)]
+    assert await read_all(c, SEG) == b"".join(b"e%04d" % i for i in range(500))
+    info = await c.get_info(SEG)
+    assert (info.length, info.start_offset, info.sealed) == (2500, 0, False)
+    await c.stop()
+
+
+async def test_create_twice_and_missing_segment(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    with pytest.raises(SegmentExistsError):
+        await c.create_segment(SEG)
+    with pytest.raises(SegmentNotFoundError):
+        await c.append("no/such/0", b"x")
+    with pytest.raises(SegmentNotFoundError):
+        await c.read("no/such/0", 0, 10)
+    with pytest.raises(InvalidArgumentError):
+        await c.create_segment("")
+    with pytest.raises(TooLargeError):
+        await c.append(SEG, b"x" * (c.config.append_bytes_max + 1))
+    await c.stop()
+
+
+async def test_idempotent_writer_drops_duplicates(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    writer = uuid.uuid4()
+    assert await c.last_event_number(SEG, writer) == NULL_ATTRIBUTE_VALUE
+    first = await c.append(SEG, b"a", writer_id=writer, event_number=1)
+    again = await c.append(SEG, b"a", writer_id=writer, event_number=1)
+    await c.append(SEG, b"b", writer_id=writer, event_number=2)
+    assert first.previous_event_number == NULL_ATTRIBUTE_VALUE
+    assert again.duplicate and not first.duplicate
+    assert await read_all(c, SEG) == b"ab"
+    assert await c.last_event_number(SEG, writer) == 2
+    await c.stop()
+    c = await tiers.start()  # the writer's state is durable
+    assert await c.last_event_number(SEG, writer) == 2
+    assert (await c.append(SEG, b"b", writer_id=writer, event_number=2)).duplicate
+    assert await read_all(c, SEG) == b"ab"
+    await c.stop()
+
+
+async def test_conditional_append(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.append(SEG, b"abc", expected_offset=0)
+    with pytest.raises(BadOffsetError) as error:
+        await c.append(SEG, b"xyz", expected_offset=0)
+    assert error.value.length == 3
+    await c.append(SEG, b"def", expected_offset=3)
+    assert await read_all(c, SEG) == b"abcdef"
+    await c.stop()
+
+
+async def test_seal_rejects_appends_and_reads_report_end(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.append(SEG, b"data")
+    assert await c.seal(SEG) == 4
+    assert await c.seal(SEG) == 4  # idempotent
+    with pytest.raises(SegmentSealedError):
+        await c.append(SEG, b"more")
+    end = await c.read(SEG, 4, 100, wait_seconds=5)
+    assert end.data == b"" and end.end_of_segment
+    last = await c.read(SEG, 0, 100)
+    assert last.data == b"data" and last.end_of_segment
+    await c.stop()
+
+
+async def test_tail_read_waits_for_data(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    empty = await c.read(SEG, 0, 100, wait_seconds=0.05)
+    assert empty.data == b"" and empty.at_tail and not empty.end_of_segment
+    reader = asyncio.create_task(c.read(SEG, 0, 100, wait_seconds=10))
+    await asyncio.sleep(0.05)
+    assert not reader.done()
+    await c.append(SEG, b"hello")
+    result = await asyncio.wait_for(reader, 2)
+    assert result.data == b"hello"
+    await c.stop()
+
+
+async def test_truncate_and_read_below_start(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    for i in range(40):
+        await c.append(SEG, bytes([i]) * 1000)
+    await c.flush_to_storage()
+    await c.truncate(SEG, 25_000)
+    await c.truncate(SEG, 10)  # never backwards
+    with pytest.raises(SegmentTruncatedError) as error:
+        await c.read(SEG, 100, 10)
+    assert error.value.start_offset == 25_000
+    with pytest.raises(BadOffsetError):
+        await c.truncate(SEG, 10**9)
+    await c.flush_to_storage()
+    assert await read_all(c, SEG) == b"".join(bytes([i]) * 1000 for i in range(25, 40))
+    chunks = c.metadata.get(SEG).chunks
+    assert chunks[0].start <= 25_000 < chunks[0].end  # chunks wholly below the start are gone
+    stored = set(tiers.chunk_store.chunks)
+    assert all(ch.name in stored for ch in chunks)
+    await c.stop()
+
+
+async def test_merge_transaction_is_atomic_and_survives_restart(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.create_segment(TXN)
+    await c.append(SEG, b"parent-")
+    await c.append(TXN, b"txn-1;")
+    await c.append(TXN, b"txn-2;")
+    assert await c.merge(SEG, TXN) == 19
+    assert await read_all(c, SEG) == b"parent-txn-1;txn-2;"
+    with pytest.raises(SegmentNotFoundError):
+        await c.get_info(TXN)
+    await c.append(SEG, b"after")
+    await c.flush_to_storage()
+    assert await read_all(c, SEG) == b"parent-txn-1;txn-2;after"
+    await c.stop()
+    c = await tiers.start()
+    assert await read_all(c, SEG) == b"parent-txn-1;txn-2;after"
+    await c.stop()
+
+
+async def test_merge_needs_existing_segments(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    with pytest.raises(SegmentNotFoundError):
+        await c.merge(SEG, TXN)
+    await c.create_segment(TXN)
+    await c.seal(SEG)
+    with pytest.raises(SegmentSealedError):
+        await c.merge(SEG, TXN)
+    await c.stop()
+
+
+async def test_delete_removes_data_from_tier2(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.append(SEG, b"x" * 10_000)
+    await c.flush_to_storage()
+    assert tiers.chunk_store.chunks
+    await c.delete(SEG)
+    with pytest.raises(SegmentNotFoundError):
+        await c.read(SEG, 0, 1)
+    await c.flush_to_storage()
+    assert not tiers.chunk_store.chunks
+    await c.create_segment(SEG)  # the name can be used again
+    assert (await c.get_info(SEG)).length == 0
+    await c.stop()
+
+
+async def test_attributes_compare_and_set(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    key = uuid.uuid4()
+    await c.update_attributes(SEG, [AttributeUpdate(key, 5, expected=NULL_ATTRIBUTE_VALUE)])
+    with pytest.raises(BadAttributeUpdateError):
+        await c.update_attributes(SEG, [AttributeUpdate(key, 6, expected=4)])
+    await c.update_attributes(SEG, [AttributeUpdate(key, 7, expected=5)])
+    assert await c.get_attributes(SEG, [key]) == {key: 7}
+    await c.stop()
+    c = await tiers.start()
+    assert await c.get_attributes(SEG, [key]) == {key: 7}
+    await c.stop()
+
+
+async def test_reads_come_from_tier2_after_eviction(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    payload = bytes(range(256)) * 16
+    for _ in range(600):  # 2.4 MiB through a 1 MiB cache
+        await c.append(SEG, payload)
+    await c.flush_to_storage()
+    c.read_index.evict()
+    assert c.read_index.cache_bytes <= c.config.read_index.cache_bytes_max
+    tier2_reads = tiers.chunk_faults.calls["read"]
+    assert await read_all(c, SEG) == payload * 600
+    assert tiers.chunk_faults.calls["read"] > tier2_reads
+    await c.stop()
+
+
+async def test_restart_recovers_everything_acknowledged(tiers: Tiers) -> None:
+    c = await tiers.start()
+    names = [f"s/t/{i}.#epoch.0" for i in range(5)]
+    for name in names:
+        await c.create_segment(name)
+    expected = {name: bytearray() for name in names}
+    for i in range(300):  # several checkpoints (every 50 ops) and tier-1 truncations
+        name = names[i % 5]
+        data = b"%s:%d;" % (name.encode(), i)
+        await c.append(name, data)
+        expected[name] += data
+    await c.flush_to_storage()
+    await c.seal(names[0])
+    await c.stop()
+    assert tiers.log_store.truncated_sequence > 0, "tier-1 was never truncated"
+    c = await tiers.start()
+    for name in names:
+        assert await read_all(c, name) == bytes(expected[name])
+    assert (await c.get_info(names[0])).sealed
+    await c.stop()
+
+
+async def test_failed_tier1_write_rolls_back_and_restart_recovers(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.append(SEG, b"kept;")
+    tiers.log_faults.fail_next("append_batch")
+    with pytest.raises(ContainerOfflineError):
+        await c.append(SEG, b"lost;")
+    with pytest.raises(ContainerOfflineError):
+        await c.append(SEG, b"refused;")
+    await c.stop()
+    c = await tiers.start()
+    assert await read_all(c, SEG) == b"kept;"
+    await c.append(SEG, b"next;")
+    assert await read_all(c, SEG) == b"kept;next;"
+    await c.stop()
+
+
+async def test_second_instance_fences_the_first(tiers: Tiers) -> None:
+    first = await tiers.start()
+    await first.create_segment(SEG)
+    await first.append(SEG, b"one;")
+    await first.flush_to_storage()
+    await first.append(SEG, b"unflushed;")
+    stored = {k: bytes(v) for k, v in tiers.chunk_store.chunks.items()}
+    second = await tiers.start()
+    assert second.epoch == first.epoch + 1
+    await asyncio.sleep(0.1)  # the first's storage writer would have flushed "unflushed;" by now
+    for name, data in stored.items():  # the first's chunks are untouched ...
+        assert bytes(tiers.chunk_store.chunks[name]) == data, name
+    new = set(tiers.chunk_store.chunks) - set(stored)  # ... and it made none
+    assert not [name for name in new if f".E{first.epoch}." in name]
+    before = dict(tiers.chunk_store.chunks)
+    with pytest.raises(ContainerOfflineError):
+        await first.append(SEG, b"zombie;")
+    with pytest.raises(ContainerOfflineError):
+        await first.truncate(SEG, 2)
+    assert {k: bytes(v) for k, v in tiers.chunk_store.chunks.items()} == {
+        k: bytes(v) for k, v in before.items()
+    }
+    await second.append(SEG, b"two;")
+    assert await read_all(second, SEG) == b"one;unflushed;two;"
+    await first.stop()
+    await second.stop()
+
+
+async def test_tier2_faults_are_retried(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    tiers.chunk_faults.fail_next("create_with_data", 3)
+    tiers.chunk_faults.fail_next("write", 3)
+    for i in range(50):
+        await c.append(SEG, b"%d;" % i)
+    deadline = asyncio.get_running_loop().time() + 5
+    while (await c.get_info(SEG)).storage_length < (await c.get_info(SEG)).length:
+        assert asyncio.get_running_loop().time() < deadline, "storage writer never caught up"
+        await asyncio.sleep(0.02)
+    assert tiers.chunk_faults.failures["create_with_data"] == 3
+    assert await read_all(c, SEG) == b"".join(b"%d;" % i for i in range(50))
+    await c.stop()
+
+
+async def test_appends_wait_for_a_slow_tier2_so_the_cache_stays_bounded(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    tiers.chunk_faults.add_latency("create_with_data", 0.01)
+    tiers.chunk_faults.add_latency("write", 0.01)
+    budget = c.config.read_index.cache_bytes_max
+    payload = b"z" * 16_384
+    highest = 0
+    for _ in range(200):  # 3 MiB through a 1 MiB cache
+        await c.append(SEG, payload)
+        highest = max(highest, c.read_index.cache_bytes)
+    assert highest <= budget + len(payload)
+    assert await read_all(c, SEG) == payload * 200
+    await c.stop()

@@ -1,0 +1,172 @@
+"""The ``millrace`` command: help, version, exit statuses, clear errors and delegation."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from millrace import cli
+from millrace.config import ConfigError
+
+MILLRACE = Path(sys.executable).with_name("millrace")  # the installed console script
+
+
+def run_millrace(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {"PATH": os.environ["PATH"], "MILLRACE_DATA_DIR": str(data_dir)} | env
+    return subprocess.run(
+        [str(MILLRACE), *args], env=full_env, capture_output=True, text=True, timeout=120
+    )
+
+
+# -- whole command, in a subprocess --------------------------------------------------------
+
+
+def test_help_lists_every_command(data_dir: Path) -> None:
+    done = run_millrace("--help", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    for command in ("standalone", "segmentstore", "mint-token", "migrate", "version"):
+        assert command in done.stdout
+
+
+@pytest.mark.parametrize("command", ["standalone", "migrate", "version"])
+def test_subcommand_help(data_dir: Path, command: str) -> None:
+    done = run_millrace(command, "--help", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: millrace {command}")
+
+
+def test_version(data_dir: Path) -> None:
+    done = run_millrace("version", data_dir=data_dir)
+    assert done.returncode == 0
+    assert done.stdout.startswith("millrace 0.1.0 ")
+
+
+def test_bad_configuration_exits_2_with_one_line(data_dir: Path) -> None:
+    done = run_millrace("standalone", data_dir=data_dir, MILLRACE_SEGMENTSTORE_PORT="abc")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "millrace: configuration error: MILLRACE_SEGMENTSTORE_PORT='abc': not an integer\n"
+    )
+    assert not (data_dir / "millrace.sqlite3").exists()  # nothing was started
+
+
+def test_bad_database_url_exits_2_without_traceback(data_dir: Path) -> None:
+    done = run_millrace("migrate", data_dir=data_dir, DATABASE_URL="nosuchdb://x/y")
+    assert done.returncode == 2
+    assert "DATABASE_URL='nosuchdb://x/y'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_migrate_creates_the_sqlite_database(tmp_path: Path) -> None:
+    target = tmp_path / "fresh"  # does not exist yet: --data-dir creates it
+    done = run_millrace("migrate", "--data-dir", str(target), "-v", "0", data_dir=tmp_path / "x")
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(target / "millrace.sqlite3") as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert {"django_migrations", "auth_user"} <= tables
+    again = run_millrace("migrate", "--data-dir", str(target), data_dir=tmp_path / "x")
+    assert again.returncode == 0, again.stderr
+    assert "No migrations to apply." in again.stdout
+
+
+def test_unreachable_database_is_a_clear_failure(data_dir: Path, free_port: int) -> None:
+    url = f"postgres://postgres@127.0.0.1:{free_port}/none"
+    done = run_millrace("migrate", data_dir=data_dir, DATABASE_URL=url)
+    assert done.returncode == 1
+    assert done.stderr.startswith("millrace migrate: error: the metadata database failed:")
+    assert "Traceback" not in done.stderr
+
+
+# -- argument handling and delegation, in this process -------------------------------------
+
+
+@pytest.fixture
+def env_data_dir(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """MILLRACE_DATA_DIR set for this test only (the CLI's --data-dir changes it)."""
+    monkeypatch.setenv("MILLRACE_DATA_DIR", str(data_dir))
+    return data_dir
+
+
+@pytest.fixture
+def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Replace ``segment_app.server.node`` with a stub whose ``main`` records its argv."""
+    calls: list[list[str]] = []
+    module = types.ModuleType("segment_app.server.node")
+    module.main = lambda argv: calls.append(list(argv))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "segment_app.server.node", module)
+    return calls
+
+
+@pytest.mark.parametrize("argv", [[], ["nosuch"], ["version", "extra"], ["migrate", "-v", "9"]])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+    assert caught.value.code == 2
+    assert "usage: millrace" in capsys.readouterr().err
+
+
+def test_segmentstore_passes_its_arguments_on(env_data_dir: Path, fake_node: list) -> None:
+    assert cli.main(["segmentstore", "--port", "5", "--help"]) == 0
+    assert fake_node == [["--port", "5", "--help"]]
+
+
+def test_data_dir_option_reaches_the_environment(
+    env_data_dir: Path, fake_node: list, tmp_path: Path
+) -> None:
+    assert cli.main(["--data-dir", str(tmp_path / "elsewhere"), "segmentstore"]) == 0
+    assert os.environ["MILLRACE_DATA_DIR"] == str(tmp_path / "elsewhere")
+
+
+def test_standalone_migrates_then_starts_the_segment_store(
+    env_data_dir: Path,
+    fake_node: list,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    migrated_before_start: list[bool] = []
+    monkeypatch.setattr(
+        cli, "_migrate", lambda verbosity: migrated_before_start.append(not fake_node)
+    )
+    target = env_data_dir / "standalone"
+    assert cli.main(["standalone", "--data-dir", str(target), "--extra"]) == 0
+    assert migrated_before_start == [True]
+    assert fake_node == [["--extra"]]
+    out = capsys.readouterr().out
+    assert f"data directory {target}" in out
+    assert "segment store: 127.0.0.1:12345, 4 containers" in out
+    assert "not started yet (planned)" in out
+
+
+def test_configuration_error_inside_a_command_exits_2(
+    env_data_dir: Path, fake_node: list, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    def failing(argv: list[str]) -> None:
+        raise ConfigError("MILLRACE_TIER1='x': unknown tier-1 backend")
+
+    monkeypatch.setattr(sys.modules["segment_app.server.node"], "main", failing)
+    assert cli.main(["segmentstore"]) == 2
+    err = capsys.readouterr().err
+    assert err == "millrace: configuration error: MILLRACE_TIER1='x': unknown tier-1 backend\n"
+
+
+def test_missing_component_is_a_clear_failure(
+    env_data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "segment_app.server.auth", None)  # import now fails
+    assert cli.main(["mint-token"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("millrace mint-token: error: token minting is not available")
+
+
+def test_exit_status_of_the_delegate_is_returned(
+    env_data_dir: Path, fake_node: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.modules["segment_app.server.node"], "main", lambda argv: 3)
+    assert cli.main(["segmentstore"]) == 3

@@ -1,0 +1,81 @@
+"""``FileSystemChunkStorage`` beyond the contract: name mapping, fsync, directories, concat."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from tiers.filesystem import FileSystemChunkStorage, chunk_path
+
+
+def test_names_map_inside_the_root_without_collisions() -> None:
+    assert chunk_path("/r", "scope/stream/0.#epoch.0") == "/r/scope/stream/0.#epoch.0~c"
+    assert chunk_path("/r", "a") != chunk_path("/r", "a/b")
+    assert chunk_path("/r", "a b/%~") == "/r/a%20b/%25%7E~c"
+    assert chunk_path("/r", "a~c") != chunk_path("/r", "a")
+    assert chunk_path("/r", "ü").startswith("/r/%C3%BC")
+
+
+@pytest.mark.parametrize(
+    "name", ["../escape", "a/../../b", "/absolute", "a//b", "a/", ".", "x" * 300]
+)
+def test_names_that_could_escape_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        chunk_path("/r", name)
+
+
+async def test_fsync_switch_is_honoured(tmp_path: Path) -> None:
+    synced = FileSystemChunkStorage(root=tmp_path / "a")
+    await synced.create("s/c")
+    await synced.write("s/c", 0, b"x")
+    assert synced.fsync_count >= 2
+    unsynced = FileSystemChunkStorage(root=tmp_path / "b", fsync=False)
+    await unsynced.create("s/c")
+    await unsynced.write("s/c", 0, b"x")
+    await unsynced.create_with_data("s/d", b"y")
+    await unsynced.concat("s/c", ["s/d"])
+    assert unsynced.fsync_count == 0
+
+
+async def test_delete_removes_empty_directories_only(tmp_path: Path) -> None:
+    storage = FileSystemChunkStorage(root=tmp_path, fsync=False)
+    await storage.create("scope/stream/a")
+    await storage.create("scope/other/b")
+    await storage.delete("scope/stream/a")
+    assert not (tmp_path / "scope" / "stream").exists()
+    assert (tmp_path / "scope" / "other").is_dir()
+    await storage.delete("scope/other/b")
+    assert tmp_path.is_dir() and not any(tmp_path.iterdir())
+
+
+async def test_concat_without_copy_file_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(*args: object) -> int:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    storage = FileSystemChunkStorage(root=tmp_path, fsync=False)
+    await storage.create_with_data("t", b"t" * 10)
+    await storage.create_with_data("s", b"s" * 20_000_000)
+    assert await storage.concat("t", ["s"]) == 20_000_010
+    assert await storage.read("t", 9, 3) == b"tss"
+
+
+async def test_failed_write_leaves_chunk_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = FileSystemChunkStorage(root=tmp_path)
+    await storage.create_with_data("c", b"abc")
+
+    def fail(fd: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fdatasync", fail)
+    with pytest.raises(Exception, match="injected"):
+        await storage.write("c", 3, b"def")
+    monkeypatch.undo()
+    assert await storage.length("c") == 3

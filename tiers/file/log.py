@@ -1,0 +1,565 @@
+"""``FileDurableDataLog``: tier-1 on local files, with fdatasync group commit and epoch fencing.
+
+Responsibility: one container's write-ahead log in one directory (formats in ``format.py``).
+Each epoch writes its own ledger files; the manifest lists them with the length at which each
+was sealed; the ``epoch`` file is the fence.
+
+Why fencing is safe: ``open(epoch)`` (under an exclusive ``flock``) first stores the new epoch
+durably, *then* finds the valid end of the ledger the previous owner was writing, fsyncs it and
+seals it there in the manifest, and only then starts its own ledger. A writer acknowledges a batch
+only if, after its write and fdatasync, the epoch file still holds its epoch. So any batch it
+acknowledged was on disk before the new epoch was stored, hence before the seal was measured,
+hence inside the sealed length; anything it writes after the new owner opened lies past the seal
+and is never read. Manifest changes by an old owner (roll, truncate) happen under the same lock
+after checking the epoch, so they cannot interleave with a takeover.
+
+Group commit: the base queues frames while a write is in flight and hands them over together;
+one ``pwritev`` and one ``fdatasync`` cover the whole batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, TypeVarTuple, Unpack
+
+from tiers.base import (
+    DataLogClosedError,
+    DataLogCorruptionError,
+    DataLogError,
+    DataLogFencedError,
+    DurableDataLog,
+    LogAddress,
+)
+from tiers.file import format as fmt
+from tiers.file.scan import BadRecord, RecordScanner, find_valid_end, pread_exact
+from tiers.file.thread import SerialThread
+
+__all__ = ["FileDurableDataLog"]
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
+_LEDGER_FILE = re.compile(r"ledger-(\d+)\.log")
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
+
+
+@dataclasses.dataclass(slots=True)
+class _Span:
+    """Part of one ledger a reader walks."""
+
+    path: str
+    ledger: fmt.LedgerEntry
+    start: int
+    limit: int
+    first_sequence: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Cursor:
+    spans: list[_Span]
+    skip_through: int
+    index: int = 0
+    position: int | None = None
+    expected_sequence: int = 0
+
+
+class FileDurableDataLog(DurableDataLog):
+    """Tier-1 on local files: durable on return of ``append`` (fdatasync), fenced by epoch.
+
+    Options: ``path`` (this log's directory, one per container), ``fsync`` (off only in tests:
+    nothing is synced then), ``ledger_bytes_max`` (start a new ledger file past this size),
+    ``read_batch_bytes_max`` / ``read_batch_frames_max`` (bounds of one ``read_all`` step),
+    ``frame_bytes_max``, ``batch_frames_max``.
+
+    TEST-ONLY options (the acceptance tests, docs/components/guarantees.md): ``fencing=False``
+    skips the epoch check after a write (a fenced instance keeps acknowledging),
+    ``verify_crc=False`` skips record CRC checks (corrupt bytes are read), ``sync_trace=True``
+    appends ``<ledger file> <length>`` to ``<path>/sync-trace`` after each fdatasync of a ledger,
+    before the batch is acknowledged (what the power-loss test cuts ledgers back to).
+    """
+
+    name = "file"
+    is_durable = True
+    supports_fencing = True
+    blocking = True
+
+    def __init__(
+        self,
+        *,
+        path: str | os.PathLike[str],
+        fsync: bool = True,
+        ledger_bytes_max: int = 256 * 1024 * 1024,
+        read_batch_bytes_max: int = 16 * 1024 * 1024,
+        read_batch_frames_max: int = 1024,
+        frame_bytes_max: int = 8 * 1024 * 1024,
+        batch_frames_max: int = 256,
+        fencing: bool = True,
+        verify_crc: bool = True,
+        sync_trace: bool = False,
+    ) -> None:
+        super().__init__(frame_bytes_max=frame_bytes_max, batch_frames_max=batch_frames_max)
+        if ledger_bytes_max < fmt.LEDGER_HEADER_SIZE:
+            raise ValueError("ledger_bytes_max is too small")
+        self.path = os.fspath(path)
+        self.fsync = fsync
+        self.ledger_bytes_max = ledger_bytes_max
+        self.read_batch_bytes_max = read_batch_bytes_max
+        self.read_batch_frames_max = read_batch_frames_max
+        self.fencing = fencing  # test-only switch (see the class doc)
+        self.verify_crc = verify_crc  # test-only switch
+        self.sync_trace = sync_trace  # test-only switch
+        #: fsync/fdatasync calls made by this instance (tests check ``fsync=False`` with it).
+        self.fsync_count = 0
+        self._lock = threading.Lock()  # guards the state below against concurrent primitives
+        self._epoch_fd: int | None = None
+        self._ledger_fd: int | None = None
+        self._owned_epoch = -1
+        self._manifest = fmt.Manifest()
+        self._write_offset = 0  # end of the last acknowledged batch in the current ledger
+        self._next_sequence = 1
+        self._fenced = False
+        self._broken: BaseException | None = None
+        self._writer_thread = SerialThread(f"millrace-file-log:{self.path}")
+
+    async def _call(self, fn: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
+        if getattr(fn, "__func__", None) is FileDurableDataLog._do_append_batch:
+            result: _T = await self._writer_thread.submit(fn, *args)
+            return result
+        return await super()._call(fn, *args)
+
+    # -- paths and small helpers ---------------------------------------------------------------
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _ledger_path(self, ledger_id: int) -> str:
+        return self._file(fmt.ledger_file_name(ledger_id))
+
+    def _sync(self, fd: int, *, data_only: bool = True) -> None:
+        if self.fsync:
+            (os.fdatasync if data_only else os.fsync)(fd)
+            self.fsync_count += 1
+
+    def _trace_synced(self, ledger_id: int, length: int) -> None:
+        """TEST-ONLY: record that ``length`` bytes of the ledger are durable (``sync_trace``)."""
+        if not (self.sync_trace and self.fsync):
+            return
+        line = f"{fmt.ledger_file_name(ledger_id)} {length}\n".encode()
+        fd = os.open(self._file("sync-trace"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def _sync_dir(self, path: str | None = None) -> None:
+        if self.fsync:
+            fd = os.open(path or self.path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+                self.fsync_count += 1
+            finally:
+                os.close(fd)
+
+    def _epoch_file(self) -> int:
+        if self._epoch_fd is None:
+            raise DataLogClosedError(f"{self.path}: log is not open")
+        return self._epoch_fd
+
+    def _ledger_file(self) -> int:
+        if self._ledger_fd is None:
+            raise DataLogClosedError(f"{self.path}: log is not open")
+        return self._ledger_fd
+
+    @contextlib.contextmanager
+    def _flocked(self) -> Iterator[int]:
+        """Hold the cross-process lock (an exclusive ``flock`` of the epoch file)."""
+        fd = self._epoch_file()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _check_usable(self) -> None:
+        if self._fenced:
+            raise DataLogFencedError(f"{self.path}: fenced by a higher epoch")
+        if self._broken is not None:
+            raise DataLogError(
+                f"{self.path}: unusable after {self._broken!r}; reopen with a higher epoch"
+            )
+        self._ledger_file()
+
+    def _check_fence(self) -> None:
+        """Raise ``DataLogFencedError`` if the epoch file no longer holds our epoch."""
+        stored = fmt.decode_epoch(os.pread(self._epoch_file(), fmt.EPOCH_SIZE, 0), self.path)
+        if stored != self._owned_epoch:
+            self._fenced = True
+            raise DataLogFencedError(
+                f"{self.path}: fenced: epoch file holds {stored}, this instance has "
+                f"{self._owned_epoch}"
+            )
+
+    def _write_manifest(self, manifest: fmt.Manifest) -> None:
+        tmp = self._file("manifest.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = fmt.encode_manifest(manifest)
+            if os.write(fd, data) != len(data):
+                raise DataLogError(f"{tmp}: short write")
+            self._sync(fd, data_only=False)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self._file("manifest"))
+        self._sync_dir()
+        self._manifest = manifest
+
+    def _read_manifest(self) -> fmt.Manifest:
+        path = self._file("manifest")
+        try:
+            with open(path, "rb") as file:
+                return fmt.decode_manifest(file.read(), path)
+        except FileNotFoundError:
+            return fmt.Manifest()
+
+    # -- open: take over and fence -------------------------------------------------------------
+
+    def _do_check_fenced(self) -> None:
+        if self.fencing:  # False only in tests
+            self._check_fence()
+
+    def _do_current_epoch(self) -> int:
+        path = self._file("epoch")
+        try:
+            with open(path, "rb") as file:
+                stored = fmt.decode_epoch(file.read(fmt.EPOCH_SIZE), path)
+        except FileNotFoundError:
+            stored = -1
+        return max(stored, self._read_manifest().epoch, 0)
+
+    def _do_open(self, epoch: int) -> None:
+        self._close_files()
+        if not os.path.isdir(self.path):
+            os.makedirs(self.path, exist_ok=True)
+            self._sync_dir(os.path.dirname(os.path.abspath(self.path)))
+        self._epoch_fd = os.open(self._file("epoch"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            with self._lock, self._flocked():
+                self._take_over(epoch)
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _take_over(self, epoch: int) -> None:
+        epoch_fd = self._epoch_file()
+        stored = fmt.decode_epoch(os.pread(epoch_fd, fmt.EPOCH_SIZE, 0), self.path)
+        manifest = self._read_manifest()
+        current = max(stored, manifest.epoch)
+        if epoch <= current:
+            raise DataLogFencedError(f"{self.path}: cannot open with epoch {epoch} <= {current}")
+        # 1. The fence goes up first (see the module doc for why this order is what makes it safe).
+        os.pwrite(epoch_fd, fmt.encode_epoch(epoch), 0)
+        self._sync(epoch_fd)
+        if stored < 0:
+            self._sync_dir()
+        # 2. Seal what earlier epochs wrote, at its valid end.
+        ledgers, next_sequence = self._seal_ledgers(manifest.ledgers)
+        self._remove_orphans({entry.id for entry in ledgers})
+        # 3. Start this epoch's ledger.
+        ledger_id = max((entry.id for entry in ledgers), default=0) + 1
+        entry = fmt.LedgerEntry(ledger_id, epoch, next_sequence)
+        ledger_fd = self._create_ledger(entry)
+        try:
+            manifest = fmt.Manifest(epoch, (*ledgers, entry), manifest.truncation)
+            self._write_manifest(manifest)
+        except BaseException:
+            os.close(ledger_fd)
+            raise
+        self._ledger_fd = ledger_fd
+        self._owned_epoch = epoch
+        self._write_offset = fmt.LEDGER_HEADER_SIZE
+        self._next_sequence = next_sequence
+        self._fenced = False
+        self._broken = None
+
+    def _seal_ledgers(
+        self, ledgers: tuple[fmt.LedgerEntry, ...]
+    ) -> tuple[tuple[fmt.LedgerEntry, ...], int]:
+        """Seal every unsealed ledger at its valid end; return them and the next sequence."""
+        sealed = []
+        next_sequence = 1
+        for entry in ledgers:
+            if entry.sealed_length is None:
+                entry = self._seal(entry)
+            if entry.end_sequence is None:
+                raise DataLogCorruptionError(
+                    f"{self._file('manifest')}: sealed ledger {entry.id} has no end sequence"
+                )
+            sealed.append(entry)
+            next_sequence = entry.end_sequence
+        return tuple(sealed), next_sequence
+
+    def _seal(self, entry: fmt.LedgerEntry) -> fmt.LedgerEntry:
+        path = self._ledger_path(entry.id)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise DataLogCorruptionError(f"{path}: listed in the manifest but missing") from None
+        try:
+            self._check_header(fd, path, entry)
+            end, next_sequence = find_valid_end(
+                fd, path, fmt.LEDGER_HEADER_SIZE, entry.first_sequence, verify_crc=self.verify_crc
+            )
+            self._sync(fd)  # what the old owner wrote up to ``end`` must not vanish in a crash
+            self._trace_synced(entry.id, end)
+        finally:
+            os.close(fd)
+        return entry.sealed(end, next_sequence)
+
+    def _check_header(self, fd: int, path: str, entry: fmt.LedgerEntry) -> None:
+        header = fmt.decode_ledger_header(pread_exact(fd, fmt.LEDGER_HEADER_SIZE, 0), path)
+        expected = fmt.LedgerHeader(entry.epoch, entry.id, entry.first_sequence)
+        if header != expected:
+            raise DataLogCorruptionError(
+                f"{path}: ledger header at byte offset 0 is {header}, manifest says {expected}"
+            )
+
+    def _remove_orphans(self, listed: set[int]) -> None:
+        """Delete ledger files the manifest does not list (left by a crash or a truncation)."""
+        for name in os.listdir(self.path):
+            match = _LEDGER_FILE.fullmatch(name)
+            if match and int(match.group(1)) not in listed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._file(name))
+
+    def _create_ledger(self, entry: fmt.LedgerEntry) -> int:
+        path = self._ledger_path(entry.id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            header = fmt.encode_ledger_header(
+                fmt.LedgerHeader(entry.epoch, entry.id, entry.first_sequence)
+            )
+            os.pwrite(fd, header, 0)
+            self._sync(fd)
+            self._trace_synced(entry.id, fmt.LEDGER_HEADER_SIZE)
+            self._sync_dir()
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # -- append ----------------------------------------------------------------------------
+
+    def _do_append_batch(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+        self._check_usable()
+        if self._write_offset >= self.ledger_bytes_max:
+            self._roll()
+        ledger_fd = self._ledger_file()
+        ledger = self._manifest.ledgers[-1].id
+        offset = self._write_offset
+        sequence = self._next_sequence
+        buffers, addresses, size = fmt.encode_records(frames, sequence, ledger, offset)
+        try:
+            _pwrite_all(ledger_fd, buffers, offset, size)
+            self._sync(ledger_fd)
+            self._trace_synced(ledger, offset + size)
+        except OSError as error:
+            self._abandon_ledger(error)
+            raise DataLogError(f"{self._ledger_path(ledger)}: write failed: {error}") from error
+        if self.fencing:  # False only in tests (proves the fencing test can fail)
+            self._check_fence()  # after the data is durable: see the module doc
+        with self._lock:
+            self._write_offset = offset + size
+            self._next_sequence = sequence + len(frames)
+        return addresses
+
+    def _roll(self) -> None:
+        """Seal the current ledger at its acknowledged end and continue in a new one."""
+        with self._lock, self._flocked():
+            self._check_fence()
+            self._roll_locked()
+
+    def _roll_locked(self) -> None:
+        manifest = self._manifest
+        current = manifest.ledgers[-1].sealed(self._write_offset, self._next_sequence)
+        entry = fmt.LedgerEntry(current.id + 1, self._owned_epoch, self._next_sequence)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._ledger_path(entry.id))  # a leftover of a failed roll
+        ledger_fd = self._create_ledger(entry)
+        try:
+            ledgers = (*manifest.ledgers[:-1], current, entry)
+            self._write_manifest(dataclasses.replace(manifest, ledgers=ledgers))
+        except BaseException as error:
+            # The new manifest may or may not be on disk: writing either ledger could now
+            # lose acknowledged data, so this instance stops here.
+            os.close(ledger_fd)
+            self._broken = error
+            raise
+        os.close(self._ledger_file())
+        self._ledger_fd = ledger_fd
+        self._write_offset = fmt.LEDGER_HEADER_SIZE
+
+    def _abandon_ledger(self, error: OSError) -> None:
+        """After a failed write, keep its bytes from ever being read, then stop this instance.
+
+        The ledger is sealed in the manifest at the last acknowledged end (and the failed bytes
+        cut off, best effort), but only while this instance provably still owns the log (lock
+        held, epoch checked): a new owner may have sealed it at a length that includes those
+        bytes. The base refuses further work after a failure in any case (failures are sticky).
+        """
+        self._broken = error
+        with self._lock, self._flocked():
+            self._check_fence()
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._ledger_file(), self._write_offset)
+            manifest = self._manifest
+            current = manifest.ledgers[-1].sealed(self._write_offset, self._next_sequence)
+            ledgers = (*manifest.ledgers[:-1], current)
+            with contextlib.suppress(OSError):  # if this fails, the next owner's scan decides
+                self._write_manifest(dataclasses.replace(manifest, ledgers=ledgers))
+
+    # -- read ------------------------------------------------------------------------------
+
+    def _do_read_batch(self, cursor: object) -> tuple[list[tuple[LogAddress, bytes]], object]:
+        if not isinstance(cursor, _Cursor):
+            self._check_usable()
+            self._check_fence()
+            cursor = self._start_read()
+        batch: list[tuple[LogAddress, bytes]] = []
+        size = 0
+        while cursor.index < len(cursor.spans):
+            if len(batch) >= self.read_batch_frames_max or size >= self.read_batch_bytes_max:
+                return batch, cursor
+            size += self._read_span(cursor, batch, size)
+        return batch, None
+
+    def _start_read(self) -> _Cursor:
+        with self._lock:
+            manifest = self._manifest
+            live_end = self._write_offset
+        truncation = manifest.truncation
+        skip = truncation.sequence if truncation is not None else 0
+        spans = []
+        for entry in manifest.ledgers:
+            limit = entry.sealed_length if entry.sealed_length is not None else live_end
+            if _wholly_at_or_below(entry, skip):
+                continue  # wholly truncated
+            span = _Span(self._ledger_path(entry.id), entry, 0, limit, entry.first_sequence)
+            if truncation is not None and truncation.ledger == entry.id:
+                self._skip_to(span, truncation)
+            spans.append(span)
+        return _Cursor(spans, skip)
+
+    def _skip_to(self, span: _Span, truncation: LogAddress) -> None:
+        """Start ``span`` at the truncation address when a record there carries its sequence."""
+        if not fmt.LEDGER_HEADER_SIZE <= truncation.offset < span.limit:
+            return
+        fd = os.open(span.path, os.O_RDONLY)
+        try:
+            scanner = RecordScanner(
+                fd, truncation.offset, span.limit, truncation.sequence, verify_crc=self.verify_crc
+            )
+            with contextlib.suppress(BadRecord):
+                if scanner.next() is not None:
+                    span.start = truncation.offset
+                    span.first_sequence = truncation.sequence
+        finally:
+            os.close(fd)
+
+    def _read_span(self, cursor: _Cursor, batch: list[tuple[LogAddress, bytes]], size: int) -> int:
+        """Read records of the current span into ``batch``; return the bytes added."""
+        span = cursor.spans[cursor.index]
+        try:
+            fd = os.open(span.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise DataLogCorruptionError(f"{span.path}: ledger file missing") from None
+        added = 0
+        try:
+            if cursor.position is None:
+                if span.start == 0:
+                    self._check_header(fd, span.path, span.ledger)
+                cursor.position = span.start or fmt.LEDGER_HEADER_SIZE
+                cursor.expected_sequence = span.first_sequence
+            scanner = RecordScanner(
+                fd,
+                cursor.position,
+                span.limit,
+                cursor.expected_sequence,
+                verify_crc=self.verify_crc,
+            )
+            while len(batch) < self.read_batch_frames_max:
+                if size + added >= self.read_batch_bytes_max:
+                    break
+                record = scanner.next()
+                if record is None:
+                    cursor.index += 1
+                    cursor.position = None
+                    return added
+                offset, sequence, payload = record
+                if sequence > cursor.skip_through:
+                    batch.append((LogAddress(sequence, span.ledger.id, offset), payload))
+                    added += len(payload)
+            cursor.position = scanner.position
+            cursor.expected_sequence = scanner.expected_sequence
+            return added
+        except BadRecord as bad:
+            raise bad.corruption(span.path) from None
+        finally:
+            os.close(fd)
+
+    # -- truncate and close ----------------------------------------------------------------
+
+    def _do_truncate(self, upto: LogAddress) -> None:
+        self._check_usable()
+        with self._lock, self._flocked():
+            self._check_fence()
+            manifest = self._manifest
+            if manifest.truncation is not None and upto.sequence <= manifest.truncation.sequence:
+                return
+            *older, current = manifest.ledgers
+            drop = [e for e in older if _wholly_at_or_below(e, upto.sequence)]
+            keep = (*[e for e in older if e not in drop], current)
+            self._write_manifest(fmt.Manifest(manifest.epoch, keep, upto))
+        for entry in drop:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._ledger_path(entry.id))
+
+    def _do_close(self) -> None:
+        with self._lock:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        for attr in ("_ledger_fd", "_epoch_fd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                setattr(self, attr, None)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _wholly_at_or_below(entry: fmt.LedgerEntry, sequence: int) -> bool:
+    """True if every record of the sealed ledger ``entry`` has a sequence ``<= sequence``."""
+    return entry.end_sequence is not None and entry.end_sequence - 1 <= sequence
+
+
+def _pwrite_all(fd: int, buffers: list[bytes | memoryview], offset: int, size: int) -> None:
+    """Write ``buffers`` at ``offset`` with as few system calls as the kernel allows."""
+    written = 0
+    for first in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[first : first + _IOV_MAX]
+        chunk_size = sum(len(b) for b in chunk)
+        done = os.pwritev(fd, chunk, offset + written)
+        if done < chunk_size:  # rare (disk full, signal): finish byte by byte
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                n = os.pwrite(fd, rest, offset + written + done)
+                done += n
+                rest = rest[n:]
+        written += chunk_size
+    if written != size:
+        raise DataLogError(f"wrote {written} bytes, meant {size}")

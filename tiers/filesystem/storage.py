@@ -1,0 +1,262 @@
+"""``FileSystemChunkStorage``: tier-2 chunks as files under one root directory (local or NFS).
+
+Responsibility: map chunk names to file paths safely and implement the tier-2 primitives with
+plain file I/O: append at the current length, positional reads, in-kernel concat
+(``copy_file_range``), fsync before a write returns (unless ``fsync=False``, for tests).
+
+Name mapping: a chunk name is split at ``/`` into directories (so one stream's chunks share a
+directory); each component keeps ``[A-Za-z0-9._-#:=,+@]`` and percent-encodes every other byte of
+its UTF-8 form (``%`` and ``~`` included); the file gets the suffix ``~c``, which an encoded
+component can never end with, so chunk ``a`` (file ``a~c``) and chunk ``a/b`` (directory ``a``)
+never collide. Empty, ``.`` and ``..`` components are rejected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import string
+
+from tiers.base import (
+    BadChunkOffsetError,
+    ChunkExistsError,
+    ChunkNotFoundError,
+    ChunkStorage,
+    StorageError,
+)
+
+__all__ = ["FileSystemChunkStorage", "chunk_path"]
+
+_SAFE = frozenset(string.ascii_letters + string.digits + "._-#:=,+@")
+_SUFFIX = "~c"
+#: Longest encoded component (file systems allow 255 bytes per name, the suffix needs 2).
+_COMPONENT_BYTES_MAX = 250
+#: Bytes copied per step when concat falls back to reading and writing.
+_COPY_BYTES = 8 * 1024 * 1024
+
+
+def _encode_component(component: str, name: str) -> str:
+    if component in ("", ".", ".."):
+        raise ValueError(f"chunk name {name!r} has an empty, '.' or '..' path component")
+    encoded = "".join(
+        ch if ch in _SAFE else "".join(f"%{b:02X}" for b in ch.encode()) for ch in component
+    )
+    if len(encoded) > _COMPONENT_BYTES_MAX:
+        raise ValueError(f"chunk name {name!r} has a path component too long for a file name")
+    return encoded
+
+
+def chunk_path(root: str, name: str) -> str:
+    """The file that holds chunk ``name`` under ``root``."""
+    parts = [_encode_component(component, name) for component in name.split("/")]
+    parts[-1] += _SUFFIX
+    return os.path.join(root, *parts)
+
+
+class FileSystemChunkStorage(ChunkStorage):
+    """Tier-2 on a directory tree: native append and concat, fsync on every change.
+
+    Options: ``root`` (the directory holding every chunk), ``fsync`` (off only in tests).
+    """
+
+    name = "filesystem"
+    supports_append = True
+    supports_concat = True
+    is_durable = True
+    blocking = True
+
+    def __init__(self, *, root: str | os.PathLike[str], fsync: bool = True) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.fsync = fsync
+        #: fsync/fdatasync calls made by this instance.
+        self.fsync_count = 0
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return chunk_path(self.root, name)
+
+    def _sync(self, fd: int) -> None:
+        if self.fsync:
+            os.fdatasync(fd)
+            self.fsync_count += 1
+
+    def _sync_dir(self, path: str) -> None:
+        if self.fsync:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+                self.fsync_count += 1
+            finally:
+                os.close(fd)
+
+    def _open(self, name: str, flags: int) -> int:
+        try:
+            return os.open(self._path(name), flags)
+        except FileNotFoundError:
+            raise ChunkNotFoundError(f"chunk {name!r} not found") from None
+
+    def _make_parents(self, path: str) -> None:
+        """Create the directories above ``path``, durably."""
+        parent = os.path.dirname(path)
+        missing = []
+        while not os.path.isdir(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        if not missing:
+            return
+        os.makedirs(missing[0], exist_ok=True)
+        for created in reversed(missing):
+            self._sync_dir(os.path.dirname(created))
+
+    def _create_file(self, name: str) -> tuple[str, int]:
+        path = self._path(name)
+        for _ in range(3):  # a concurrent delete may remove an empty parent meanwhile
+            self._make_parents(path)
+            try:
+                return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                raise ChunkExistsError(f"chunk {name!r} exists") from None
+            except FileNotFoundError:
+                continue
+        raise StorageError(f"chunk {name!r}: its directory keeps disappearing")
+
+    # -- primitives ----------------------------------------------------------------------------
+
+    def _do_create(self, name: str) -> None:
+        self._do_create_with_data(name, b"")
+
+    def _do_create_with_data(self, name: str, data: bytes | memoryview) -> None:
+        path, fd = self._create_file(name)
+        try:
+            _pwrite_all(fd, data, 0)
+            self._sync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        os.close(fd)
+        self._sync_dir(os.path.dirname(path))
+
+    def _do_write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+        fd = self._open(name, os.O_WRONLY)
+        try:
+            length = os.fstat(fd).st_size
+            if length != offset:
+                raise BadChunkOffsetError(
+                    f"chunk {name!r}: write at {offset} but its length is {length}"
+                )
+            try:
+                _pwrite_all(fd, data, offset)
+                self._sync(fd)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, offset)  # leave the chunk as it was
+                raise StorageError(f"chunk {name!r}: write failed: {error}") from error
+        finally:
+            os.close(fd)
+
+    def _do_read(self, name: str, offset: int, length: int) -> bytes:
+        fd = self._open(name, os.O_RDONLY)
+        try:
+            available = max(0, os.fstat(fd).st_size - offset)
+            return _pread_all(fd, min(length, available), offset)
+        finally:
+            os.close(fd)
+
+    def _do_delete(self, name: str) -> None:
+        path = self._path(name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            raise ChunkNotFoundError(f"chunk {name!r} not found") from None
+        self._remove_empty_parents(os.path.dirname(path))
+
+    def _remove_empty_parents(self, directory: str) -> None:
+        while directory != self.root and directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                return  # not empty (or gone): stop
+            directory = os.path.dirname(directory)
+
+    def _do_exists(self, name: str) -> bool:
+        return os.path.isfile(self._path(name))
+
+    def _do_length(self, name: str) -> int:
+        try:
+            return os.stat(self._path(name)).st_size
+        except FileNotFoundError:
+            raise ChunkNotFoundError(f"chunk {name!r} not found") from None
+
+    def _do_concat(self, target: str, sources: list[str]) -> int:
+        fds: list[int] = []
+        try:
+            target_fd = self._open(target, os.O_WRONLY)
+            fds.append(target_fd)
+            for source in sources:  # every source must exist before anything changes
+                fds.append(self._open(source, os.O_RDONLY))
+            start = os.fstat(target_fd).st_size
+            end = start
+            try:
+                for source_fd in fds[1:]:
+                    end = _copy_file(source_fd, target_fd, end)
+                self._sync(target_fd)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(target_fd, start)
+                raise StorageError(f"concat into chunk {target!r} failed: {error}") from error
+            return end
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        offset += written
+        view = view[written:]
+
+
+def _pread_all(fd: int, length: int, offset: int) -> bytes:
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _copy_file(source_fd: int, target_fd: int, position: int) -> int:
+    """Append all of ``source_fd`` to ``target_fd`` at ``position``; return the new end."""
+    size = os.fstat(source_fd).st_size
+    copied = 0
+    use_kernel = hasattr(os, "copy_file_range")
+    while copied < size:
+        if use_kernel:
+            try:
+                n = os.copy_file_range(source_fd, target_fd, size - copied, copied, position)
+            except OSError as error:
+                if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                use_kernel = False
+                continue
+        else:
+            block = os.pread(source_fd, min(_COPY_BYTES, size - copied), copied)
+            n = len(block)
+            _pwrite_all(target_fd, block, position)
+        if n == 0:
+            raise StorageError(f"source chunk shrank while concatenating ({copied} of {size})")
+        copied += n
+        position += n
+    return position
