@@ -28,3 +28,37 @@ class SegmentNotFoundError(ControllerError, LookupError):
 
 class NoNodeForSegmentError(ControllerError, LookupError):
     """The segment's container is not assigned to any node (yet)."""
+
+
+class NotFoundError(ControllerError, LookupError):
+    """A named record (scope, stream, transaction, reader group) does not exist."""
+
+
+class ScopeNotFoundError(NotFoundError):
+    """No scope with this name."""
+
+
+class StreamNotFoundError(NotFoundError):
+    """No stream with this name in this scope."""
+
+
+class TransactionNotFoundError(NotFoundError):
+    """No open or completed transaction with this id in this stream."""
+
+
+class AlreadyExistsError(ControllerError):
+    """A record with this name exists already (a create that is not a retry of the same one)."""
+
+
+class PreconditionFailedError(ControllerError):
+    """The record exists but is not in a state that allows the operation (scope not empty,
+    stream not sealed, stream sealed, transaction no longer open, ...)."""
+
+
+class InvalidArgumentError(ControllerError, ValueError):
+    """A request that can never succeed as given: bad name, bad configuration, bad key ranges."""
+
+
+class WorkflowTimeoutError(ControllerError, TimeoutError):
+    """A workflow was requested but did not finish within the wait the caller allowed; it
+    goes on in the background (its intent is recorded)."""

@@ -35,13 +35,15 @@ async def auth_client(auth_server):
     await client.close()
 
 
+# Minted when a test runs, not at import: a collection-time token would expire before a long
+# suite reaches these tests, and "expired" would then hide the failure each case is about.
 BAD_TOKENS = {
-    "missing": "",
-    "garbage": "not-a-jwt",
-    "wrong secret": auth.mint_token(OTHER_SECRET, "*", auth.READ_UPDATE, 60),
-    "wrong resource": auth.mint_token(SECRET, "sc/other/", auth.READ_UPDATE, 60),
-    "read only": auth.mint_token(SECRET, "sc/st/", auth.READ, 60),
-    "unsigned": jwt.encode(
+    "missing": lambda: "",
+    "garbage": lambda: "not-a-jwt",
+    "wrong secret": lambda: auth.mint_token(OTHER_SECRET, "*", auth.READ_UPDATE, 60),
+    "wrong resource": lambda: auth.mint_token(SECRET, "sc/other/", auth.READ_UPDATE, 60),
+    "read only": lambda: auth.mint_token(SECRET, "sc/st/", auth.READ, 60),
+    "unsigned": lambda: jwt.encode(
         {"resource": "*", "access": "READ_UPDATE", "exp": time.time() + 60}, key=None,
         algorithm="none",
     ),
@@ -50,7 +52,7 @@ BAD_TOKENS = {
 
 @pytest.mark.parametrize("kind", sorted(BAD_TOKENS))
 async def test_writes_with_bad_tokens_change_nothing(auth_client, store, kind: str) -> None:
-    bad = BAD_TOKENS[kind]
+    bad = BAD_TOKENS[kind]()
     with pytest.raises(c.AuthTokenCheckFailedError) as info:
         await auth_client.create_segment(SEG, token=bad)
     assert not info.value.expired

@@ -293,7 +293,8 @@ class DurableDataLogContract:
                 acknowledged.append(frame)
 
         async def writer() -> None:
-            for start in range(0, 4000, 20):
+            # Until some appends were issued after the takeover, however fast the log is.
+            for start in itertools.count(0, 20):
                 await asyncio.gather(*(write(i) for i in range(start, start + 20)))
                 if issued_after_open:
                     return
@@ -304,7 +305,8 @@ class DurableDataLogContract:
                 await asyncio.sleep(0.001)
         new = await logs.opened(epoch=2)
         new_opened.set()
-        await task
+        async with asyncio.timeout(30):
+            await task
         frames = [f for _, f in await _read_all(new)]
         assert set(acknowledged) <= set(frames)
         assert issued_after_open

@@ -1,0 +1,39 @@
+"""Every controller write: idempotent workflow functions, one module per aggregate.
+
+Views, tasks and the CLI call these; nothing else changes controller records (STYLE.md 6).
+Each function checks the state it expects, so running it twice (a retried request, a task
+delivered twice) does no harm. Errors are ``controller_app.errors`` classes, which the REST
+layer maps to status codes: ``NotFoundError`` 404, ``AlreadyExistsError`` 409,
+``PreconditionFailedError`` 412, ``InvalidArgumentError`` / ``InvalidStreamCutError`` 400,
+``ConflictError`` 409, ``WorkflowTimeoutError`` 504 (the work goes on).
+
+The public surface (signatures are the contract between the API, the CLI and the tasks):
+
+``scopes``
+    ``create_scope(name) -> Scope``  (AlreadyExistsError if it exists)
+    ``delete_scope(name) -> None``  (PreconditionFailedError unless empty)
+
+``streams``
+    ``create_stream(scope, name, config: StreamConfig) -> Stream``  creates the segments of
+        epoch 0 in the segment store and returns the stream ACTIVE (a retry of the same
+        create completes a half-done one; a different existing config -> AlreadyExistsError)
+    ``update_stream(scope, name, config, *, wait=30.0) -> Stream``
+    ``seal_stream(scope, name, *, wait=30.0) -> Stream``
+    ``delete_stream(scope, name, *, wait=30.0) -> None``  (PreconditionFailedError unless SEALED)
+    ``scale_stream(scope, name, sealed_segment_ids, new_ranges, *, scale_time=None, wait=30.0)
+        -> EpochTransition``
+    ``truncate_stream(scope, name, stream_cut: {segment id: offset}, *, wait=30.0) -> Stream``
+    Request workflows record their intent, send the Celery task on commit and, when ``wait``
+    is not None, poll the database until the workflow is done (WorkflowTimeoutError after
+    ``wait`` seconds; the work then completes in the background).
+
+``transactions``
+    ``create_transaction(scope, name, *, lease_ms, writer_id="") -> Transaction``
+    ``ping_transaction(scope, name, txn_id: uuid.UUID, lease_ms) -> Transaction``
+    ``commit_transaction(scope, name, txn_id, *, writer_id="", timestamp=None) -> Transaction``
+    ``abort_transaction(scope, name, txn_id) -> Transaction``
+    ``transaction_state(scope, name, txn_id) -> str``  (a ``TxnState`` value)
+
+``marks``
+    ``note_writer_mark(scope, name, writer_id, timestamp, position: {segment id: offset})``
+"""
