@@ -81,7 +81,9 @@ class StreamConfig:
                 raise InvalidArgumentError(f"{name} must be between 0 and {_INT32_MAX}")
         by_rate = self.scaling_type != ScalingPolicyType.FIXED_NUM_SEGMENTS
         if by_rate and (self.target_rate < 1 or self.scale_factor < 1):
-            raise InvalidArgumentError("a rate scaling policy needs targetRate and scaleFactor >= 1")
+            raise InvalidArgumentError(
+                "a rate scaling policy needs targetRate and scaleFactor >= 1"
+            )
         for name in (
             "retention_value",
             "retention_max",
