@@ -12,6 +12,7 @@ Exit status: 0 success, 1 failure while running, 2 bad usage or configuration, 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -63,8 +64,12 @@ def cmd_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
 
 def cmd_standalone(args: argparse.Namespace, rest: list[str]) -> int:
     store = SegmentStoreSettings.from_env()  # check the whole configuration before starting
+    if args.segmentstore_port is not None:
+        store = dataclasses.replace(store, port=args.segmentstore_port)
     _setup_django()
     from django.conf import settings
+
+    from millrace import standalone
 
     database = settings.DATABASES["default"]
     print(f"millrace standalone {millrace_version()}: data directory {store.data_dir}")
@@ -74,11 +79,71 @@ def cmd_standalone(args: argparse.Namespace, rest: list[str]) -> int:
     auth = "on" if store.auth_enabled else "off"
     print(
         f"  segment store: {store.host}:{store.port}, {store.container_count} containers, "
-        f"tier-1 {store.tier1!r}, tier-2 {store.tier2!r}, auth {auth}"
+        f"tier-1 {store.tier1!r}, tier-2 {store.tier2!r}, auth {auth}",
+        flush=True,
     )
-    print("  not started yet (planned): ASGI app (REST, console, WebSockets), Celery worker, beat")
-    sys.stdout.flush()
-    return cmd_segmentstore(args, rest)
+    try:
+        return standalone.run(
+            data_dir=store.data_dir,
+            store=store,
+            http_host=args.host,
+            http_port=args.http_port,
+            worker_concurrency=args.worker_concurrency,
+        )
+    except standalone.StandaloneError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def cmd_controller(args: argparse.Namespace, rest: list[str]) -> int:
+    """The ASGI app (REST API, console, WebSockets) under uvicorn."""
+    _setup_django()
+    import uvicorn
+
+    uvicorn.run(
+        "millrace.asgi:application",
+        host=args.host,
+        port=args.http_port,
+        log_level="info",
+        lifespan="off",
+        proxy_headers=False,
+    )
+    return EXIT_OK
+
+
+def _celery(command: str, extra: list[str]) -> int:
+    _setup_django()
+    from millrace.celery import app
+
+    try:
+        app.start([command, *extra])
+    except SystemExit as exc:  # celery exits through sys.exit
+        return int(exc.code or 0)
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
+    """A Celery worker running the controller's workflows (all of Millrace's queues)."""
+    from millrace.celery import worker_arguments
+
+    return _celery("worker", worker_arguments(args.concurrency) + rest)
+
+
+def cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
+    """Celery beat: sends the periodic jobs (retention, watermarks, timeouts, sweeper)."""
+    _setup_django()
+    from django.conf import settings
+
+    schedule = str(settings.CELERY_BEAT_SCHEDULE_FILENAME)
+    return _celery("beat", ["--loglevel", "INFO", "--schedule", schedule, *rest])
+
+
+def cmd_token_create(args: argparse.Namespace, rest: list[str]) -> int:
+    _setup_django()
+    _migrate(verbosity=0)
+    from millrace.tokens import create_user_token
+
+    print(create_user_token(args.user, superuser=args.superuser, rotate=args.rotate))
+    return EXIT_OK
 
 
 def cmd_mint_token(args: argparse.Namespace, rest: list[str]) -> int:
@@ -128,6 +193,30 @@ def _delegate(module: ModuleType, function: str, rest: list[str]) -> int:
 # -- parser --------------------------------------------------------------------------------
 
 
+def _no_handler(args: argparse.Namespace, rest: list[str]) -> int:
+    raise CommandError("choose an action", EXIT_USAGE)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port {port} is not between 1 and 65535")
+    return port
+
+
+def _http_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface the HTTP server listens on (127.0.0.1)"
+    )
+    parser.add_argument(
+        "--http-port", type=_port, default=9091, metavar="PORT",
+        help="HTTP port of REST, console and WebSockets (default 9091, Pravega's REST port)",
+    )  # fmt: skip
+
+
 def _data_dir_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parent.add_argument(
@@ -162,14 +251,66 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"millrace {millrace_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add(
+    standalone = _add(
         commands,
         "standalone",
         cmd_standalone,
-        "Migrate the metadata database, then run a segment store on embedded defaults.",
-        passthrough="the segment store (see: millrace segmentstore --help)",
+        "Run a whole node on embedded defaults: segment store, controller (REST, console, "
+        "WebSockets), Celery worker and beat.",
         parents=[data_dir],
     )
+    _http_options(standalone)
+    standalone.add_argument(
+        "--segmentstore-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or 12345)",
+    )
+    standalone.add_argument(
+        "--worker-concurrency",
+        type=int,
+        default=2,
+        metavar="N",
+        help="worker processes of the Celery worker (default 2)",
+    )
+    controller = _add(
+        commands,
+        "controller",
+        cmd_controller,
+        "Run the controller's ASGI app (REST API, console, WebSockets) under uvicorn.",
+        parents=[data_dir],
+    )
+    _http_options(controller)
+    worker = _add(
+        commands,
+        "worker",
+        cmd_worker,
+        "Run a Celery worker for the controller's workflows.",
+        passthrough="celery worker",
+        parents=[data_dir],
+    )
+    worker.add_argument("--concurrency", type=int, default=2, metavar="N")
+    _add(
+        commands,
+        "beat",
+        cmd_beat,
+        "Run Celery beat (the periodic jobs). Run exactly one per cluster.",
+        passthrough="celery beat",
+        parents=[data_dir],
+    )
+    token = _add(commands, "token", _no_handler, "Manage REST API tokens.", parents=[data_dir])
+    token_commands = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    create = _add(
+        token_commands,
+        "create",
+        cmd_token_create,
+        "Print the API token of USER, creating the user (without a password) if needed.",
+        parents=[data_dir],
+    )
+    create.add_argument("user", metavar="USER")
+    create.add_argument("--superuser", action="store_true", help="a new user is an administrator")
+    create.add_argument("--rotate", action="store_true", help="replace the user's token")
     _add(
         commands,
         "segmentstore",

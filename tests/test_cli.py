@@ -30,7 +30,10 @@ def run_millrace(*args: str, data_dir: Path, **env: str) -> subprocess.Completed
 def test_help_lists_every_command(data_dir: Path) -> None:
     done = run_millrace("--help", data_dir=data_dir)
     assert done.returncode == 0, done.stderr
-    for command in ("standalone", "segmentstore", "mint-token", "migrate", "version"):
+    for command in (
+        "standalone", "controller", "worker", "beat", "token", "segmentstore", "mint-token",
+        "migrate", "version",
+    ):  # fmt: skip
         assert command in done.stdout
 
 
@@ -104,7 +107,20 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-@pytest.mark.parametrize("argv", [[], ["nosuch"], ["version", "extra"], ["migrate", "-v", "9"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["nosuch"],
+        ["version", "extra"],
+        ["migrate", "-v", "9"],
+        ["standalone", "--http-port", "0"],
+        ["standalone", "--segmentstore-port", "70000"],
+        ["controller", "--http-port", "http"],
+        ["token"],
+        ["token", "create"],
+    ],
+)
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         cli.main(argv)
@@ -122,26 +138,6 @@ def test_data_dir_option_reaches_the_environment(
 ) -> None:
     assert cli.main(["--data-dir", str(tmp_path / "elsewhere"), "segmentstore"]) == 0
     assert os.environ["MILLRACE_DATA_DIR"] == str(tmp_path / "elsewhere")
-
-
-def test_standalone_migrates_then_starts_the_segment_store(
-    env_data_dir: Path,
-    fake_node: list,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    migrated_before_start: list[bool] = []
-    monkeypatch.setattr(
-        cli, "_migrate", lambda verbosity: migrated_before_start.append(not fake_node)
-    )
-    target = env_data_dir / "standalone"
-    assert cli.main(["standalone", "--data-dir", str(target), "--extra"]) == 0
-    assert migrated_before_start == [True]
-    assert fake_node == [["--extra"]]
-    out = capsys.readouterr().out
-    assert f"data directory {target}" in out
-    assert "segment store: 127.0.0.1:12345, 4 containers" in out
-    assert "not started yet (planned)" in out
 
 
 def test_configuration_error_inside_a_command_exits_2(

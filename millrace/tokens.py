@@ -1,0 +1,38 @@
+"""API tokens of REST clients: one DRF token per user, created on demand.
+
+Used by ``millrace token create USER`` and by ``millrace standalone`` for the administrator.
+Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def token_for(user: Any) -> str:
+    """The API token of ``user``, created if it has none."""
+    from rest_framework.authtoken.models import Token
+
+    token, _ = Token.objects.get_or_create(user=user)
+    return str(token.key)
+
+
+def create_user_token(username: str, *, superuser: bool = False, rotate: bool = False) -> str:
+    """The token of ``username`` (created, without a password, if the user does not exist).
+
+    ``superuser`` makes a new user an administrator; ``rotate`` replaces an existing token,
+    which stops the old one working at once.
+    """
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    if user is None:
+        if superuser:
+            user = user_model.objects.create_superuser(username, password=None)
+        else:
+            user = user_model.objects.create_user(username, password=None)
+    if rotate:
+        Token.objects.filter(user=user).delete()
+    return token_for(user)
