@@ -1,7 +1,7 @@
 """ASGI entry point of a Millrace node: Django for HTTP, Channels for WebSockets.
 
-``websocket_urlpatterns`` is where the Channels consumers (tail reads, console feeds) are routed;
-it is empty until they exist, so every WebSocket connection is refused for now.
+WebSockets: the tail reads of ``segment_app.routing``, behind the allowed-hosts origin check
+(foreign origins are refused at the handshake) and authentication by session or API token.
 """
 
 import os
@@ -17,13 +17,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list = []
+from segment_app.consumers.auth import TokenAuthMiddleware  # noqa: E402
+from segment_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -1,0 +1,39 @@
+"""One shared async connection per segment store node, reopened when it is lost.
+
+Readers that talk to many segments (a WebSocket tail reader, a reader group) share one
+connection per node instead of opening one per segment. ``SegmentStorePool.get(host, port)``
+returns a connected ``SegmentStoreClient``; a closed or lost one is replaced on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from millrace.client.segment_store import SegmentStoreClient
+
+
+class SegmentStorePool:
+    """Connections of one event loop, by ``(host, port)``."""
+
+    def __init__(self, **client_options: Any) -> None:
+        self.client_options = client_options
+        self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def get(self, host: str, port: int) -> SegmentStoreClient:
+        key = (host, port)
+        client = self._clients.get(key)
+        if client is not None and not client.is_closed:
+            return client
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            client = self._clients.get(key)
+            if client is None or client.is_closed:
+                client = await SegmentStoreClient.connect(host, port, **self.client_options)
+                self._clients[key] = client
+            return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()

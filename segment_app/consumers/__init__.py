@@ -1,0 +1,1 @@
+"""Channels consumers of the segment store role: WebSocket tail reads (``tail``)."""

@@ -1,0 +1,435 @@
+"""WebSocket tail reads: subscribe to a stream or a segment; events are pushed as they arrive.
+
+Responsibility: the Channels consumers behind ``/ws/streams/<scope>/<stream>`` and
+``/ws/segments/<qualified segment name>``. A subscriber names where to start in the query
+string; the consumer reads the segments from the segment store (tail reads wait there for new
+data) and sends the events in JSON batches. Across scaling, a successor segment is read only
+once all its predecessors are read to their end, so events of one routing key arrive in the
+order they were written. A sealed stream ends the subscription with an ``end`` message.
+
+Flow control: each segment's reader sends a batch and waits until the WebSocket has taken it
+before it reads more, so a slow subscriber slows its readers down and no buffer grows.
+
+Messages (server → client, JSON text):
+  ``{"type": "subscribed", "stream": "sc/st", "position": {"<segment id>": offset, ...}}``
+  ``{"type": "events", "segment": "<qualified name>", "segmentId": id,
+    "events": [{"offset": o, "data": "<base64>"} | {"offset": o, "text": "..."}], "next": o}``
+  ``{"type": "truncated", "segment": ..., "startOffset": o}``  (data skipped: it was deleted)
+  ``{"type": "end"}``  (the stream or segment is sealed and was read to its end)
+  ``{"type": "error", "code": "...", "message": "..."}``  (then close, except for bad input)
+Client → server: ``{"type": "ping"}`` (answered ``{"type": "pong"}``); anything else gets an
+``error`` with code ``bad-message`` and the subscription goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from millrace.client import segment_store as ssc
+from millrace.client.events import EventFormatError, EventSplitter
+from millrace.client.pool import SegmentStorePool
+
+log = logging.getLogger(__name__)
+
+#: Bytes asked for by one read of a segment.
+READ_BYTES = 256 * 1024
+#: How long to wait before asking again for the successors of a sealed segment that the
+#: controller has not recorded yet (the scale is completing).
+SUCCESSOR_POLL_SECONDS = 0.2
+#: Delay before reconnecting to a segment store that went away (doubles up to the max).
+RECONNECT_DELAY_SECONDS, RECONNECT_DELAY_MAX_SECONDS = 0.1, 5.0
+#: Lifetime of the delegation tokens the consumer mints for its reads.
+TOKEN_TTL_SECONDS = 3600.0
+
+CLOSE_BAD_REQUEST, CLOSE_UNAUTHENTICATED, CLOSE_NOT_FOUND, CLOSE_FAILED = 4400, 4401, 4404, 4500
+
+
+class SubscriptionError(Exception):
+    """A subscription that cannot start: ``code`` and ``close_code`` say why."""
+
+    def __init__(self, code: str, message: str, close_code: int = CLOSE_BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+        self.close_code = close_code
+
+
+@dataclass(frozen=True)
+class Target:
+    """A segment to read: its qualified name, id and the node that serves it."""
+
+    name: str
+    segment_id: int
+    host: str
+    port: int
+
+
+@functools.cache
+def _token_secret() -> str:
+    from millrace.config import SegmentStoreSettings
+
+    return SegmentStoreSettings.from_env().token_secret
+
+
+def read_token(resource: str) -> str:
+    """A delegation token for reading ``resource`` (empty when authentication is off)."""
+    from django.conf import settings
+
+    if not settings.MILLRACE.auth_enabled:
+        return ""
+    from segment_app.server.auth import READ, mint_token
+
+    return mint_token(_token_secret(), resource, READ, TOKEN_TTL_SECONDS)
+
+
+class TailConsumer(AsyncWebsocketConsumer):
+    """What the stream and segment consumers share: auth, messages, segment reads."""
+
+    encoding = "base64"
+
+    async def connect(self) -> None:
+        await self.accept()
+        self.pool = SegmentStorePool(request_timeout=60.0)
+        self.send_lock = asyncio.Lock()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.runner: asyncio.Task[Any] | None = None
+        try:
+            self._check_user()
+            query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+            self.params = {key: values[-1] for key, values in query.items()}
+            self.encoding = self.params.get("encoding", "base64")
+            if self.encoding not in ("base64", "utf-8"):
+                raise SubscriptionError("bad-request", "encoding must be base64 or utf-8")
+            await self.subscribe()
+        except SubscriptionError as exc:
+            await self.fail(exc.code, str(exc), exc.close_code)
+            return
+        self.runner = asyncio.create_task(self._run_guarded())
+
+    def _check_user(self) -> None:
+        from django.conf import settings
+
+        user = self.scope.get("user")
+        if settings.MILLRACE.auth_enabled and not (user and user.is_authenticated):
+            raise SubscriptionError(
+                "not-authenticated",
+                "credentials required: a session, an Authorization header "
+                "'Token <key>' or the query parameter token=<key>",
+                CLOSE_UNAUTHENTICATED,
+            )
+
+    async def subscribe(self) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    async def _run_guarded(self) -> None:
+        try:
+            await self.run()
+        except asyncio.CancelledError:
+            raise
+        except SubscriptionError as exc:
+            await self.fail(exc.code, str(exc), exc.close_code)
+        except Exception as exc:  # a bug or a lost store: tell the client, never hang
+            log.exception("tail read failed")
+            await self.fail("internal-error", f"{type(exc).__name__}: {exc}", CLOSE_FAILED)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "runner", None) is not None:
+            self.runner.cancel()  # type: ignore[union-attr]
+        for task in list(getattr(self, "tasks", ())):
+            task.cancel()
+        if hasattr(self, "pool"):
+            await self.pool.close()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data) if text_data is not None else None
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and message.get("type") == "ping":
+            await self.emit({"type": "pong"})
+            return
+        await self.emit(
+            {
+                "type": "error",
+                "code": "bad-message",
+                "message": 'the only message is {"type": "ping"}',
+            }
+        )
+
+    async def emit(self, message: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.send(text_data=json.dumps(message, separators=(",", ":")))
+
+    async def fail(self, code: str, message: str, close_code: int) -> None:
+        with contextlib.suppress(Exception):
+            await self.emit({"type": "error", "code": code, "message": message})
+            await self.close(code=close_code)
+
+    # -- reading one segment -------------------------------------------------------------------
+
+    async def read_segment(self, target: Target, offset: int, token: str) -> None:
+        """Send the events of ``target`` from ``offset`` until its end (if it is ever sealed)."""
+        splitter = EventSplitter(offset)
+        delay = RECONNECT_DELAY_SECONDS
+        while True:
+            try:
+                client = await self.pool.get(target.host, target.port)
+                result = await client.read_segment(
+                    target.name, splitter.offset + splitter.buffered, READ_BYTES, token=token
+                )
+            except ssc.SegmentTruncatedError as exc:
+                splitter = EventSplitter(exc.start_offset)
+                await self.emit(
+                    {"type": "truncated", "segment": target.name, "startOffset": exc.start_offset}
+                )
+                continue
+            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_DELAY_MAX_SECONDS)
+                continue
+            except ssc.SegmentNotFoundError:
+                return  # deleted (the stream was deleted, or a truncation removed it)
+            except ssc.SegmentSealedError:
+                return
+            delay = RECONNECT_DELAY_SECONDS
+            try:
+                events = splitter.feed(result.offset, result.data)
+            except EventFormatError as exc:
+                raise SubscriptionError(
+                    "not-events", f"{target.name}: {exc}", CLOSE_FAILED
+                ) from exc
+            if events:
+                await self.emit(self._batch(target, events, splitter.offset))
+            if result.end_of_segment and not result.data:
+                return
+
+    def _batch(self, target: Target, events: list[Any], next_offset: int) -> dict[str, Any]:
+        items = []
+        for event in events:
+            item: dict[str, Any] = {"offset": event.offset}
+            if self.encoding == "utf-8":
+                try:
+                    item["text"] = event.data.decode("utf-8")
+                except UnicodeDecodeError:
+                    item["data"] = base64.b64encode(event.data).decode("ascii")
+            else:
+                item["data"] = base64.b64encode(event.data).decode("ascii")
+            items.append(item)
+        return {
+            "type": "events",
+            "segment": target.name,
+            "segmentId": target.segment_id,
+            "events": items,
+            "next": next_offset,
+        }
+
+
+class StreamTailConsumer(TailConsumer):
+    """``/ws/streams/<scope>/<stream>?from=head|tail|time:<ms>|cut:<id>=<offset>,...``."""
+
+    async def subscribe(self) -> None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        self.scope_name, self.stream_name = kwargs["scope"], kwargs["stream"]
+        self.token = read_token(f"{self.scope_name}/{self.stream_name}/")
+        start = self.params.get("from", "tail")
+        self.position = await database_sync_to_async(self._start_position)(start)
+        if start == "tail":
+            self.position = await self._tail_offsets(self.position)
+        await self.emit(
+            {
+                "type": "subscribed",
+                "stream": f"{self.scope_name}/{self.stream_name}",
+                "position": {str(t.segment_id): o for t, o in self.position.items()},
+            }
+        )
+
+    def _start_position(self, start: str) -> dict[Target, int]:
+        from controller_app import selectors as sel
+        from controller_app.errors import ControllerError
+        from controller_app.models import Stream
+
+        try:
+            stream = sel.get_stream(self.scope_name, self.stream_name)
+        except Stream.DoesNotExist:
+            raise SubscriptionError(
+                "not-found", f"stream {self.scope_name}/{self.stream_name} does not exist",
+                CLOSE_NOT_FOUND,
+            ) from None  # fmt: skip
+        self.stream = stream
+        try:
+            if start in ("head", "tail"):
+                cut = (
+                    sel.head_segments(stream)
+                    if start == "head"
+                    else dict.fromkeys(sel.current_segments(stream), 0)
+                )
+            elif start.startswith("time:"):
+                cut = sel.segments_at_time(stream, int(start[5:]))
+            elif start.startswith("cut:"):
+                cut = sel.validate_stream_cut(stream, _parse_cut(start[4:]))
+            else:
+                raise SubscriptionError(
+                    "bad-request", "from must be head, tail, time:<ms> or cut:<id>=<offset>,..."
+                )
+            count = sel.container_count()
+            return {self._target(sel, s.id, count): offset for s, offset in cut.items()}
+        except (ValueError, ControllerError) as exc:
+            raise SubscriptionError("bad-request", str(exc)) from exc
+
+    def _target(self, sel: Any, segment_id: int, count: int) -> Target:
+        uri = sel.segment_uri(self.stream, segment_id, count)
+        return Target(sel.segment_name(self.stream, segment_id), segment_id, uri.host, uri.port)
+
+    async def _tail_offsets(self, position: dict[Target, int]) -> dict[Target, int]:
+        tail = {}
+        for target in position:
+            client = await self.pool.get(target.host, target.port)
+            info = await client.get_info(target.name, token=self.token)
+            tail[target] = info.write_offset
+        return tail
+
+    async def run(self) -> None:
+        self.done: set[int] = set()
+        self.waiting: dict[int, set[int]] = {}  # successor id -> predecessor ids not yet done
+        self.started: set[int] = set()
+        self.finished = asyncio.Event()
+        for target, offset in self.position.items():
+            self._start(target, offset)
+        await self.finished.wait()
+        await self.emit({"type": "end"})
+        await self.close()
+
+    def _start(self, target: Target, offset: int) -> None:
+        self.started.add(target.segment_id)
+        task = asyncio.create_task(self._follow(target, offset))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _follow(self, target: Target, offset: int) -> None:
+        try:
+            await self.read_segment(target, offset, self.token)
+            successors = await self._successors(target)
+            self.done.add(target.segment_id)
+            for successor, predecessors in successors.items():
+                if successor.segment_id in self.started:
+                    continue
+                # Predecessors this subscription never read (before its start) do not hold it.
+                left = self.waiting.setdefault(
+                    successor.segment_id, set(predecessors) & self.started
+                )
+                left.difference_update(self.done)
+                if not left:
+                    del self.waiting[successor.segment_id]
+                    self._start(successor, 0)
+            if not self.tasks - {asyncio.current_task()} and not self.waiting:
+                self.finished.set()
+        except asyncio.CancelledError:
+            raise
+        except SubscriptionError as exc:
+            await self.fail(exc.code, str(exc), exc.close_code)
+        except Exception as exc:
+            log.exception("tail read of %s failed", target.name)
+            await self.fail("internal-error", f"{type(exc).__name__}: {exc}", CLOSE_FAILED)
+
+    async def _successors(self, target: Target) -> dict[Target, list[int]]:
+        """The successors of a segment read to its end, once the controller has them."""
+        while True:
+            found, sealed = await database_sync_to_async(self._successors_now)(target.segment_id)
+            if found or sealed:
+                return found
+            await asyncio.sleep(SUCCESSOR_POLL_SECONDS)
+
+    def _successors_now(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
+        from controller_app import selectors as sel
+        from controller_app.choices import StreamState
+        from controller_app.models import Stream
+
+        try:
+            self.stream.refresh_from_db(fields=["state", "current_epoch"])
+        except Stream.DoesNotExist:
+            return {}, True  # deleted
+        found = sel.successors(self.stream, segment_id)
+        count = sel.container_count()
+        targets = {self._target(sel, s.id, count): preds for s, preds in found.items()}
+        sealed = self.stream.state in (
+            StreamState.SEALED,
+            StreamState.SEALING,
+            StreamState.DELETING,
+        )
+        return targets, sealed
+
+
+class SegmentTailConsumer(TailConsumer):
+    """``/ws/segments/<qualified segment name>?offset=<n>|head|tail``: one segment.
+
+    The name's ``#`` characters must be sent percent-encoded (``%23``), as in
+    ``/ws/segments/sc/st/0.%23epoch.0``: a raw ``#`` starts a URL fragment.
+    """
+
+    async def subscribe(self) -> None:
+        from controller_app.segments import parse_segment_name
+
+        name = self.scope["url_route"]["kwargs"]["segment"]
+        try:
+            scope, stream, segment_id = parse_segment_name(name)
+        except ValueError as exc:
+            raise SubscriptionError("bad-request", str(exc)) from exc
+        self.token = read_token(f"{scope}/{stream}/")
+        uri = await database_sync_to_async(_node_for)(name)
+        self.target = Target(name, segment_id, uri.host, uri.port)
+        start = self.params.get("offset", "head")
+        client = await self.pool.get(uri.host, uri.port)
+        try:
+            info = await client.get_info(name, token=self.token)
+        except ssc.SegmentNotFoundError:
+            info = None
+        if info is None or not info.exists:
+            raise SubscriptionError("not-found", f"segment {name} does not exist", CLOSE_NOT_FOUND)
+        if start == "head":
+            self.offset = info.start_offset
+        elif start == "tail":
+            self.offset = info.write_offset
+        elif start.isdigit():
+            self.offset = int(start)
+        else:
+            raise SubscriptionError("bad-request", "offset must be head, tail or a number")
+        await self.emit({"type": "subscribed", "segment": name, "offset": self.offset})
+
+    async def run(self) -> None:
+        await self.read_segment(self.target, self.offset, self.token)
+        await self.emit({"type": "end"})
+        await self.close()
+
+
+def _node_for(name: str) -> Any:
+    from controller_app import selectors as sel
+    from controller_app.errors import NoNodeForSegmentError
+
+    try:
+        return sel.node_uri(name)
+    except NoNodeForSegmentError as exc:
+        raise SubscriptionError("no-node", str(exc), CLOSE_FAILED) from exc
+
+
+def _parse_cut(text: str) -> dict[int, int]:
+    """``<segment id>=<offset>,...`` as a dict (ValueError on anything else)."""
+    cut = {}
+    for part in filter(None, text.split(",")):
+        segment, _, offset = part.partition("=")
+        cut[int(segment)] = int(offset)
+    if not cut:
+        raise ValueError("a stream cut names at least one segment")
+    return cut
