@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from asgiref.sync import sync_to_async
