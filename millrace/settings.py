@@ -165,6 +165,25 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
+# Pravega's event-processor streams: requests serialized per stream (by its state), commits
+# serial per stream, aborts concurrent. `millrace worker` consumes every queue named here.
+CELERY_TASK_ROUTES = {
+    **{
+        f"millrace.{name}": {"queue": "controller.requests"}
+        for name in ("create_stream", "seal_stream", "delete_stream", "scale_stream",
+                     "truncate_stream")
+    },
+    "millrace.commit_transactions": {"queue": "controller.commits"},
+    "millrace.abort_transaction": {"queue": "controller.aborts"},
+}  # fmt: skip
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "millrace.sweep", "schedule": 30.0},
+    "transaction-timeouts": {"task": "millrace.transaction_timeouts", "schedule": 10.0},
+    "completed-transaction-cleanup": {
+        "task": "millrace.completed_transaction_cleanup",
+        "schedule": 3600.0,
+    },
+}
 CELERY_TIMEZONE = TIME_ZONE
 
 LOGGING = {

@@ -1,0 +1,181 @@
+"""The controller's port to the segment store, for synchronous code (workflows, tasks, views).
+
+Responsibility: create, seal, truncate, delete and merge segments on whichever node serves
+them (the host store: ``Node`` and ``ContainerAssignment`` rows, read by
+``selectors.node_uri``), with the idempotence a retried workflow step needs: creating a segment
+that exists, sealing a sealed one, deleting a missing one, merging a transaction segment that
+was merged already all succeed. One blocking connection per node and process
+(``SyncSegmentStoreClient``: the async client on a private event loop thread), opened on first
+use, so a forked Celery worker never shares a socket with its parent. Delegation tokens are
+minted here with the cluster's token secret when authentication is on.
+
+``register_node`` is how a segment store node (``millrace standalone``, tests, an operator)
+becomes the owner of every container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import transaction
+
+from controller_app import selectors as sel
+from controller_app.models import Container, ContainerAssignment, Node
+from millrace.client import segment_store as ssc
+
+T = TypeVar("T")
+
+#: Lifetime of the delegation tokens the controller mints for its own requests.
+TOKEN_TTL_SECONDS = 600.0
+#: Seconds one request to the segment store may take before it fails.
+REQUEST_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    """What the segment store says of a segment."""
+
+    exists: bool
+    sealed: bool
+    length: int
+    start_offset: int
+
+
+def register_node(
+    *, host: str, port: int, container_count: int, node_id: str = "standalone"
+) -> Node:
+    """Record the node ``node_id`` at ``host:port`` and assign it every container.
+
+    The container count is fixed for the life of a cluster; a different count from the one
+    registered before is refused (segments would move to other containers).
+    """
+    known = sel.container_count()
+    if known and known != container_count:
+        raise ValueError(
+            f"this cluster has {known} segment containers; the node offers {container_count} "
+            "(MILLRACE_CONTAINERS must stay the same for the life of a cluster)"
+        )
+    with transaction.atomic():
+        node, _ = Node.objects.update_or_create(
+            node_id=node_id, defaults={"host": host, "port": port}
+        )
+        for number in range(container_count):
+            container, _ = Container.objects.get_or_create(number=number)
+            assignment = ContainerAssignment.objects.filter(container=container).first()
+            if assignment is None:
+                ContainerAssignment.objects.create(container=container, node=node)
+            elif assignment.node_id != node.pk:
+                assignment.node = node
+                assignment.generation += 1
+                assignment.save(update_fields=["node", "generation", "assigned_at"])
+    return node
+
+
+@functools.cache
+def _token_secret() -> str:
+    from millrace.config import SegmentStoreSettings
+
+    return SegmentStoreSettings.from_env().token_secret
+
+
+def _token(segment: str) -> str:
+    from django.conf import settings
+
+    if not settings.MILLRACE.auth_enabled:
+        return ""
+    from segment_app.server.auth import READ_UPDATE, mint_token
+
+    scope, stream, _ = segment.split("/", 2)
+    return mint_token(_token_secret(), f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
+
+
+class SegmentStorePort:
+    """Blocking segment operations, each routed to the node that serves the segment."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str, int], ssc.SyncSegmentStoreClient] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _client(self, segment: str) -> ssc.SyncSegmentStoreClient:
+        if os.getpid() != self._pid:  # forked: the parent's connections are not ours
+            self._clients, self._pid = {}, os.getpid()
+        uri = sel.node_uri(segment)
+        key = (uri.host, uri.port)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None or client._client.is_closed:
+                client = ssc.SyncSegmentStoreClient(
+                    uri.host, uri.port, request_timeout=REQUEST_TIMEOUT_SECONDS
+                )
+                self._clients[key] = client
+            return client
+
+    def _call(self, segment: str, operation: Callable[[Any], T]) -> T:
+        client = self._client(segment)
+        try:
+            return operation(client)
+        except ssc.ConnectionLostError:
+            # One retry on a fresh connection (the node restarted); then the error stands.
+            with self._lock:
+                self._clients = {k: c for k, c in self._clients.items() if c is not client}
+            return operation(self._client(segment))
+
+    def create_segment(self, segment: str) -> None:
+        with contextlib.suppress(ssc.SegmentExistsError):
+            self._call(segment, lambda c: c.create_segment(segment, token=_token(segment)))
+
+    def seal(self, segment: str) -> int:
+        """Seal ``segment`` (sealed already is fine); its final length."""
+        with contextlib.suppress(ssc.SegmentSealedError):
+            self._call(segment, lambda c: c.seal(segment, token=_token(segment)))
+        return self.info(segment).length
+
+    def truncate(self, segment: str, offset: int) -> None:
+        self._call(segment, lambda c: c.truncate(segment, offset, token=_token(segment)))
+
+    def delete(self, segment: str) -> None:
+        with contextlib.suppress(ssc.SegmentNotFoundError):
+            self._call(segment, lambda c: c.delete(segment, token=_token(segment)))
+
+    def merge(self, target: str, source: str) -> None:
+        """Merge transaction segment ``source`` into ``target`` (merged already is fine)."""
+        try:
+            self._call(target, lambda c: c.merge(target, source, token=_token(target)))
+        except ssc.SegmentNotFoundError:
+            if not self.info(source).exists and self.info(target).exists:
+                return  # merged (and removed) by an earlier run of this step
+            raise
+
+    def info(self, segment: str) -> SegmentState:
+        try:
+            got = self._call(segment, lambda c: c.get_info(segment, token=_token(segment)))
+        except ssc.SegmentNotFoundError:
+            return SegmentState(False, False, 0, 0)
+        exists = got.exists and not got.deleted
+        return SegmentState(exists, got.sealed, got.write_offset, got.start_offset)
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+
+_port: SegmentStorePort | None = None
+_port_lock = threading.Lock()
+
+
+def segment_store() -> SegmentStorePort:
+    """The process's port to the segment store."""
+    global _port
+    with _port_lock:
+        if _port is None:
+            _port = SegmentStorePort()
+        return _port
