@@ -10,6 +10,7 @@ See README.md for the variables.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,13 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_config(MILLRACE.database_url, MILLRACE.data_dir)}
+if MILLRACE.database_url is None:
+    # pytest-django's SQLite test database is a file, not memory, so that the worker and node
+    # processes a test starts can share it; such a process is told its name by the TEST-ONLY
+    # variable MILLRACE_TEST_SQLITE_NAME (tests/controller/conftest.py).
+    DATABASES["default"]["TEST"] = {"NAME": str(MILLRACE.data_dir / "test-millrace.sqlite3")}
+    if os.environ.get("MILLRACE_TEST_SQLITE_NAME"):
+        DATABASES["default"]["NAME"] = os.environ["MILLRACE_TEST_SQLITE_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -38,9 +38,25 @@ def parent_name(name: str) -> str:
     return name
 
 
+#: Marks a segment's creation epoch in its qualified name (``<number>.#epoch.<epoch>``).
+_EPOCH_MARK = ".#epoch."
+
+
+def container_key(name: str) -> str:
+    """What places a segment in a container: its parent's name without the creation epoch.
+
+    Transaction segments live with their parent, and every duplicate of a segment number
+    (rolling transactions re-create segment numbers in new epochs) lives with the original,
+    so a transaction of an old epoch is merged into its duplicate inside one container.
+    """
+    parent = parent_name(name)
+    cut = parent.rfind(_EPOCH_MARK)
+    return parent[:cut] if cut > 0 else parent
+
+
 def container_for(name: str, container_count: int) -> int:
     """The container that owns segment ``name``."""
-    return crc32c.crc32c(parent_name(name).encode()) % container_count
+    return crc32c.crc32c(container_key(name).encode()) % container_count
 
 
 class SegmentStore:
