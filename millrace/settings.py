@@ -89,6 +89,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
     "channels",
     "segment_app",
     "controller_app",
@@ -151,6 +152,8 @@ STATIC_ROOT = MILLRACE.data_dir / "static"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First: its "WWW-Authenticate: Token" makes a missing credential a 401, not a 403.
+        "controller_app.api.authentication.BearerOrTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
@@ -159,6 +162,18 @@ REST_FRAMEWORK = {
         if MILLRACE.auth_enabled
         else "rest_framework.permissions.AllowAny"
     ],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "controller_app.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Millrace REST API",
+    "DESCRIPTION": "Pravega's controller admin API under /v1/, and Millrace's additions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 CHANNEL_LAYERS = channel_layers(MILLRACE.redis_url)

@@ -1,9 +1,25 @@
-"""Root URL configuration: health endpoints (no authentication) and the Django admin."""
+"""Root URL configuration.
+
+* ``/health...`` and ``/v1/health...``: health (no authentication);
+* ``/v1/...``: the REST API (Pravega's admin API and Millrace's additions);
+* ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI);
+* ``/admin/``: the Django admin.
+
+Unknown API paths and server errors answer JSON (``controller_app.api.errors``).
+"""
 
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
     path("", include("segment_app.urls")),
+    path("v1/", include("segment_app.urls")),
+    path("v1/", include("controller_app.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "controller_app.api.errors.not_found"
+handler500 = "controller_app.api.errors.server_error"

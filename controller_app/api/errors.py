@@ -1,0 +1,105 @@
+"""Every API error as JSON ``{"code": "<stable code>", "message": "<what and why>"}``.
+
+``exception_handler`` is DRF's ``EXCEPTION_HANDLER``: controller errors map to their HTTP
+status and code, DRF's own (validation, authentication, permission, parse, method) keep their
+status with a stable code, segment store failures are 503, anything else is 500 with a short
+message (the traceback goes to the log, never to the client). ``not_found`` and ``server_error``
+are Django's 404/500 handlers for paths outside DRF views (JSON for the API paths).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from controller_app import errors as ce
+from millrace.client import segment_store as ssc
+
+log = logging.getLogger(__name__)
+
+#: (exception class, HTTP status, code), first match wins.
+_CONTROLLER = [
+    (ce.ScopeNotFoundError, 404, "scope-not-found"),
+    (ce.StreamNotFoundError, 404, "stream-not-found"),
+    (ce.TransactionNotFoundError, 404, "transaction-not-found"),
+    (ce.SegmentNotFoundError, 404, "segment-not-found"),
+    (ce.NotFoundError, 404, "not-found"),
+    (ce.AlreadyExistsError, 409, "already-exists"),
+    (ce.ConflictError, 409, "conflict"),
+    (ce.PreconditionFailedError, 412, "precondition-failed"),
+    (ce.IllegalTransitionError, 412, "precondition-failed"),
+    (ce.InvalidStreamCutError, 400, "invalid-stream-cut"),
+    (ce.InvalidArgumentError, 400, "invalid-argument"),
+    (ce.WorkflowTimeoutError, 504, "workflow-timeout"),
+    (ce.NoNodeForSegmentError, 503, "no-segment-store"),
+]
+_DRF = [
+    (drf.NotAuthenticated, "not-authenticated"),
+    (drf.AuthenticationFailed, "authentication-failed"),
+    (drf.PermissionDenied, "permission-denied"),
+    (drf.ParseError, "malformed-request"),
+    (drf.UnsupportedMediaType, "unsupported-media-type"),
+    (drf.MethodNotAllowed, "method-not-allowed"),
+    (drf.NotAcceptable, "not-acceptable"),
+    (drf.NotFound, "not-found"),
+    (drf.Throttled, "throttled"),
+    (drf.ValidationError, "invalid-argument"),
+]
+
+
+def error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response({"code": code, "message": message}, status=status, headers=headers)
+
+
+def _validation_message(detail: Any, prefix: str = "") -> str:
+    if isinstance(detail, dict):
+        parts = [_validation_message(v, f"{prefix}{k}: ") for k, v in detail.items()]
+        return "; ".join(parts)
+    if isinstance(detail, list):
+        return "; ".join(_validation_message(v, prefix) for v in detail)
+    return f"{prefix}{detail}"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    for cls, status, code in _CONTROLLER:
+        if isinstance(exc, cls):
+            return error(status, code, str(exc))
+    if isinstance(exc, Http404):
+        return error(404, "not-found", str(exc) or "not found")
+    for cls, code in _DRF:
+        if isinstance(exc, cls):
+            headers = {}
+            auth_header = getattr(exc, "auth_header", None)
+            if auth_header:
+                headers["WWW-Authenticate"] = auth_header
+            message = _validation_message(exc.detail)
+            return error(exc.status_code, code, message, headers)
+    if isinstance(exc, (ssc.SegmentStoreError, OSError)):
+        log.warning("segment store unavailable: %s", exc)
+        return error(503, "segment-store-unavailable", f"the segment store failed: {exc}")
+    log.exception("unexpected error in %s", context.get("view"))
+    return error(500, "internal-error", f"internal error ({type(exc).__name__}); see the log")
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(("/v1/", "/api/"))
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(
+            {"code": "not-found", "message": f"no such path: {request.path}"}, status=404
+        )
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        body = {"code": "internal-error", "message": "internal error; see the log"}
+        return JsonResponse(body, status=500)
+    return defaults.server_error(request)

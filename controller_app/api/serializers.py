@@ -1,0 +1,343 @@
+"""JSON shapes of the REST API, with Pravega's field names and unit conversions.
+
+Pravega's ``RetentionConfig`` speaks days and megabytes (``LIMITED_DAYS``, ``LIMITED_SIZE_MB``,
+with ``timeBasedRetention`` {days, hours, minutes} for finer times); Millrace stores
+milliseconds and bytes. ``retention_to_config`` and ``retention_from_stream`` convert, as
+Pravega's ``ModelHelper`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controller_app.choices import RetentionPolicyType, ScalingPolicyType
+from controller_app.models import Stream
+from controller_app.models.stream import RETENTION_MAX_DEFAULT
+from controller_app.workflows.config import TAG_LENGTH_MAX, StreamConfig
+
+MIB = 1024 * 1024
+MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
+class ScopeCreateSerializer(serializers.Serializer):
+    scopeName = serializers.CharField(max_length=250)
+
+
+class ScopeSerializer(serializers.Serializer):
+    scopeName = serializers.CharField()
+
+
+class ScopesListSerializer(serializers.Serializer):
+    scopes = ScopeSerializer(many=True)
+
+
+class ScalingConfigSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=ScalingPolicyType.values)
+    targetRate = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    scaleFactor = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    minSegments = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
+
+
+class TimeBasedRetentionSerializer(serializers.Serializer):
+    days = serializers.IntegerField(min_value=0, max_value=10**8, required=False, default=0)
+    hours = serializers.IntegerField(min_value=0, max_value=10**9, required=False, default=0)
+    minutes = serializers.IntegerField(min_value=0, max_value=10**10, required=False, default=0)
+
+
+class RetentionConfigSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["LIMITED_DAYS", "LIMITED_SIZE_MB"])
+    value = serializers.IntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    timeBasedRetention = TimeBasedRetentionSerializer(required=False, allow_null=True)
+    maxValue = serializers.IntegerField(min_value=0, max_value=10**12, required=False, default=0)
+    maxTimeBasedRetention = TimeBasedRetentionSerializer(required=False, allow_null=True)
+
+
+class StreamUpdateSerializer(serializers.Serializer):
+    scalingPolicy = ScalingConfigSerializer(required=False)
+    retentionPolicy = RetentionConfigSerializer(required=False, allow_null=True)
+    streamTags = serializers.ListField(
+        child=serializers.CharField(max_length=TAG_LENGTH_MAX), required=False, max_length=128
+    )
+    timestampAggregationTimeout = serializers.IntegerField(
+        min_value=0, max_value=INT64_MAX, required=False
+    )
+    rolloverSizeBytes = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
+
+    def to_config(self) -> StreamConfig:
+        data: dict[str, Any] = self.validated_data  # type: ignore[assignment]
+        scaling = data.get("scalingPolicy") or {}
+        fields: dict[str, Any] = {
+            "scaling_type": scaling.get("type", ScalingPolicyType.FIXED_NUM_SEGMENTS),
+            "min_segments": scaling.get("minSegments", 1),
+            "tags": tuple(data.get("streamTags") or ()),
+            "timestamp_aggregation_timeout": data.get("timestampAggregationTimeout", 0),
+            "rollover_size_bytes": data.get("rolloverSizeBytes", 0),
+        }
+        if fields["scaling_type"] != ScalingPolicyType.FIXED_NUM_SEGMENTS:
+            fields["target_rate"] = scaling.get("targetRate", 0)
+            fields["scale_factor"] = scaling.get("scaleFactor", 0)
+        fields.update(retention_to_config(data.get("retentionPolicy")))
+        return StreamConfig(**fields)
+
+
+class StreamCreateSerializer(StreamUpdateSerializer):
+    streamName = serializers.CharField(max_length=250)
+
+
+def _duration_ms(value: dict[str, int] | None) -> int:
+    if not value:
+        return 0
+    return (
+        value.get("days", 0) * DAY_MS + value.get("hours", 0) * HOUR_MS
+        + value.get("minutes", 0) * MINUTE_MS
+    )  # fmt: skip
+
+
+def retention_to_config(policy: dict[str, Any] | None) -> dict[str, Any]:
+    """Pravega's RetentionConfig as ``StreamConfig`` retention fields (ms or bytes)."""
+    if not policy:
+        return {"retention_type": RetentionPolicyType.NONE}
+    if policy["type"] == "LIMITED_SIZE_MB":
+        value = policy.get("value", 0) * MIB
+        maximum = policy.get("maxValue", 0) * MIB or RETENTION_MAX_DEFAULT
+        return {"retention_type": RetentionPolicyType.SIZE, "retention_value": value,
+                "retention_max": maximum}  # fmt: skip
+    value = policy.get("value", 0)
+    ms = value * DAY_MS if value else _duration_ms(policy.get("timeBasedRetention"))
+    max_value = policy.get("maxValue", 0)
+    max_ms = max_value * DAY_MS if max_value else _duration_ms(policy.get("maxTimeBasedRetention"))
+    return {"retention_type": RetentionPolicyType.TIME, "retention_value": ms,
+            "retention_max": max_ms or RETENTION_MAX_DEFAULT}  # fmt: skip
+
+
+def _time_out(ms: int) -> tuple[int, dict[str, int]]:
+    if ms % DAY_MS == 0:
+        return ms // DAY_MS, {"days": ms // DAY_MS, "hours": 0, "minutes": 0}
+    days, rest = divmod(ms, DAY_MS)
+    return 0, {"days": days, "hours": rest // HOUR_MS, "minutes": (rest % HOUR_MS) // MINUTE_MS}
+
+
+def retention_from_stream(stream: Stream) -> dict[str, Any] | None:
+    if stream.retention_type == RetentionPolicyType.NONE:
+        return None
+    unbounded = stream.retention_max >= RETENTION_MAX_DEFAULT
+    if stream.retention_type == RetentionPolicyType.SIZE:
+        return {"type": "LIMITED_SIZE_MB", "value": stream.retention_value // MIB,
+                "maxValue": 0 if unbounded else stream.retention_max // MIB}  # fmt: skip
+    value, time_based = _time_out(stream.retention_value)
+    out: dict[str, Any] = {"type": "LIMITED_DAYS", "value": value, "timeBasedRetention": time_based}
+    if unbounded:
+        out["maxValue"] = 0
+    else:
+        out["maxValue"], out["maxTimeBasedRetention"] = _time_out(stream.retention_max)
+    return out
+
+
+def scaling_from_stream(stream: Stream) -> dict[str, Any]:
+    if stream.scaling_type == ScalingPolicyType.FIXED_NUM_SEGMENTS:
+        return {"type": stream.scaling_type, "minSegments": stream.min_segments}
+    return {"type": stream.scaling_type, "targetRate": stream.target_rate,
+            "scaleFactor": stream.scale_factor, "minSegments": stream.min_segments}  # fmt: skip
+
+
+class StreamPropertySerializer(serializers.Serializer):
+    scopeName = serializers.CharField()
+    streamName = serializers.CharField()
+    scalingPolicy = ScalingConfigSerializer()
+    retentionPolicy = RetentionConfigSerializer(allow_null=True)
+    tags = serializers.ListField(child=serializers.CharField())
+    timestampAggregationTimeout = serializers.IntegerField()
+    rolloverSizeBytes = serializers.IntegerField()
+
+    @staticmethod
+    def of(stream: Stream, tags: list[str]) -> dict[str, Any]:
+        return {
+            "scopeName": stream.scope.name,
+            "streamName": stream.name,
+            "scalingPolicy": scaling_from_stream(stream),
+            "retentionPolicy": retention_from_stream(stream),
+            "tags": tags,
+            "timestampAggregationTimeout": stream.timestamp_aggregation_timeout,
+            "rolloverSizeBytes": stream.rollover_size_bytes,
+        }
+
+
+class StreamsListSerializer(serializers.Serializer):
+    streams = StreamPropertySerializer(many=True)
+
+
+class StreamStateSerializer(serializers.Serializer):
+    streamState = serializers.ChoiceField(choices=["SEALED"])
+
+
+class SegmentSerializer(serializers.Serializer):
+    """Pravega's ``Segment`` of a scaling event."""
+
+    number = serializers.IntegerField()
+    startTime = serializers.IntegerField()
+    keyStart = serializers.FloatField()
+    keyEnd = serializers.FloatField()
+
+
+class ScaleMetadataSerializer(serializers.Serializer):
+    timestamp = serializers.IntegerField()
+    segmentList = SegmentSerializer(many=True)
+    splits = serializers.IntegerField()
+    merges = serializers.IntegerField()
+
+
+class ScalingEventListSerializer(serializers.Serializer):
+    scalingEvents = ScaleMetadataSerializer(many=True)
+
+
+class ReaderGroupNameSerializer(serializers.Serializer):
+    readerGroupName = serializers.CharField()
+
+
+class ReaderGroupsListSerializer(serializers.Serializer):
+    readerGroups = ReaderGroupNameSerializer(many=True)
+
+
+class ReaderGroupPropertySerializer(serializers.Serializer):
+    scopeName = serializers.CharField()
+    readerGroupName = serializers.CharField()
+    streamList = serializers.ListField(child=serializers.CharField())
+    onlineReaderIds = serializers.ListField(child=serializers.CharField())
+
+
+# -- Millrace's additions ---------------------------------------------------------------------
+
+
+class StreamInfoSerializer(StreamPropertySerializer):
+    state = serializers.CharField()
+    currentEpoch = serializers.IntegerField()
+
+
+class SegmentInfoSerializer(serializers.Serializer):
+    segmentId = serializers.IntegerField(help_text="64 bits: creation epoch << 32 | number")
+    number = serializers.IntegerField()
+    epoch = serializers.IntegerField(help_text="The creation epoch.")
+    name = serializers.CharField(help_text="Qualified segment name.")
+    keyStart = serializers.FloatField()
+    keyEnd = serializers.FloatField()
+    offset = serializers.IntegerField(required=False, help_text="Start offset, in a position.")
+
+
+class SegmentsSerializer(serializers.Serializer):
+    segments = SegmentInfoSerializer(many=True)
+
+
+class SuccessorSerializer(SegmentInfoSerializer):
+    predecessors = serializers.ListField(child=serializers.IntegerField())
+
+
+class SuccessorsSerializer(serializers.Serializer):
+    successors = SuccessorSerializer(many=True)
+
+
+class SegmentUriSerializer(serializers.Serializer):
+    segment = serializers.CharField()
+    host = serializers.CharField()
+    port = serializers.IntegerField()
+
+
+class StreamCutField(serializers.DictField):
+    """``{"<segment id>": offset}``."""
+
+    child = serializers.IntegerField(min_value=0, max_value=INT64_MAX)
+
+    def to_internal_value(self, data: Any) -> dict[int, int]:
+        values = super().to_internal_value(data)
+        try:
+            cut = {int(k): int(v) for k, v in values.items()}
+        except ValueError:
+            raise serializers.ValidationError("keys must be segment ids (integers)") from None
+        if not cut:
+            raise serializers.ValidationError("a stream cut names at least one segment")
+        if any(k < 0 or k > INT64_MAX for k in cut):
+            raise serializers.ValidationError("segment ids are 64-bit, not negative")
+        return cut
+
+
+class ScaleRequestSerializer(serializers.Serializer):
+    sealedSegments = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=INT64_MAX), min_length=1,
+        max_length=1024,
+    )  # fmt: skip
+    newRanges = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField(), min_length=2, max_length=2),
+        min_length=1, max_length=1024,
+        help_text="[[keyStart, keyEnd], ...] covering exactly the sealed segments' ranges",
+    )  # fmt: skip
+    scaleTime = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
+
+
+class ScaleResultSerializer(serializers.Serializer):
+    status = serializers.CharField()
+    epoch = serializers.IntegerField()
+    segments = SegmentInfoSerializer(many=True)
+
+
+class StreamCutRequestSerializer(serializers.Serializer):
+    streamCut = StreamCutField()
+
+
+class CutsRequestSerializer(serializers.Serializer):
+    fromStreamCut = StreamCutField(required=False)
+    toStreamCut = StreamCutField(required=False)
+
+
+class SizeSerializer(serializers.Serializer):
+    size = serializers.IntegerField(help_text="Bytes from the start of the stream to the cut.")
+
+
+class ValiditySerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    message = serializers.CharField(allow_blank=True)
+
+
+class TruncateResultSerializer(serializers.Serializer):
+    head = SegmentInfoSerializer(many=True)
+
+
+class TransactionCreateSerializer(serializers.Serializer):
+    leaseMs = serializers.IntegerField(min_value=1000, max_value=600_000, default=30_000)
+    writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+
+
+class TransactionSerializer(serializers.Serializer):
+    txnId = serializers.UUIDField()
+    state = serializers.CharField()
+    epoch = serializers.IntegerField(required=False)
+    segments = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class PingSerializer(serializers.Serializer):
+    leaseMs = serializers.IntegerField(min_value=1000, max_value=600_000)
+
+
+class CommitSerializer(serializers.Serializer):
+    writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
+    wait = serializers.FloatField(min_value=0, max_value=60, required=False)
+
+
+class AbortSerializer(serializers.Serializer):
+    wait = serializers.FloatField(min_value=0, max_value=60, required=False)
+
+
+class WriterMarkSerializer(serializers.Serializer):
+    writerId = serializers.CharField(max_length=64)
+    timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX)
+    position = StreamCutField(required=False, default=dict)
+
+    def validate_position(self, value: Any) -> Any:
+        return value
+
+
+class WriterMarkResultSerializer(serializers.Serializer):
+    writerId = serializers.CharField()
+    timestamp = serializers.IntegerField()

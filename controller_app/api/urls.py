@@ -1,0 +1,56 @@
+"""Paths of the REST API (mounted at ``/v1/`` by ``millrace.urls``)."""
+
+from __future__ import annotations
+
+from django.urls import path, register_converter
+
+from controller_app.api import views as v
+from controller_app.segments import EPOCH_MAX
+
+
+class SegmentIdConverter:
+    """A 64-bit segment id whose creation epoch is a real epoch (else the path is a 404)."""
+
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number >= 2**63 or number >> 32 > EPOCH_MAX:
+            raise ValueError(value)
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(SegmentIdConverter, "segment")
+
+STREAM = "scopes/<str:scope>/streams/<str:stream>"
+TXN = f"{STREAM}/transactions/<str:txn_id>"
+
+urlpatterns = [
+    path("scopes", v.ScopesView.as_view()),
+    path("scopes/<str:scope>", v.ScopeView.as_view()),
+    path("scopes/<str:scope>/streams", v.StreamsView.as_view()),
+    path(STREAM, v.StreamView.as_view()),
+    path(f"{STREAM}/state", v.StreamStateView.as_view()),
+    path(f"{STREAM}/scaling-events", v.ScalingEventsView.as_view()),
+    path("scopes/<str:scope>/readergroups", v.ReaderGroupsView.as_view()),
+    path("scopes/<str:scope>/readergroups/<str:reader_group>", v.ReaderGroupView.as_view()),
+    # Millrace's additions
+    path(f"{STREAM}/info", v.StreamInfoView.as_view()),
+    path(f"{STREAM}/segments", v.SegmentsView.as_view()),
+    path(f"{STREAM}/segments/<segment:segment_id>/successors", v.SuccessorsView.as_view()),
+    path(f"{STREAM}/segments/<segment:segment_id>/uri", v.SegmentUriView.as_view()),
+    path(f"{STREAM}/segments-between", v.SegmentsBetweenView.as_view()),
+    path(f"{STREAM}/stream-cut/validity", v.StreamCutValidityView.as_view()),
+    path(f"{STREAM}/stream-cut/size", v.StreamSizeView.as_view()),
+    path(f"{STREAM}/scale", v.ScaleView.as_view()),
+    path(f"{STREAM}/truncate", v.TruncateView.as_view()),
+    path(f"{STREAM}/transactions", v.TransactionsView.as_view()),
+    path(TXN, v.TransactionView.as_view()),
+    path(f"{TXN}/ping", v.TransactionPingView.as_view()),
+    path(f"{TXN}/commit", v.TransactionCommitView.as_view()),
+    path(f"{TXN}/abort", v.TransactionAbortView.as_view()),
+    path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
+]

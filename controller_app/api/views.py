@@ -1,0 +1,517 @@
+"""REST views: validate the request, call one selector or workflow, shape the answer.
+
+Pravega's admin API (``/v1/scopes ...``) keeps Pravega's paths, status codes and field names.
+Millrace's additions live under the stream (``.../scale``, ``.../truncate``, ``.../segments``,
+``.../transactions`` ...). Request workflows (update, seal, delete, scale, truncate) wait for
+the Celery worker to finish them, up to ``WORKFLOW_WAIT_SECONDS`` (then 504
+``workflow-timeout``: the work goes on).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controller_app import selectors as sel
+from controller_app.api import serializers as s
+from controller_app.errors import InvalidArgumentError, InvalidStreamCutError, NotFoundError
+from controller_app.models import ReaderGroup, Scope, Stream, Subscriber
+from controller_app.segments import Segment
+from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
+from controller_app.workflows.common import get_stream
+
+#: How long a request workflow is waited for before the answer is 504 (it goes on).
+WORKFLOW_WAIT_SECONDS = 30.0
+#: Streams listed per scope, at most (Pravega pages; one page here).
+STREAMS_LIST_MAX = 1000
+
+
+def _valid(serializer_class: type, data: Any) -> Any:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer
+
+
+def _property(stream: Stream) -> dict[str, Any]:
+    return s.StreamPropertySerializer.of(stream, sel.stream_tags(stream))
+
+
+def _segment(stream: Stream, segment: Segment, offset: int | None = None) -> dict[str, Any]:
+    item = {
+        "segmentId": segment.id,
+        "number": segment.number,
+        "epoch": segment.creation_epoch,
+        "name": sel.segment_name(stream, segment.id),
+        "keyStart": segment.key_start,
+        "keyEnd": segment.key_end,
+    }
+    if offset is not None:
+        item["offset"] = offset
+    return item
+
+
+def _txn_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidArgumentError(f"not a transaction id: {text!r}") from None
+
+
+# -- scopes ------------------------------------------------------------------------------------
+
+
+class ScopesView(APIView):
+    @extend_schema(operation_id="listScopes", responses=s.ScopesListSerializer)
+    def get(self, request: Request) -> Response:
+        names = Scope.objects.order_by("name").values_list("name", flat=True)
+        return Response({"scopes": [{"scopeName": n} for n in names]})
+
+    @extend_schema(
+        operation_id="createScope",
+        request=s.ScopeCreateSerializer,
+        responses={201: s.ScopeSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.ScopeCreateSerializer, request.data).validated_data
+        scope = scopes.create_scope(data["scopeName"])
+        return Response({"scopeName": scope.name}, status=201)
+
+
+class ScopeView(APIView):
+    @extend_schema(operation_id="getScope", responses=s.ScopeSerializer)
+    def get(self, request: Request, scope: str) -> Response:
+        return Response({"scopeName": scopes.get_scope(scope).name})
+
+    @extend_schema(operation_id="deleteScope", responses={204: None})
+    def delete(self, request: Request, scope: str) -> Response:
+        scopes.delete_scope(scope)
+        return Response(status=204)
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+
+class StreamsView(APIView):
+    @extend_schema(
+        operation_id="listStreams",
+        parameters=[
+            OpenApiParameter("filter_type", str, enum=["showInternalStreams", "tag"]),
+            OpenApiParameter("filter_value", str),
+        ],
+        responses=s.StreamsListSerializer,
+    )
+    def get(self, request: Request, scope: str) -> Response:
+        scope_row = scopes.get_scope(scope)
+        kind = request.query_params.get("filter_type")
+        value = request.query_params.get("filter_value", "")
+        if kind not in (None, "showInternalStreams", "tag"):
+            raise InvalidArgumentError("filter_type must be showInternalStreams or tag")
+        if kind == "tag":
+            found = sel.streams_with_tag(scope_row, value, limit=STREAMS_LIST_MAX)
+        else:
+            rows = Stream.objects.select_related("scope").filter(scope=scope_row)
+            internal = kind == "showInternalStreams"
+            rows = (
+                rows.filter(name__startswith="_")
+                if internal
+                else rows.exclude(name__startswith="_")
+            )
+            found = list(rows.order_by("name")[:STREAMS_LIST_MAX])
+        tags = _tags_of(found)
+        return Response(
+            {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}
+        )
+
+    @extend_schema(
+        operation_id="createStream",
+        request=s.StreamCreateSerializer,
+        responses={201: s.StreamPropertySerializer},
+    )
+    def post(self, request: Request, scope: str) -> Response:
+        scopes.get_scope(scope)  # 404 before 400, as Pravega answers
+        serializer = _valid(s.StreamCreateSerializer, request.data)
+        stream = streams.create_stream(
+            scope, serializer.validated_data["streamName"], serializer.to_config()
+        )
+        return Response(_property(stream), status=201)
+
+
+def _tags_of(found: list[Stream]) -> dict[int, list[str]]:
+    from controller_app.models import StreamTag
+
+    tags: dict[int, list[str]] = {}
+    rows = StreamTag.objects.filter(stream__in=[x.pk for x in found]).order_by("tag")
+    for stream_id, tag in rows.values_list("stream_id", "tag"):
+        tags.setdefault(stream_id, []).append(tag)
+    return tags
+
+
+class StreamView(APIView):
+    @extend_schema(operation_id="getStream", responses=s.StreamPropertySerializer)
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        return Response(_property(get_stream(scope, stream)))
+
+    @extend_schema(
+        operation_id="updateStream",
+        request=s.StreamUpdateSerializer,
+        responses=s.StreamPropertySerializer,
+    )
+    def put(self, request: Request, scope: str, stream: str) -> Response:
+        get_stream(scope, stream)
+        serializer = _valid(s.StreamUpdateSerializer, request.data)
+        streams.update_stream(scope, stream, serializer.to_config(), wait=WORKFLOW_WAIT_SECONDS)
+        return Response(_property(get_stream(scope, stream)))
+
+    @extend_schema(operation_id="deleteStream", responses={204: None})
+    def delete(self, request: Request, scope: str, stream: str) -> Response:
+        streams.delete_stream(scope, stream, wait=WORKFLOW_WAIT_SECONDS)
+        return Response(status=204)
+
+
+class StreamStateView(APIView):
+    @extend_schema(
+        operation_id="updateStreamState",
+        request=s.StreamStateSerializer,
+        responses=s.StreamStateSerializer,
+    )
+    def put(self, request: Request, scope: str, stream: str) -> Response:
+        get_stream(scope, stream)
+        _valid(s.StreamStateSerializer, request.data)
+        streams.seal_stream(scope, stream, wait=WORKFLOW_WAIT_SECONDS)
+        return Response({"streamState": "SEALED"})
+
+
+class ScalingEventsView(APIView):
+    @extend_schema(
+        operation_id="getScalingEvents",
+        parameters=[
+            OpenApiParameter("from", OpenApiTypes.INT64, required=True),
+            OpenApiParameter("to", OpenApiTypes.INT64, required=True),
+        ],
+        responses=s.ScalingEventListSerializer,
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        start, end = _int_param(request, "from"), _int_param(request, "to")
+        if start > end:
+            raise InvalidArgumentError("'from' is after 'to'")
+        events = sel.scaling_events(row, start, end)
+        return Response(
+            {
+                "scalingEvents": [
+                    {
+                        "timestamp": e.timestamp,
+                        "segmentList": [
+                            {"number": g.number, "startTime": g.creation_time,
+                             "keyStart": g.key_start, "keyEnd": g.key_end}
+                            for g in e.segments
+                        ],
+                        "splits": e.splits,
+                        "merges": e.merges,
+                    }
+                    for e in events
+                ]
+            }
+        )  # fmt: skip
+
+
+def _int_param(request: Request, name: str) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        raise InvalidArgumentError(f"query parameter {name!r} is required")
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"query parameter {name!r} must be an integer") from None
+    if not -(2**63) <= value < 2**63:
+        raise InvalidArgumentError(f"query parameter {name!r} is out of range")
+    return value
+
+
+# -- reader groups -----------------------------------------------------------------------------
+
+
+class ReaderGroupsView(APIView):
+    @extend_schema(operation_id="listReaderGroups", responses=s.ReaderGroupsListSerializer)
+    def get(self, request: Request, scope: str) -> Response:
+        row = scopes.get_scope(scope)
+        names = (
+            ReaderGroup.objects.filter(scope=row).order_by("name").values_list("name", flat=True)
+        )
+        return Response({"readerGroups": [{"readerGroupName": n} for n in names]})
+
+
+class ReaderGroupView(APIView):
+    def _get(self, scope: str, name: str) -> ReaderGroup:
+        group = ReaderGroup.objects.filter(scope__name=scope, name=name).first()
+        if group is None:
+            scopes.get_scope(scope)
+            raise NotFoundError(f"reader group {scope}/{name} does not exist")
+        return group
+
+    @extend_schema(operation_id="getReaderGroup", responses=s.ReaderGroupPropertySerializer)
+    def get(self, request: Request, scope: str, reader_group: str) -> Response:
+        group = self._get(scope, reader_group)
+        subscribed = Subscriber.objects.filter(reader_group=group).select_related("stream__scope")
+        stream_list = sorted(f"{x.stream.scope.name}/{x.stream.name}" for x in subscribed)
+        configured = group.configuration.get("streams", []) if group.configuration else []
+        return Response(
+            {
+                "scopeName": scope,
+                "readerGroupName": group.name,
+                "streamList": stream_list or sorted(str(x) for x in configured),
+                "onlineReaderIds": sorted(group.configuration.get("onlineReaders", []))
+                if group.configuration
+                else [],
+            }
+        )
+
+    @extend_schema(operation_id="deleteReaderGroup", responses={204: None})
+    def delete(self, request: Request, scope: str, reader_group: str) -> Response:
+        self._get(scope, reader_group).delete()
+        return Response(status=204)
+
+
+# -- Millrace's additions: stream info, segments, cuts -----------------------------------------
+
+
+class StreamInfoView(APIView):
+    @extend_schema(operation_id="getStreamInfo", responses=s.StreamInfoSerializer)
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        return Response({**_property(row), "state": row.state, "currentEpoch": row.current_epoch})
+
+
+class SegmentsView(APIView):
+    @extend_schema(
+        operation_id="getSegments",
+        parameters=[
+            OpenApiParameter(
+                "at", str, description="current (default), head, or a time in ms since the epoch"
+            )
+        ],
+        responses=s.SegmentsSerializer,
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        at = request.query_params.get("at", "current")
+        if at == "current":
+            items = [_segment(row, g) for g in sel.current_segments(row)]
+        elif at == "head":
+            items = [_segment(row, g, o) for g, o in sel.head_segments(row).items()]
+        else:
+            when = _int_param(request, "at")
+            items = [_segment(row, g, o) for g, o in sel.segments_at_time(row, when).items()]
+        items.sort(key=lambda x: x["keyStart"])
+        return Response({"segments": items})
+
+
+class SuccessorsView(APIView):
+    @extend_schema(operation_id="getSuccessors", responses=s.SuccessorsSerializer)
+    def get(self, request: Request, scope: str, stream: str, segment_id: int) -> Response:
+        row = get_stream(scope, stream)
+        found = sel.successors(row, segment_id)
+        return Response(
+            {
+                "successors": [
+                    {**_segment(row, g), "predecessors": preds}
+                    for g, preds in sorted(found.items(), key=lambda kv: kv[0].key_start)
+                ]
+            }
+        )
+
+
+class SegmentUriView(APIView):
+    @extend_schema(operation_id="getSegmentUri", responses=s.SegmentUriSerializer)
+    def get(self, request: Request, scope: str, stream: str, segment_id: int) -> Response:
+        row = get_stream(scope, stream)
+        sel.segment_record(row, segment_id)
+        uri = sel.segment_uri(row, segment_id)
+        name = sel.segment_name(row, segment_id)
+        return Response({"segment": name, "host": uri.host, "port": uri.port})
+
+
+class SegmentsBetweenView(APIView):
+    @extend_schema(
+        operation_id="getSegmentsBetween",
+        request=s.CutsRequestSerializer,
+        responses=s.SegmentsSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        data = _valid(s.CutsRequestSerializer, request.data).validated_data
+        found = sel.segments_between(row, data.get("fromStreamCut"), data.get("toStreamCut"))
+        return Response({"segments": [_segment(row, g) for g in found]})
+
+
+class StreamCutValidityView(APIView):
+    @extend_schema(
+        operation_id="checkStreamCut",
+        request=s.StreamCutRequestSerializer,
+        responses=s.ValiditySerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
+        try:
+            sel.validate_stream_cut(row, cut)
+        except InvalidStreamCutError as exc:
+            return Response({"valid": False, "message": str(exc)})
+        return Response({"valid": True, "message": ""})
+
+
+class StreamSizeView(APIView):
+    @extend_schema(
+        operation_id="getSizeTillStreamCut",
+        request=s.StreamCutRequestSerializer,
+        responses=s.SizeSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
+        return Response({"size": sel.size_till_stream_cut(row, cut)})
+
+
+# -- Millrace's additions: scale, truncate ------------------------------------------------------
+
+
+class ScaleView(APIView):
+    @extend_schema(
+        operation_id="scaleStream",
+        request=s.ScaleRequestSerializer,
+        responses=s.ScaleResultSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        get_stream(scope, stream)
+        data = _valid(s.ScaleRequestSerializer, request.data).validated_data
+        job = scale.scale_stream(
+            scope,
+            stream,
+            data["sealedSegments"],
+            [tuple(r) for r in data["newRanges"]],
+            scale_time=data.get("scaleTime"),
+            wait=WORKFLOW_WAIT_SECONDS,
+        )
+        row = get_stream(scope, stream)
+        return Response(
+            {
+                "status": job.state,
+                "epoch": row.current_epoch,
+                "segments": [_segment(row, g) for g in sel.current_segments(row)],
+            }
+        )
+
+
+class TruncateView(APIView):
+    @extend_schema(
+        operation_id="truncateStream",
+        request=s.StreamCutRequestSerializer,
+        responses=s.TruncateResultSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        get_stream(scope, stream)
+        cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
+        truncate.truncate_stream(scope, stream, cut, wait=WORKFLOW_WAIT_SECONDS)
+        row = get_stream(scope, stream)
+        return Response({"head": [_segment(row, g, o) for g, o in sel.head_segments(row).items()]})
+
+
+# -- Millrace's additions: transactions and writer marks ----------------------------------------
+
+
+def _txn(scope: str, stream: str, txn: Any, with_segments: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "txnId": str(transactions.transaction_uuid(txn)),
+        "state": str(txn.state),
+    }
+    if with_segments:
+        row = get_stream(scope, stream)
+        out["epoch"] = txn.epoch
+        out["segments"] = [
+            transactions.shadow_name(sel.segment_name(row, g.id), txn)
+            for g in sel.epoch_record(row, txn.epoch).segment_list()
+        ]
+    return out
+
+
+class TransactionsView(APIView):
+    @extend_schema(
+        operation_id="createTransaction",
+        request=s.TransactionCreateSerializer,
+        responses={201: s.TransactionSerializer},
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        get_stream(scope, stream)
+        data = _valid(s.TransactionCreateSerializer, request.data).validated_data
+        txn = transactions.create_transaction(
+            scope, stream, lease_ms=data["leaseMs"], writer_id=data["writerId"]
+        )
+        return Response(_txn(scope, stream, txn, with_segments=True), status=201)
+
+
+class TransactionView(APIView):
+    @extend_schema(operation_id="getTransactionState", responses=s.TransactionSerializer)
+    def get(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
+        txn = _txn_id(txn_id)
+        state = transactions.transaction_state(scope, stream, txn)
+        return Response({"txnId": str(txn), "state": state})
+
+
+class TransactionPingView(APIView):
+    @extend_schema(
+        operation_id="pingTransaction", request=s.PingSerializer, responses=s.TransactionSerializer
+    )
+    def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
+        txn = _txn_id(txn_id)
+        data = _valid(s.PingSerializer, request.data).validated_data
+        row = transactions.ping_transaction(scope, stream, txn, data["leaseMs"])
+        return Response(_txn(scope, stream, row))
+
+
+class TransactionCommitView(APIView):
+    @extend_schema(
+        operation_id="commitTransaction",
+        request=s.CommitSerializer,
+        responses=s.TransactionSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
+        txn = _txn_id(txn_id)
+        data = _valid(s.CommitSerializer, request.data).validated_data
+        row = transactions.commit_transaction(
+            scope, stream, txn, writer_id=data["writerId"], timestamp=data.get("timestamp"),
+            wait=data.get("wait"),
+        )  # fmt: skip
+        return Response({"txnId": str(txn), "state": str(row.state)})
+
+
+class TransactionAbortView(APIView):
+    @extend_schema(
+        operation_id="abortTransaction",
+        request=s.AbortSerializer,
+        responses=s.TransactionSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
+        txn = _txn_id(txn_id)
+        data = _valid(s.AbortSerializer, request.data).validated_data
+        row = transactions.abort_transaction(scope, stream, txn, wait=data.get("wait"))
+        return Response({"txnId": str(txn), "state": str(row.state)})
+
+
+class WriterMarksView(APIView):
+    @extend_schema(
+        operation_id="noteWriterMark",
+        request=s.WriterMarkSerializer,
+        responses=s.WriterMarkResultSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        data = _valid(s.WriterMarkSerializer, request.data).validated_data
+        mark = marks.note_writer_mark(
+            scope, stream, data["writerId"], data["timestamp"], data.get("position") or {}
+        )
+        return Response({"writerId": mark.writer_id, "timestamp": mark.timestamp})
