@@ -119,19 +119,20 @@ class LiveWorker:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = data_dir / "worker.log"
 
-    def start(self, crash_at: str = "") -> LiveWorker:
+    def start(self, crash_at: str = "", concurrency: int = 1) -> LiveWorker:
         env = dict(self.env)
         if crash_at:
             env["MILLRACE_TEST_CRASH_AT"] = crash_at
+        offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "millrace.cli", "worker", "--data-dir", str(self.data_dir),
-                 "--concurrency", "1", "--pool", "solo"],
+                 "--concurrency", str(concurrency), "--pool", "solo" if concurrency == 1 else "threads"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=_REPOSITORY,
                 start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + 60
-        while b"ready." not in self.log.read_bytes():
+        while b"ready." not in self.log.read_bytes()[offset:]:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"worker did not start: {self.output()[-3000:]}")
             time.sleep(0.1)

@@ -1,0 +1,93 @@
+"""Request workflows through the REST API, carried out by a real Celery worker process.
+
+The API records intent and waits; a ``millrace worker`` subprocess (``live_worker``) runs the
+task against the real segment store node. Checked: the response, the stored state, the segment
+store and the invariant checker.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from controller_app import selectors as sel
+from controller_app.models import Stream
+from controller_app.segment_client import segment_store
+from millrace.client.segment_store import SyncSegmentStoreClient
+from segment_app.server.auth import READ_UPDATE, mint_token
+from tests.controller.conftest import TOKEN_SECRET
+from tests.controller.invariants import check_stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def api(transactional_db: None) -> APIClient:
+    user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def _write(port: int, segment: str, payload: bytes) -> None:
+    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
+    client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)
+    try:
+        writer = uuid.uuid4()
+        client.setup_append(segment, writer)
+        client.append_block(writer, [payload]).result(10)
+    finally:
+        client.close()
+
+
+def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> None:
+    sc = f"sc{uuid.uuid4().hex[:12]}"
+    base = f"/v1/scopes/{sc}/streams/st"
+    assert api.post("/v1/scopes", {"scopeName": sc}, format="json").status_code == 201
+    body = {"streamName": "st", "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2}}
+    assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
+    stream = sel.get_stream(sc, "st")
+    _low, high = sel.current_segments(stream)
+    _write(live_worker_port(), sel.segment_name(stream, high.id), b"x" * 12)
+
+    scaled = api.post(
+        f"{base}/scale",
+        {"sealedSegments": [high.id], "newRanges": [[0.5, 0.75], [0.75, 1.0]]},
+        format="json",
+    )
+    assert scaled.status_code == 200, (scaled.json(), live_worker.output()[-3000:])
+    assert scaled.json()["status"] == "COMPLETED" and scaled.json()["epoch"] == 1
+    assert len(scaled.json()["segments"]) == 3
+    assert segment_store().info(sel.segment_name(stream, high.id)).sealed
+
+    txn = api.post(f"{base}/transactions", {"leaseMs": 10_000}, format="json").json()
+    for name in txn["segments"]:
+        _write(live_worker_port(), name, b"in-txn")
+    committed = api.post(f"{base}/transactions/{txn['txnId']}/commit", {"wait": 30}, format="json")
+    assert committed.json()["state"] == "COMMITTED", live_worker.output()[-3000:]
+
+    stream = sel.get_stream(sc, "st")
+    cut = {str(s.id): 0 for s in sel.current_segments(stream)}
+    truncated = api.post(f"{base}/truncate", {"streamCut": cut}, format="json")
+    assert truncated.status_code == 200, truncated.json()
+    assert not segment_store().info(sel.segment_name(stream, high.id)).exists
+    assert check_stream(sel.get_stream(sc, "st")) == []
+
+    sealed = api.put(f"{base}/state", {"streamState": "SEALED"}, format="json")
+    assert sealed.json() == {"streamState": "SEALED"}
+    stream = sel.get_stream(sc, "st")
+    assert check_stream(stream) == []
+    names = [sel.segment_name(stream, s.id) for s in sel.epoch_record(stream, 0).segment_list()]
+    assert api.delete(base).status_code == 204
+    assert not Stream.objects.filter(pk=stream.pk).exists()
+    assert not any(segment_store().info(name).exists for name in names)
+
+
+def live_worker_port() -> int:
+    from controller_app.models import Node
+
+    return Node.objects.get(node_id="standalone").port
