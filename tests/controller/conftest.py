@@ -127,7 +127,8 @@ class LiveWorker:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "millrace.cli", "worker", "--data-dir", str(self.data_dir),
-                 "--concurrency", str(concurrency), "--pool", "solo" if concurrency == 1 else "threads"],
+                 "--concurrency", str(concurrency),
+                 "--pool", "solo" if concurrency == 1 else "threads"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=_REPOSITORY,
                 start_new_session=True,
             )  # fmt: skip
