@@ -174,6 +174,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controller_app.api.errors.add_error_responses",
+    ],
 }
 
 CHANNEL_LAYERS = channel_layers(MILLRACE.redis_url)

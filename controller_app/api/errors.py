@@ -103,3 +103,26 @@ def server_error(request: HttpRequest) -> HttpResponse:
         body = {"code": "internal-error", "message": "internal error; see the log"}
         return JsonResponse(body, status=500)
     return defaults.server_error(request)
+
+
+def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every operation's ``default`` response is the
+    error shape, so clients (and schemathesis) know what a 4xx/5xx body looks like."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "Stable, machine-readable code."},
+            "message": {"type": "string", "description": "What went wrong and why."},
+        },
+        "required": ["code", "message"],
+    }
+    error = {
+        "description": "An error (4xx/5xx): JSON with a stable code and a message.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+    for methods in result.get("paths", {}).values():
+        for operation in methods.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["responses"].setdefault("default", error)
+    return result
