@@ -166,3 +166,20 @@ def test_exit_status_of_the_delegate_is_returned(
 ) -> None:
     monkeypatch.setattr(sys.modules["segment_app.server.node"], "main", lambda argv: 3)
     assert cli.main(["segmentstore"]) == 3
+
+
+def test_token_create_prints_a_working_token(data_dir: Path) -> None:
+    first = run_millrace("token", "create", "carol", data_dir=data_dir)
+    assert first.returncode == 0, first.stderr
+    token = first.stdout.strip()
+    assert len(token) == 40
+    again = run_millrace("token", "create", "carol", data_dir=data_dir)
+    assert again.stdout.strip() == token  # the same user keeps its token
+    rotated = run_millrace("token", "create", "carol", "--rotate", data_dir=data_dir)
+    assert rotated.stdout.strip() not in ("", token)
+    database = sqlite3.connect(data_dir / "millrace.sqlite3")
+    keys = database.execute(
+        "SELECT key FROM authtoken_token JOIN auth_user ON auth_user.id = user_id"
+        " WHERE username = 'carol'"
+    ).fetchall()
+    assert keys == [(rotated.stdout.strip(),)]

@@ -230,6 +230,14 @@ class SegmentsSerializer(serializers.Serializer):
     segments = SegmentInfoSerializer(many=True)
 
 
+class SegmentDetailSerializer(SegmentInfoSerializer):
+    exists = serializers.BooleanField(help_text="False once deleted (truncated away).")
+    sealed = serializers.BooleanField()
+    length = serializers.IntegerField(help_text="Bytes written (the tail offset).")
+    startOffset = serializers.IntegerField(help_text="Lowest readable offset (truncation).")
+    sealedSize = serializers.IntegerField(allow_null=True)
+
+
 class SuccessorSerializer(SegmentInfoSerializer):
     predecessors = serializers.ListField(child=serializers.IntegerField())
 

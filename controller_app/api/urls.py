@@ -40,6 +40,7 @@ urlpatterns = [
     # Millrace's additions
     path(f"{STREAM}/info", v.StreamInfoView.as_view()),
     path(f"{STREAM}/segments", v.SegmentsView.as_view()),
+    path(f"{STREAM}/segments/<segment:segment_id>", v.SegmentView.as_view()),
     path(f"{STREAM}/segments/<segment:segment_id>/successors", v.SuccessorsView.as_view()),
     path(f"{STREAM}/segments/<segment:segment_id>/uri", v.SegmentUriView.as_view()),
     path(f"{STREAM}/segments-between", v.SegmentsBetweenView.as_view()),

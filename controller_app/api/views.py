@@ -312,6 +312,26 @@ class SegmentsView(APIView):
         return Response({"segments": items})
 
 
+class SegmentView(APIView):
+    @extend_schema(operation_id="getSegment", responses=s.SegmentDetailSerializer)
+    def get(self, request: Request, scope: str, stream: str, segment_id: int) -> Response:
+        from controller_app.segment_client import segment_store
+
+        row = get_stream(scope, stream)
+        record = sel.segment_record(row, segment_id)
+        state = segment_store().info(sel.segment_name(row, segment_id))
+        return Response(
+            {
+                **_segment(row, record.as_segment()),
+                "exists": state.exists,
+                "sealed": state.sealed,
+                "length": state.length,
+                "startOffset": state.start_offset,
+                "sealedSize": record.sealed_size,
+            }
+        )
+
+
 class SuccessorsView(APIView):
     @extend_schema(operation_id="getSuccessors", responses=s.SuccessorsSerializer)
     def get(self, request: Request, scope: str, stream: str, segment_id: int) -> Response:

@@ -168,6 +168,9 @@ def test_scaling_events_and_segment_queries(api: APIClient, stream: Stream, sc: 
     assert [x["offset"] for x in head] == [0, 0]
     first = current[0]["segmentId"]
     assert api.get(f"{base}/segments/{first}/successors").json() == {"successors": []}
+    detail = api.get(f"{base}/segments/{first}").json()
+    assert (detail["exists"], detail["sealed"], detail["length"], detail["sealedSize"]) == (
+        True, False, 0, None)  # fmt: skip
     uri = api.get(f"{base}/segments/{first}/uri").json()
     assert (uri["host"], uri["segment"]) == ("127.0.0.1", f"{sc}/st/0.#epoch.0")
     _error(api.get(f"{base}/segments/99999/uri"), 404, "segment-not-found")

@@ -63,6 +63,7 @@ def endpoints(w: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("delete", f"/v1/scopes/{sc}/readergroups/rg", None),
         ("get", f"{base}/info", None),
         ("get", f"{base}/segments", None),
+        ("get", f"{base}/segments/{seg}", None),
         ("get", f"{base}/segments/{seg}/successors", None),
         ("get", f"{base}/segments/{seg}/uri", None),
         ("post", f"{base}/segments-between", {}),
