@@ -349,3 +349,8 @@ class WriterMarkSerializer(serializers.Serializer):
 class WriterMarkResultSerializer(serializers.Serializer):
     writerId = serializers.CharField()
     timestamp = serializers.IntegerField()
+
+
+class DelegationTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="Empty when authentication is off.")
+    expiresIn = serializers.IntegerField(help_text="Seconds the token is valid.")

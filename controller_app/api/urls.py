@@ -54,4 +54,5 @@ urlpatterns = [
     path(f"{TXN}/commit", v.TransactionCommitView.as_view()),
     path(f"{TXN}/abort", v.TransactionAbortView.as_view()),
     path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
+    path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
 ]

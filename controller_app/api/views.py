@@ -523,6 +523,24 @@ class TransactionAbortView(APIView):
         return Response({"txnId": str(txn), "state": str(row.state)})
 
 
+class DelegationTokenView(APIView):
+    @extend_schema(
+        operation_id="getDelegationToken", request=None, responses=s.DelegationTokenSerializer
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        """A segment store delegation token (read and update) for the stream's segments."""
+        from django.conf import settings
+
+        from controller_app.segment_client import TOKEN_TTL_SECONDS, _token_secret
+        from segment_app.server.auth import READ_UPDATE, mint_token
+
+        get_stream(scope, stream)
+        if not settings.MILLRACE.auth_enabled:
+            return Response({"token": "", "expiresIn": 0})
+        token = mint_token(_token_secret(), f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
+        return Response({"token": token, "expiresIn": int(TOKEN_TTL_SECONDS)})
+
+
 class WriterMarksView(APIView):
     @extend_schema(
         operation_id="noteWriterMark",

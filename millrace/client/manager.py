@@ -1,0 +1,139 @@
+"""``StreamManager``: the entry point of the Python client, as in Pravega's Python client.
+
+    manager = StreamManager("http://127.0.0.1:9091", token=open("data/admin-token").read().strip())
+    manager.create_scope("demo")
+    manager.create_stream("demo", "orders", initial_segments=3)
+    writer = manager.create_writer("demo", "orders")
+    writer.write_event(b"order 1", routing_key="customer-7")
+    writer.flush()  # durable
+
+``AsyncStreamManager`` is the same on asyncio. The blocking API runs the asyncio one on a
+private event loop in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from millrace.client.controller import AsyncControllerClient
+from millrace.client.writer import AsyncEventWriter
+
+T = TypeVar("T")
+
+
+class AsyncStreamManager:
+    """Scopes, streams and writers, on asyncio."""
+
+    def __init__(self, controller_uri: str, token: str = "") -> None:
+        self.controller = AsyncControllerClient(controller_uri, token)
+
+    async def create_scope(self, scope: str) -> bool:
+        return await self.controller.create_scope(scope)
+
+    async def delete_scope(self, scope: str) -> None:
+        await self.controller.delete_scope(scope)
+
+    async def create_stream(self, scope: str, stream: str, initial_segments: int = 1) -> bool:
+        return await self.controller.create_stream(scope, stream, initial_segments)
+
+    async def seal_stream(self, scope: str, stream: str) -> None:
+        await self.controller.seal_stream(scope, stream)
+
+    async def delete_stream(self, scope: str, stream: str) -> None:
+        await self.controller.delete_stream(scope, stream)
+
+    def create_writer(self, scope: str, stream: str, **options: Any) -> AsyncEventWriter:
+        return AsyncEventWriter(self.controller, scope, stream, **options)
+
+    async def close(self) -> None:
+        await self.controller.close()
+
+
+class _Loop:
+    """An event loop on a daemon thread; ``run`` blocks on a coroutine there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="millrace-client")  # fmt: skip
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class EventWriter:
+    """Blocking facade of ``AsyncEventWriter``."""
+
+    def __init__(self, loop: _Loop, writer: AsyncEventWriter) -> None:
+        self._loop, self._writer = loop, writer
+
+    def write_event(
+        self, event: bytes | str, routing_key: str | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Queue the event (waits only for room); the future completes once it is durable."""
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def submit() -> None:
+            done = await self._writer.write_event(event, routing_key)
+            done.add_done_callback(lambda f: _copy(f, result))
+
+        self._loop.run(submit())
+        return result
+
+    def flush(self) -> None:
+        self._loop.run(self._writer.flush())
+
+    def close(self) -> None:
+        self._loop.run(self._writer.close())
+
+
+def _copy(source: asyncio.Future[None], target: concurrent.futures.Future[None]) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(None)
+
+
+class StreamManager:
+    """Scopes, streams and writers, blocking (Pravega's Python client names)."""
+
+    def __init__(self, controller_uri: str, token: str = "") -> None:
+        self._loop = _Loop()
+        self._async = self._loop.run(_make(controller_uri, token))
+
+    def create_scope(self, scope: str) -> bool:
+        return self._loop.run(self._async.create_scope(scope))
+
+    def delete_scope(self, scope: str) -> None:
+        self._loop.run(self._async.delete_scope(scope))
+
+    def create_stream(self, scope: str, stream: str, initial_segments: int = 1) -> bool:
+        return self._loop.run(self._async.create_stream(scope, stream, initial_segments))
+
+    def seal_stream(self, scope: str, stream: str) -> None:
+        self._loop.run(self._async.seal_stream(scope, stream))
+
+    def delete_stream(self, scope: str, stream: str) -> None:
+        self._loop.run(self._async.delete_stream(scope, stream))
+
+    def create_writer(self, scope: str, stream: str, **options: Any) -> EventWriter:
+        return EventWriter(self._loop, self._async.create_writer(scope, stream, **options))
+
+    def close(self) -> None:
+        self._loop.run(self._async.close())
+        self._loop.stop()
+
+
+async def _make(uri: str, token: str) -> AsyncStreamManager:
+    return AsyncStreamManager(uri, token)  # httpx's client belongs to the loop it is made on

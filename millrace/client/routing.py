@@ -1,0 +1,54 @@
+"""Routing keys to points of the key space [0, 1), and points to a stream's segments.
+
+All events of one routing key go to the segment whose key range holds the key's point, so
+their order holds. The point is modelled on Pravega's clients: MurmurHash3 x64 128-bit of the
+key's UTF-8 bytes, seeded with Java's ``"EventRouter".hashCode()``, whose first 64-bit half
+has its top 52 bits read as a binary fraction. Events without a key get a random point.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mmh3
+
+#: Java's ``"EventRouter".hashCode()``.
+SEED = 1741865571
+_FRACTION_BITS = 52
+
+
+def key_point(routing_key: str | None, rng: random.Random | None = None) -> float:
+    """The point of ``routing_key`` in [0, 1) (a random one for ``None``)."""
+    if routing_key is None:
+        return (rng or random).random()
+    digest = mmh3.hash_bytes(routing_key.encode("utf-8"), SEED, x64arch=True)
+    first = struct.unpack_from("<Q", digest)[0]
+    return (first >> 12) / float(1 << _FRACTION_BITS)
+
+
+@dataclass(frozen=True)
+class SegmentRange:
+    """A segment of the current epoch as the writer sees it."""
+
+    segment_id: int
+    name: str
+    key_start: float
+    key_end: float
+
+
+class KeySpace:
+    """The segments of one epoch by key range; finds the one owning a point."""
+
+    def __init__(self, segments: Sequence[SegmentRange]) -> None:
+        self.segments = sorted(segments, key=lambda s: s.key_start)
+        self._starts = [s.key_start for s in self.segments]
+        if not self.segments:
+            raise ValueError("a key space needs at least one segment")
+
+    def segment_for(self, point: float) -> SegmentRange:
+        index = bisect.bisect_right(self._starts, point) - 1
+        return self.segments[max(index, 0)]

@@ -1,0 +1,193 @@
+"""Event writers: routing keys to segments, idempotent appends, following scaling.
+
+``AsyncEventWriter.write_event(event, routing_key)`` hashes the key to a point of the key
+space, appends the event to the current segment that owns the point (batched into append
+blocks by the segment store client) and returns a future completed once the event is durable.
+Each segment gets its own writer id, so the segment store drops a re-sent duplicate. When a
+segment is sealed (the stream scaled), every event not yet acknowledged on it is re-routed, in
+the order written, to the segments that replaced it (asked of the controller), so the events of
+one key stay in order. Events are held until acknowledged: ``pending_events_max`` bounds that
+memory (``write_event`` waits for room: back-pressure).
+
+Not yet here (issue 4): re-sending after a lost connection to the segment store (today the
+futures of the unacknowledged events fail with ``ConnectionLostError``) and transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from millrace.client import segment_store as ssc
+from millrace.client.controller import AsyncControllerClient
+from millrace.client.pool import SegmentStorePool
+from millrace.client.routing import KeySpace, SegmentRange, key_point
+
+
+@dataclass
+class _Pending:
+    data: bytes
+    point: float
+    done: asyncio.Future[None]
+
+
+@dataclass
+class _SegmentWriter:
+    segment: SegmentRange
+    client: ssc.SegmentStoreClient
+    writer_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    pending: deque[_Pending] = field(default_factory=deque)
+    sealed: bool = False
+
+
+class AsyncEventWriter:
+    """Writes events to one stream (create it with ``StreamManager.create_writer``)."""
+
+    def __init__(
+        self,
+        controller: AsyncControllerClient,
+        scope: str,
+        stream: str,
+        *,
+        pending_events_max: int = 100_000,
+    ) -> None:
+        self.controller = controller
+        self.scope, self.stream = scope, stream
+        self.pending_events_max = pending_events_max
+        self._pool: SegmentStorePool | None = None
+        self._keyspace: KeySpace | None = None
+        self._writers: dict[int, _SegmentWriter] = {}
+        self._lock = asyncio.Lock()  # routing and re-routing never interleave
+        self._room = asyncio.Semaphore(pending_events_max)
+        self._outstanding: set[asyncio.Future[None]] = set()
+        #: Segments found sealed under this writer, whose unacknowledged events were re-routed.
+        self.reroutes = 0
+
+    async def _start(self) -> None:
+        token = await self.controller.delegation_token(self.scope, self.stream)
+        self._pool = SegmentStorePool(delegation_token=token)
+        segments = await self.controller.current_segments(self.scope, self.stream)
+        if not segments:
+            raise ssc.SegmentSealedError(f"stream {self.scope}/{self.stream} is sealed")
+        self._keyspace = KeySpace(segments)
+
+    async def _writer_for(self, segment: SegmentRange) -> _SegmentWriter:
+        writer = self._writers.get(segment.segment_id)
+        if writer is None:
+            assert self._pool is not None
+            host, port = await self.controller.segment_uri(
+                self.scope, self.stream, segment.segment_id
+            )
+            client = await self._pool.get(host, port)
+            writer = _SegmentWriter(segment, client)
+            await client.setup_append(segment.name, writer.writer_id)
+            self._writers[segment.segment_id] = writer
+        return writer
+
+    async def write_event(
+        self, event: bytes | str, routing_key: str | None = None
+    ) -> asyncio.Future[None]:
+        """Queue ``event``; the returned future completes when it is durable."""
+        data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
+        await self._room.acquire()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outstanding.add(done)
+        done.add_done_callback(self._finished)
+        async with self._lock:
+            if self._keyspace is None:
+                await self._start()
+            await self._send(_Pending(data, key_point(routing_key), done))
+        return done
+
+    def _finished(self, done: asyncio.Future[None]) -> None:
+        self._outstanding.discard(done)
+        self._room.release()
+
+    async def _send(self, item: _Pending) -> None:
+        assert self._keyspace is not None
+        writer = await self._writer_for(self._keyspace.segment_for(item.point))
+        writer.pending.append(item)
+        try:
+            ack = await writer.client.append_event(writer.writer_id, item.data)
+        except ssc.SegmentSealedError:
+            await self._reroute(writer)
+            return
+        ack.add_done_callback(lambda f: self._acked(writer, item, f))
+
+    def _acked(
+        self, writer: _SegmentWriter, item: _Pending, ack: asyncio.Future[ssc.AppendAck]
+    ) -> None:
+        if ack.cancelled():
+            error: BaseException | None = asyncio.CancelledError()
+        else:
+            error = ack.exception()
+        if error is None:
+            if writer.pending and writer.pending[0] is item:
+                writer.pending.popleft()
+            elif item in writer.pending:
+                writer.pending.remove(item)
+            if not item.done.done():
+                item.done.set_result(None)
+        elif isinstance(error, ssc.SegmentSealedError):
+            if not writer.sealed:
+                writer.sealed = True
+                asyncio.get_running_loop().create_task(self._reroute_locked(writer))
+        elif not item.done.done():
+            if item in writer.pending:
+                writer.pending.remove(item)
+            item.done.set_exception(error)
+
+    async def _reroute_locked(self, writer: _SegmentWriter) -> None:
+        async with self._lock:
+            await self._reroute(writer)
+
+    async def _reroute(self, writer: _SegmentWriter) -> None:
+        """``writer``'s segment is sealed: send its unacknowledged events, in order, to the
+        segments that replaced it."""
+        writer.sealed = True
+        self.reroutes += 1
+        self._writers.pop(writer.segment.segment_id, None)
+        successors = []
+        for _ in range(600):  # the scale may still be completing in the controller
+            successors = await self.controller.successors(
+                self.scope, self.stream, writer.segment.segment_id
+            )
+            if successors:
+                break
+            current = await self.controller.current_segments(self.scope, self.stream)
+            if not current:  # the stream itself was sealed
+                self._fail_all(
+                    writer, ssc.SegmentSealedError(f"{self.scope}/{self.stream} is sealed")
+                )
+                return
+            await asyncio.sleep(0.1)
+        assert self._keyspace is not None
+        replaced = [s for s in self._keyspace.segments if s.segment_id != writer.segment.segment_id]
+        self._keyspace = KeySpace(replaced + [s for s, _ in successors])
+        items, writer.pending = list(writer.pending), deque()
+        for item in items:
+            if not item.done.done():
+                await self._send(item)
+
+    def _fail_all(self, writer: _SegmentWriter, error: Exception) -> None:
+        while writer.pending:
+            item = writer.pending.popleft()
+            if not item.done.done():
+                item.done.set_exception(error)
+
+    async def flush(self) -> None:
+        """Wait until every event written so far is durable (or has failed)."""
+        for writer in list(self._writers.values()):
+            if not writer.sealed:
+                with contextlib.suppress(ssc.SegmentStoreError):  # failures reach the futures
+                    await writer.client.flush(writer.writer_id)  # send open blocks now
+        while self._outstanding:
+            await asyncio.gather(*list(self._outstanding), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._pool is not None:
+            await self._pool.close()

@@ -1,0 +1,114 @@
+"""A ``millrace standalone`` process for whole-system tests, and a tiny REST helper."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+READY_LINE = "Millrace is running"
+START_TIMEOUT_SECONDS = 120.0
+
+
+class Standalone:
+    """A running ``millrace standalone`` and everything it printed."""
+
+    def __init__(self, data_dir: Path, http_port: int, wire_port: int) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        env.pop("MILLRACE_DATA_DIR", None)
+        self.base = f"http://127.0.0.1:{http_port}"
+        self.data_dir = data_dir
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+                "--http-port", str(http_port), "--segmentstore-port", str(wire_port),
+                "--worker-concurrency", "1",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = START_TIMEOUT_SECONDS, after: int = 0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines[after:]):
+            if self.process.poll() is not None:
+                time.sleep(0.2)  # let the reader catch the last lines
+                pytest.fail(f"standalone exited ({self.process.returncode}):\n{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {text!r} after {timeout} s:\n{self.output()[-6000:]}")
+            time.sleep(0.1)
+
+    def children(self) -> list[int]:
+        """Pids of the supervisor's child processes (from /proc)."""
+        path = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        try:
+            return [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            return []
+
+    def child_running(self, marker: str) -> int:
+        """The pid of the child whose command line contains ``marker``."""
+        for pid in self.children():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                return pid
+        pytest.fail(f"no child running {marker!r}; children: {self.children()}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+
+def request(
+    base: str, method: str, path: str, token: str | None = None, body: Any = None
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Accept", "application/json")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")

@@ -1,0 +1,60 @@
+"""Routing keys to segments, and segment bytes back to events."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from millrace.client.events import EventFormatError, EventSplitter, encode_event
+from millrace.client.routing import KeySpace, SegmentRange, key_point
+
+
+@given(st.text())
+def test_a_key_always_maps_to_the_same_point_in_the_key_space(key: str) -> None:
+    point = key_point(key)
+    assert 0.0 <= point < 1.0
+    assert key_point(key) == point
+
+
+def test_keys_spread_over_the_key_space() -> None:
+    points = [key_point(f"customer-{i}") for i in range(10_000)]
+    quarters = [sum(1 for p in points if q / 4 <= p < (q + 1) / 4) for q in range(4)]
+    assert all(2200 < n < 2800 for n in quarters), quarters
+
+
+def test_no_key_means_a_random_point() -> None:
+    rng = random.Random(7)
+    assert key_point(None, rng) != key_point(None, rng)
+
+
+def test_keyspace_finds_the_owner_of_every_point() -> None:
+    space = KeySpace(
+        [SegmentRange(2, "b", 0.5, 1.0), SegmentRange(1, "a", 0.0, 0.25),
+         SegmentRange(3, "c", 0.25, 0.5)]
+    )  # fmt: skip
+    assert [space.segment_for(p).name for p in (0.0, 0.2, 0.25, 0.49, 0.5, 0.999)] == [
+        "a", "a", "c", "c", "b", "b"]  # fmt: skip
+    with pytest.raises(ValueError):
+        KeySpace([])
+
+
+@given(st.lists(st.binary(max_size=300), max_size=30), st.integers(1, 64))
+def test_splitter_gives_back_the_events_from_any_chunking(events: list[bytes], chunk: int) -> None:
+    data = b"".join(encode_event(e) for e in events)
+    splitter, got = EventSplitter(100), []
+    for start in range(0, len(data), chunk):
+        got += splitter.feed(100 + start, data[start : start + chunk])
+    assert [e.data for e in got] == events
+    assert splitter.buffered == 0 and splitter.offset == 100 + len(data)
+    if got:
+        assert got[0].offset == 100 and got[-1].next_offset == 100 + len(data)
+
+
+def test_splitter_rejects_bytes_that_are_not_events() -> None:
+    with pytest.raises(EventFormatError, match="no event header at offset 5"):
+        EventSplitter(5).feed(5, b"\x00\x00\x00\x07garbage!")
+    with pytest.raises(EventFormatError, match="expected 0"):
+        EventSplitter(0).feed(3, b"")
