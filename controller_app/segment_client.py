@@ -16,7 +16,6 @@ becomes the owner of every container.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from django.db import transaction
 from controller_app import selectors as sel
 from controller_app.models import Container, ContainerAssignment, Node
 from millrace.client import segment_store as ssc
+from millrace.tokens import delegation_token
 
 T = TypeVar("T")
 
@@ -77,22 +77,11 @@ def register_node(
     return node
 
 
-@functools.cache
-def _token_secret() -> str:
-    from millrace.config import SegmentStoreSettings
-
-    return SegmentStoreSettings.from_env().token_secret
-
-
 def _token(segment: str) -> str:
-    from django.conf import settings
-
-    if not settings.MILLRACE.auth_enabled:
-        return ""
-    from segment_app.server.auth import READ_UPDATE, mint_token
+    from segment_app.server.auth import READ_UPDATE
 
     scope, stream, _ = segment.split("/", 2)
-    return mint_token(_token_secret(), f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
+    return delegation_token(f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
 
 
 class SegmentStorePort:

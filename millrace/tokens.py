@@ -1,4 +1,4 @@
-"""API tokens of REST clients: one DRF token per user, created on demand.
+"""Tokens: REST API tokens (one DRF token per user) and segment store delegation tokens.
 
 Used by ``millrace token create USER`` and by ``millrace standalone`` for the administrator.
 Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>``).
@@ -6,6 +6,7 @@ Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -36,3 +37,22 @@ def create_user_token(username: str, *, superuser: bool = False, rotate: bool = 
     if rotate:
         Token.objects.filter(user=user).delete()
     return token_for(user)
+
+
+@functools.cache
+def _token_secret() -> str:
+    from millrace.config import SegmentStoreSettings
+
+    return SegmentStoreSettings.from_env().token_secret
+
+
+def delegation_token(resource: str, access: str, ttl_seconds: float) -> str:
+    """A segment store delegation token for ``resource`` (``scope/stream/``, a segment, or
+    ``*``), signed with the cluster's token secret; empty when authentication is off."""
+    from django.conf import settings
+
+    if not settings.MILLRACE.auth_enabled:
+        return ""
+    from segment_app.server.auth import mint_token
+
+    return mint_token(_token_secret(), resource, access, ttl_seconds)

@@ -529,16 +529,13 @@ class DelegationTokenView(APIView):
     )
     def post(self, request: Request, scope: str, stream: str) -> Response:
         """A segment store delegation token (read and update) for the stream's segments."""
-        from django.conf import settings
-
-        from controller_app.segment_client import TOKEN_TTL_SECONDS, _token_secret
-        from segment_app.server.auth import READ_UPDATE, mint_token
+        from controller_app.segment_client import TOKEN_TTL_SECONDS
+        from millrace.tokens import delegation_token
+        from segment_app.server.auth import READ_UPDATE
 
         get_stream(scope, stream)
-        if not settings.MILLRACE.auth_enabled:
-            return Response({"token": "", "expiresIn": 0})
-        token = mint_token(_token_secret(), f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
-        return Response({"token": token, "expiresIn": int(TOKEN_TTL_SECONDS)})
+        token = delegation_token(f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
+        return Response({"token": token, "expiresIn": int(TOKEN_TTL_SECONDS) if token else 0})
 
 
 class WriterMarksView(APIView):

@@ -98,6 +98,18 @@ def _find(stream: Stream, txn_id: uuid.UUID) -> Transaction:
     return txn
 
 
+def _finished(stream: Stream, txn_id: uuid.UUID, wanted: str) -> Transaction | None:
+    """For a completed transaction: its outcome if it is ``wanted`` (asking again is fine),
+    else ``PreconditionFailedError``; ``None`` while it is not completed."""
+    high, low = _bits(txn_id)
+    done = CompletedTransaction.objects.filter(stream=stream, high_bits=high, low_bits=low).first()
+    if done is None:
+        return None
+    if done.state != wanted:
+        raise PreconditionFailedError(f"transaction {txn_id} was {done.state.lower()}")
+    return Transaction(stream=stream, high_bits=high, low_bits=low, state=wanted)
+
+
 def _check_lease(lease_ms: int) -> int:
     if not LEASE_MS_MIN <= int(lease_ms) <= LEASE_MS_MAX:
         raise InvalidArgumentError(f"lease must be between {LEASE_MS_MIN} and {LEASE_MS_MAX} ms")
@@ -173,12 +185,9 @@ def commit_transaction(
     """Commit: its events appear in the stream atomically. Returns once COMMITTING (or, with
     ``wait``, COMMITTED). Committing a committed transaction again is fine."""
     stream = get_stream(scope, name)
-    high, low = _bits(txn_id)
-    done = CompletedTransaction.objects.filter(stream=stream, high_bits=high, low_bits=low).first()
-    if done is not None:
-        if done.state == _T.COMMITTED:
-            return Transaction(stream=stream, high_bits=high, low_bits=low, state=_T.COMMITTED)
-        raise PreconditionFailedError(f"transaction {txn_id} was aborted")
+    finished = _finished(stream, txn_id, _T.COMMITTED)
+    if finished is not None:
+        return finished
     txn = _find(stream, txn_id)
     if txn.state == _T.OPEN:
         txn = _mark_committing(stream, txn, timestamp)
@@ -344,12 +353,9 @@ def abort_transaction(
 ) -> Transaction:
     """Abort: its events are dropped. Aborting an aborted transaction again is fine."""
     stream = get_stream(scope, name)
-    high, low = _bits(txn_id)
-    done = CompletedTransaction.objects.filter(stream=stream, high_bits=high, low_bits=low).first()
-    if done is not None:
-        if done.state == _T.ABORTED:
-            return Transaction(stream=stream, high_bits=high, low_bits=low, state=_T.ABORTED)
-        raise PreconditionFailedError(f"transaction {txn_id} was committed")
+    finished = _finished(stream, txn_id, _T.ABORTED)
+    if finished is not None:
+        return finished
     txn = _find(stream, txn_id)
     if txn.state == _T.OPEN:
         try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from millrace.client import segment_store as ssc
 from millrace.client.events import EventFormatError, EventSplitter
 from millrace.client.pool import SegmentStorePool
+from millrace.tokens import delegation_token
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +74,11 @@ class Target:
     port: int
 
 
-@functools.cache
-def _token_secret() -> str:
-    from millrace.config import SegmentStoreSettings
-
-    return SegmentStoreSettings.from_env().token_secret
-
-
 def read_token(resource: str) -> str:
     """A delegation token for reading ``resource`` (empty when authentication is off)."""
-    from django.conf import settings
+    from segment_app.server.auth import READ
 
-    if not settings.MILLRACE.auth_enabled:
-        return ""
-    from segment_app.server.auth import READ, mint_token
-
-    return mint_token(_token_secret(), resource, READ, TOKEN_TTL_SECONDS)
+    return delegation_token(resource, READ, TOKEN_TTL_SECONDS)
 
 
 class TailConsumer(AsyncWebsocketConsumer):

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
+from millrace import tokens
 
 TOKEN_SECRET = "controller-tests-token-secret-0123456789abcdef"
 CONTAINERS = 4
@@ -78,7 +79,7 @@ class NodeProcess:
 @pytest.fixture(scope="session")
 def segment_store_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     os.environ["MILLRACE_TOKEN_SECRET"] = TOKEN_SECRET
-    segment_client._token_secret.cache_clear()
+    tokens._token_secret.cache_clear()
     node = NodeProcess(tmp_path_factory.mktemp("segmentstore") / "data")
     yield node
     segment_client.segment_store().close()
@@ -91,6 +92,24 @@ def registered_node(segment_store_node: NodeProcess, db: None) -> NodeProcess:
         host="127.0.0.1", port=segment_store_node.port, container_count=CONTAINERS
     )
     return segment_store_node
+
+
+def write_events(port: int, segment: str, *payloads: bytes) -> None:
+    """Append ``payloads`` to ``segment`` over the wire protocol, as a new writer; wait for
+    their acknowledgement."""
+    import uuid
+
+    from millrace.client.segment_store import SyncSegmentStoreClient
+    from segment_app.server.auth import READ_UPDATE, mint_token
+
+    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
+    client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)
+    try:
+        writer = uuid.uuid4()
+        client.setup_append(segment, writer)
+        client.append_block(writer, list(payloads)).result(10)
+    finally:
+        client.close()
 
 
 class LiveWorker:

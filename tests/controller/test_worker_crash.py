@@ -26,9 +26,7 @@ from controller_app.models import Stream
 from controller_app.segment_client import segment_store
 from controller_app.workflows import scale, scopes, streams, transactions, truncate
 from controller_app.workflows.config import StreamConfig
-from millrace.client.segment_store import SyncSegmentStoreClient
-from segment_app.server.auth import READ_UPDATE, mint_token
-from tests.controller.conftest import TOKEN_SECRET
+from tests.controller.conftest import write_events
 from tests.controller.invariants import check_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,14 +47,7 @@ class Case:
         return Stream.objects.select_related("scope").filter(pk=self.stream.pk).first()
 
     def write(self, segment: str, payload: bytes) -> None:
-        token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
-        client = SyncSegmentStoreClient("127.0.0.1", self.port, delegation_token=token)
-        try:
-            writer = uuid.uuid4()
-            client.setup_append(segment, writer)
-            client.append_block(writer, [payload]).result(10)
-        finally:
-            client.close()
+        write_events(self.port, segment, payload)
 
     def open_txn(self, payload: bytes) -> None:
         self.txn = transactions.create_transaction(self.scope, "st", lease_ms=60_000)

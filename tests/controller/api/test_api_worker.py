@@ -17,9 +17,7 @@ from rest_framework.test import APIClient
 from controller_app import selectors as sel
 from controller_app.models import Stream
 from controller_app.segment_client import segment_store
-from millrace.client.segment_store import SyncSegmentStoreClient
-from segment_app.server.auth import READ_UPDATE, mint_token
-from tests.controller.conftest import TOKEN_SECRET
+from tests.controller.conftest import write_events
 from tests.controller.invariants import check_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,17 +31,6 @@ def api(transactional_db: None) -> APIClient:
     return client
 
 
-def _write(port: int, segment: str, payload: bytes) -> None:
-    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
-    client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)
-    try:
-        writer = uuid.uuid4()
-        client.setup_append(segment, writer)
-        client.append_block(writer, [payload]).result(10)
-    finally:
-        client.close()
-
-
 def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> None:
     sc = f"sc{uuid.uuid4().hex[:12]}"
     base = f"/v1/scopes/{sc}/streams/st"
@@ -52,7 +39,7 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> Non
     assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
     stream = sel.get_stream(sc, "st")
     _low, high = sel.current_segments(stream)
-    _write(live_worker_port(), sel.segment_name(stream, high.id), b"x" * 12)
+    write_events(live_worker_port(), sel.segment_name(stream, high.id), b"x" * 12)
 
     scaled = api.post(
         f"{base}/scale",
@@ -66,7 +53,7 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> Non
 
     txn = api.post(f"{base}/transactions", {"leaseMs": 10_000}, format="json").json()
     for name in txn["segments"]:
-        _write(live_worker_port(), name, b"in-txn")
+        write_events(live_worker_port(), name, b"in-txn")
     committed = api.post(f"{base}/transactions/{txn['txnId']}/commit", {"wait": 30}, format="json")
     assert committed.json()["state"] == "COMMITTED", live_worker.output()[-3000:]
 
