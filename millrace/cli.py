@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from millrace.admin_cli import AdminError
 from millrace.config import ConfigError, SegmentStoreSettings
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -335,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[data_dir],
     )
     migrate.add_argument("-v", "--verbosity", type=int, choices=range(4), default=1)
+    from millrace import admin_cli
+
+    admin_cli.add_commands(commands, _add, data_dir)
     _add(commands, "version", cmd_version, "Print the version of Millrace.")
     return parser
 
@@ -355,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"millrace {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
+    except AdminError as exc:
+        print(f"millrace {args.command} {args.verb}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -1,0 +1,317 @@
+"""Everyday commands in Pravega's ``<component> <verb>`` style, over the REST API and WebSockets.
+
+    millrace scope create|list|delete ...
+    millrace stream create|list|info|seal|delete|scale|truncate|append|read ...
+
+They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091) with
+``--token`` (default ``$MILLRACE_TOKEN``, else the standalone administrator's
+``<data dir>/admin-token``). ``--json`` prints machine-readable output. ``stream append`` writes
+its arguments, or one event per line of standard input (with a progress bar), through the
+Python client; ``stream read`` follows the stream over the WebSocket tail read and prints one
+event per line until ``--limit`` events or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+DEFAULT_URL = "http://127.0.0.1:9091"
+
+
+class AdminError(Exception):
+    """A command that failed; the message is printed as one line."""
+
+
+# -- plumbing -------------------------------------------------------------------------------
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token:
+        return str(args.token)
+    if os.environ.get("MILLRACE_TOKEN"):
+        return os.environ["MILLRACE_TOKEN"]
+    data_dir = Path(os.environ.get("MILLRACE_DATA_DIR", "./data"))
+    token_file = data_dir / "admin-token"
+    if token_file.exists():
+        return token_file.read_text().strip()
+    raise AdminError(
+        f"no API token: pass --token, set MILLRACE_TOKEN, or run where {token_file} exists"
+    )
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(args.url or os.environ.get("MILLRACE_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _split(name: str) -> tuple[str, str]:
+    scope, _, stream = name.partition("/")
+    if not scope or not stream or "/" in stream:
+        raise AdminError(f"expected SCOPE/STREAM, not {name!r}")
+    return scope, stream
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    import httpx
+
+    headers = {"Authorization": f"Token {_token(args)}"}
+    try:
+        response = httpx.request(
+            method, f"{_url(args)}/v1{path}", json=body, headers=headers, timeout=90
+        )
+    except httpx.HTTPError as exc:
+        raise AdminError(f"cannot reach {_url(args)}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            error = response.json()
+            raise AdminError(f"{error['code']}: {error['message']}")
+        except (ValueError, KeyError, TypeError):
+            raise AdminError(f"HTTP {response.status_code}: {response.text[:200]}") from None
+    return response.json() if response.content else None
+
+
+def _out(args: argparse.Namespace, value: Any, text: str) -> None:
+    print(json.dumps(value, indent=2) if args.json else text)
+
+
+# -- scope ----------------------------------------------------------------------------------
+
+
+def scope_create(args: argparse.Namespace) -> None:
+    _out(args, _call(args, "POST", "/scopes", {"scopeName": args.name}), f"created {args.name}")
+
+
+def scope_list(args: argparse.Namespace) -> None:
+    found = _call(args, "GET", "/scopes")
+    _out(args, found, "\n".join(s["scopeName"] for s in found["scopes"]))
+
+
+def scope_delete(args: argparse.Namespace) -> None:
+    _call(args, "DELETE", f"/scopes/{args.name}")
+    _out(args, {"deleted": args.name}, f"deleted {args.name}")
+
+
+# -- stream ---------------------------------------------------------------------------------
+
+
+def stream_create(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    body = {
+        "streamName": stream,
+        "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": args.segments},
+        "streamTags": args.tag or [],
+    }
+    made = _call(args, "POST", f"/scopes/{scope}/streams", body)
+    _out(args, made, f"created {args.name} with {args.segments} segment(s)")
+
+
+def stream_list(args: argparse.Namespace) -> None:
+    found = _call(args, "GET", f"/scopes/{args.scope}/streams")
+    _out(args, found, "\n".join(s["streamName"] for s in found["streams"]))
+
+
+def stream_info(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    info = _call(args, "GET", f"/scopes/{scope}/streams/{stream}/info")
+    segments = _call(args, "GET", f"/scopes/{scope}/streams/{stream}/segments")["segments"]
+    info["segments"] = segments
+    lines = [f"{args.name}: {info['state']}, epoch {info['currentEpoch']}, tags {info['tags']}"]
+    lines += [
+        f"  segment {s['segmentId']} ({s['name']}): keys [{s['keyStart']}, {s['keyEnd']})"
+        for s in segments
+    ]
+    _out(args, info, "\n".join(lines))
+
+
+def stream_seal(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    body = {"streamState": "SEALED"}
+    _out(args, _call(args, "PUT", f"/scopes/{scope}/streams/{stream}/state", body), "sealed")
+
+
+def stream_delete(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    _call(args, "DELETE", f"/scopes/{scope}/streams/{stream}")
+    _out(args, {"deleted": args.name}, f"deleted {args.name}")
+
+
+def _ranges(text: str) -> list[list[float]]:
+    try:
+        return [[float(x) for x in part.split("-", 1)] for part in text.split(",")]
+    except ValueError:
+        raise AdminError(f"ranges are START-END,START-END, not {text!r}") from None
+
+
+def stream_scale(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    try:
+        sealed = [int(x) for x in args.seal.split(",")]
+    except ValueError:
+        raise AdminError(f"--seal takes segment ids, not {args.seal!r}") from None
+    body = {"sealedSegments": sealed, "newRanges": _ranges(args.ranges)}
+    done = _call(args, "POST", f"/scopes/{scope}/streams/{stream}/scale", body)
+    _out(args, done, f"epoch {done['epoch']}: {len(done['segments'])} segment(s)")
+
+
+def stream_truncate(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    try:
+        cut = dict(part.split("=", 1) for part in args.cut.split(","))
+        cut = {str(int(k)): int(v) for k, v in cut.items()}
+    except ValueError:
+        raise AdminError(f"--cut takes ID=OFFSET,ID=OFFSET, not {args.cut!r}") from None
+    done = _call(args, "POST", f"/scopes/{scope}/streams/{stream}/truncate", {"streamCut": cut})
+    _out(args, done, "truncated")
+
+
+def stream_append(args: argparse.Namespace, rest: list[str] | None = None) -> None:
+    from millrace.client.manager import StreamManager
+
+    scope, stream = _split(args.name)
+    unknown = [x for x in rest or () if x.startswith("-")]
+    if unknown:
+        raise AdminError(f"unrecognized option {unknown[0]}")
+    events = [*args.events, *(rest or ())] or None
+    manager = StreamManager(_url(args), token=_token(args))
+    try:
+        writer = manager.create_writer(scope, stream)
+        count = 0
+        if events is None:
+            from tqdm import tqdm
+
+            lines = tqdm(sys.stdin, unit=" events", disable=not sys.stderr.isatty() or args.json)
+            for line in lines:
+                writer.write_event(line.rstrip("\n"), routing_key=args.key)
+                count += 1
+        else:
+            for event in events:
+                writer.write_event(event, routing_key=args.key)
+                count += 1
+        writer.flush()
+        writer.close()
+    except Exception as exc:
+        raise AdminError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        manager.close()
+    _out(args, {"appended": count}, f"appended {count} event(s), durable")
+
+
+def stream_read(args: argparse.Namespace) -> None:
+    scope, stream = _split(args.name)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_tail(args, scope, stream))
+
+
+async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
+    import websockets
+
+    base = _url(args).replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    query = f"from={quote(args.start)}&encoding=utf-8"
+    uri = f"{base}/ws/streams/{quote(scope)}/{quote(stream)}?{query}"
+    headers = {"Authorization": f"Token {_token(args)}"}
+    seen = 0
+    try:
+        async with websockets.connect(uri, additional_headers=headers, origin=_url(args)) as ws:
+            async for raw in ws:
+                message = json.loads(raw)
+                if message["type"] == "error":
+                    raise AdminError(f"{message['code']}: {message['message']}")
+                if message["type"] == "end":
+                    return
+                for event in message.get("events", ()):
+                    text = event.get("text")
+                    if text is None:
+                        text = base64.b64decode(event["data"]).decode("utf-8", "replace")
+                    if args.json:
+                        print(json.dumps({"segment": message["segment"], **event}), flush=True)
+                    else:
+                        print(text, flush=True)
+                    seen += 1
+                    if args.limit and seen >= args.limit:
+                        return
+    except (OSError, websockets.WebSocketException) as exc:
+        raise AdminError(f"WebSocket {uri.split('?')[0]}: {exc}") from None
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--url", help=f"the node (default $MILLRACE_URL or {DEFAULT_URL})")
+    parent.add_argument(
+        "--token", help="API token (default $MILLRACE_TOKEN or <data dir>/admin-token)"
+    )
+    parent.add_argument("--json", action="store_true", help="machine-readable output")
+    return parent
+
+
+def add_commands(commands: Any, add: Any, data_dir: argparse.ArgumentParser) -> None:
+    """Add ``scope`` and ``stream`` to the ``millrace`` parser (``add`` is cli._add)."""
+    common = _common()
+    parents = [data_dir, common]
+    scope = add(commands, "scope", None, "Create, list and delete scopes.", parents=[data_dir])
+    verbs = scope.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb, handler, summary in (
+        ("create", scope_create, "Create a scope."),
+        ("delete", scope_delete, "Delete an empty scope."),
+    ):
+        add(verbs, verb, _run(handler), summary, parents=parents).add_argument("name")
+    add(verbs, "list", _run(scope_list), "List scopes.", parents=parents)
+
+    stream = add(commands, "stream", None, "Manage, write and read streams.", parents=[data_dir])
+    verbs = stream.add_subparsers(dest="verb", metavar="VERB", required=True)
+    create = add(verbs, "create", _run(stream_create), "Create SCOPE/STREAM.", parents=parents)
+    create.add_argument("name", metavar="SCOPE/STREAM")
+    create.add_argument("--segments", type=int, default=1, help="initial segments (default 1)")
+    create.add_argument("--tag", action="append", help="a tag (repeat for more)")
+    add(verbs, "list", _run(stream_list), "List the streams of SCOPE.", parents=parents
+        ).add_argument("scope")  # fmt: skip
+    for verb, handler, summary in (
+        ("info", stream_info, "State, epoch, tags and current segments."),
+        ("seal", stream_seal, "Seal: no more writes."),
+        ("delete", stream_delete, "Delete a sealed stream."),
+    ):
+        add(verbs, verb, _run(handler), summary, parents=parents).add_argument(
+            "name", metavar="SCOPE/STREAM"
+        )
+    scale = add(verbs, "scale", _run(stream_scale), "Split or merge segments.", parents=parents)
+    scale.add_argument("name", metavar="SCOPE/STREAM")
+    scale.add_argument("--seal", required=True, help="segment ids to seal, comma-separated")
+    scale.add_argument("--ranges", required=True, help="new key ranges: 0.5-0.75,0.75-1.0")
+    trunc = add(verbs, "truncate", _run(stream_truncate), "Truncate at a stream cut.",
+                parents=parents)  # fmt: skip
+    trunc.add_argument("name", metavar="SCOPE/STREAM")
+    trunc.add_argument("--cut", required=True, help="ID=OFFSET,ID=OFFSET")
+    append = add(verbs, "append", _run(stream_append, rest=True),
+                 "Append events (arguments or stdin lines).", parents=parents,
+                 passthrough="the events")  # fmt: skip
+    append.add_argument("name", metavar="SCOPE/STREAM")
+    append.add_argument("events", nargs="*", help="events (default: one per line of stdin)")
+    append.add_argument("--key", help="routing key of every event")
+    read = add(verbs, "read", _run(stream_read), "Follow a stream: print events as they come.",
+               parents=parents)  # fmt: skip
+    read.add_argument("name", metavar="SCOPE/STREAM")
+    read.add_argument("--from", dest="start", default="head",
+                      help="head (default), tail, time:<ms> or cut:<id>=<offset>,...")  # fmt: skip
+    read.add_argument("--limit", type=int, default=0, help="stop after N events")
+
+
+def _run(handler: Any, rest: bool = False) -> Any:
+    """A cli.Handler around an admin command (``AdminError`` is caught by ``cli.main``). With
+    ``rest``, the handler also gets the arguments argparse left over (events placed after an
+    option)."""
+
+    def run(args: argparse.Namespace, left: list[str]) -> int:
+        handler(args, left) if rest else handler(args)
+        return 0
+
+    return run
