@@ -79,6 +79,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
                 headers["WWW-Authenticate"] = auth_header
             message = _validation_message(exc.detail)
             return error(exc.status_code, code, message, headers)
+    if isinstance(exc, ssc.SegmentSealedError):
+        return error(412, "stream-sealed", f"the stream is sealed: {exc}")
+    if isinstance(exc, TimeoutError):
+        return error(504, "timeout", "the segment store did not answer in time")
     if isinstance(exc, (ssc.SegmentStoreError, OSError)):
         log.warning("segment store unavailable: %s", exc)
         return error(503, "segment-store-unavailable", f"the segment store failed: {exc}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from controller_app.api import views as v
+from controller_app.api.events import EventsView
 from controller_app.segments import EPOCH_MAX
 
 
@@ -55,4 +56,5 @@ urlpatterns = [
     path(f"{TXN}/abort", v.TransactionAbortView.as_view()),
     path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
     path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
+    path(f"{STREAM}/events", EventsView.as_view()),
 ]

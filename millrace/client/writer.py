@@ -178,14 +178,23 @@ class AsyncEventWriter:
             if not item.done.done():
                 item.done.set_exception(error)
 
-    async def flush(self) -> None:
-        """Wait until every event written so far is durable (or has failed)."""
+    async def _send_open_blocks(self) -> None:
         for writer in list(self._writers.values()):
             if not writer.sealed:
                 with contextlib.suppress(ssc.SegmentStoreError):  # failures reach the futures
-                    await writer.client.flush(writer.writer_id)  # send open blocks now
+                    await writer.client.flush(writer.writer_id)
+
+    async def flush(self) -> None:
+        """Wait until every event written so far is durable (or has failed)."""
+        await self._send_open_blocks()
         while self._outstanding:
             await asyncio.gather(*list(self._outstanding), return_exceptions=True)
+
+    async def flush_events(self, done: list[asyncio.Future[None]]) -> None:
+        """Wait until the events of ``done`` (futures of ``write_event``) are durable; raise
+        the first failure."""
+        await self._send_open_blocks()
+        await asyncio.gather(*done)
 
     async def close(self) -> None:
         await self.flush()

@@ -78,6 +78,7 @@ def endpoints(w: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("post", f"{base}/transactions/{txn}/abort", {}),
         ("post", f"{base}/writer-marks", {"writerId": "w", "timestamp": 1}),
         ("post", f"{base}/delegation-token", {}),
+        ("post", f"{base}/events", {"events": [{"data": "intruder"}]}),
     ]
 
 

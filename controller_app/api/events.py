@@ -1,0 +1,167 @@
+"""REST append for HTTP clients: events with routing keys, written by the Python client's writer.
+
+``POST /v1/scopes/{scope}/streams/{stream}/events`` takes a batch of events and answers once
+all of them are durable. The events go through the same ``AsyncEventWriter`` as the Python
+client (routing keys, append blocks, idempotent writer ids, re-routing when a segment is
+sealed); here the writer asks the controller's own tables instead of the REST API
+(``LocalController``). One writer per stream per process lives on a private event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import threading
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controller_app import selectors as sel
+from controller_app.errors import InvalidArgumentError
+from controller_app.workflows.common import get_stream
+from millrace.client.events import EVENT_BYTES_MAX
+from millrace.client.routing import SegmentRange
+from millrace.client.writer import AsyncEventWriter
+
+#: Events one request may carry, and how long it waits for them to be durable.
+EVENTS_PER_REQUEST_MAX = 10_000
+APPEND_TIMEOUT_SECONDS = 60.0
+
+
+class LocalController:
+    """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
+
+    async def delegation_token(self, scope: str, stream: str) -> str:
+        from controller_app.segment_client import TOKEN_TTL_SECONDS
+        from millrace.tokens import delegation_token
+        from segment_app.server.auth import READ_UPDATE
+
+        return await sync_to_async(delegation_token)(
+            f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS
+        )
+
+    async def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
+        def read() -> list[SegmentRange]:
+            row = get_stream(scope, stream)
+            return [_range(row, s) for s in sel.current_segments(row)]
+
+        return await sync_to_async(read)()
+
+    async def successors(
+        self, scope: str, stream: str, segment_id: int
+    ) -> list[tuple[SegmentRange, list[int]]]:
+        def read() -> list[tuple[SegmentRange, list[int]]]:
+            row = get_stream(scope, stream)
+            return [(_range(row, s), p) for s, p in sel.successors(row, segment_id).items()]
+
+        return await sync_to_async(read)()
+
+    async def segment_uri(self, scope: str, stream: str, segment_id: int) -> tuple[str, int]:
+        def read() -> tuple[str, int]:
+            uri = sel.segment_uri(get_stream(scope, stream), segment_id)
+            return uri.host, uri.port
+
+        return await sync_to_async(read)()
+
+
+def _range(stream: Any, segment: Any) -> SegmentRange:
+    return SegmentRange(
+        segment.id, sel.segment_name(stream, segment.id), segment.key_start, segment.key_end
+    )
+
+
+class _Writers:
+    """One writer per stream, on one event loop thread per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._writers: dict[tuple[str, str], AsyncEventWriter] = {}
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, daemon=True, name="millrace-rest-append"
+                ).start()
+            return self._loop
+
+    def append(self, scope: str, stream: str, events: list[tuple[bytes, str | None]]) -> None:
+        loop = self._ensure_loop()
+        future = asyncio.run_coroutine_threadsafe(self._append(scope, stream, events), loop)
+        future.result(APPEND_TIMEOUT_SECONDS)
+
+    async def _append(
+        self, scope: str, stream: str, events: list[tuple[bytes, str | None]]
+    ) -> None:
+        writer = self._writers.get((scope, stream))
+        if writer is None:
+            writer = AsyncEventWriter(LocalController(), scope, stream)  # type: ignore[arg-type]
+            self._writers[(scope, stream)] = writer
+        try:
+            done = [await writer.write_event(data, key) for data, key in events]
+            await writer.flush_events(done)
+        except Exception:
+            # Start afresh next time (the stream may have been sealed, deleted or recreated).
+            self._writers.pop((scope, stream), None)
+            raise
+
+
+WRITERS = _Writers()
+
+
+class EventSerializer(serializers.Serializer):
+    data = serializers.CharField(required=False, allow_blank=True, help_text="UTF-8 text")
+    dataBase64 = serializers.CharField(required=False, help_text="bytes, base64")
+    routingKey = serializers.CharField(required=False, allow_null=True, max_length=1024)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("data" in attrs) == ("dataBase64" in attrs):
+            raise serializers.ValidationError("give exactly one of data and dataBase64")
+        return attrs
+
+
+class AppendSerializer(serializers.Serializer):
+    events = EventSerializer(many=True, allow_empty=False, max_length=EVENTS_PER_REQUEST_MAX)
+
+
+class AppendedSerializer(serializers.Serializer):
+    appended = serializers.IntegerField()
+
+
+def _payload(item: dict[str, Any]) -> bytes:
+    if "data" in item:
+        data = item["data"].encode("utf-8")
+    else:
+        try:
+            data = base64.b64decode(item["dataBase64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgumentError("dataBase64 is not valid base64") from None
+    if len(data) > EVENT_BYTES_MAX:
+        raise InvalidArgumentError(f"an event holds at most {EVENT_BYTES_MAX} bytes")
+    return data
+
+
+class EventsView(APIView):
+    @extend_schema(
+        operation_id="appendEvents",
+        request=AppendSerializer,
+        responses={201: AppendedSerializer},
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        """Append a batch of events; answers once every one is durable (per routing key in
+        order, as the Python client writes)."""
+        get_stream(scope, stream)
+        serializer = AppendSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        items = serializer.validated_data["events"]
+        events = [(_payload(item), item.get("routingKey")) for item in items]
+        WRITERS.append(scope, stream, events)
+        return Response({"appended": len(events)}, status=201)
