@@ -20,6 +20,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.reader import AsyncEventReader, EventRead
 from millrace.client.writer import AsyncEventWriter
 
 T = TypeVar("T")
@@ -48,6 +49,10 @@ class AsyncStreamManager:
 
     def create_writer(self, scope: str, stream: str, **options: Any) -> AsyncEventWriter:
         return AsyncEventWriter(self.controller, scope, stream, **options)
+
+    def create_reader(self, scope: str, stream: str, **options: Any) -> AsyncEventReader:
+        """A reader of the whole stream (``start="head"`` or ``"tail"``)."""
+        return AsyncEventReader(self.controller, scope, stream, **options)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -96,6 +101,21 @@ class EventWriter:
         self._loop.run(self._writer.close())
 
 
+class EventReader:
+    """Blocking facade of ``AsyncEventReader``."""
+
+    def __init__(self, loop: _Loop, reader: AsyncEventReader) -> None:
+        self._loop, self._reader = loop, reader
+
+    def read_next(self, timeout: float | None = None) -> EventRead | None:
+        """The next event, ``None`` at the end of a sealed stream; ``TimeoutError`` after
+        ``timeout`` seconds without one."""
+        return self._loop.run(self._reader.read_next(timeout))
+
+    def close(self) -> None:
+        self._loop.run(self._reader.close())
+
+
 def _copy(source: asyncio.Future[None], target: concurrent.futures.Future[None]) -> None:
     if source.cancelled():
         target.cancel()
@@ -129,6 +149,9 @@ class StreamManager:
 
     def create_writer(self, scope: str, stream: str, **options: Any) -> EventWriter:
         return EventWriter(self._loop, self._async.create_writer(scope, stream, **options))
+
+    def create_reader(self, scope: str, stream: str, **options: Any) -> EventReader:
+        return EventReader(self._loop, self._async.create_reader(scope, stream, **options))
 
     def close(self) -> None:
         self._loop.run(self._async.close())

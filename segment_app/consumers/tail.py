@@ -28,7 +28,6 @@ import base64
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -36,19 +35,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from millrace.client import segment_store as ssc
-from millrace.client.events import EventFormatError, EventSplitter
+from millrace.client.events import Event, EventFormatError
+from millrace.client.follower import StreamFollower, Target
 from millrace.client.pool import SegmentStorePool
 from millrace.tokens import delegation_token
 
 log = logging.getLogger(__name__)
 
-#: Bytes asked for by one read of a segment.
-READ_BYTES = 256 * 1024
-#: How long to wait before asking again for the successors of a sealed segment that the
-#: controller has not recorded yet (the scale is completing).
-SUCCESSOR_POLL_SECONDS = 0.2
-#: Delay before reconnecting to a segment store that went away (doubles up to the max).
-RECONNECT_DELAY_SECONDS, RECONNECT_DELAY_MAX_SECONDS = 0.1, 5.0
 #: Lifetime of the delegation tokens the consumer mints for its reads.
 TOKEN_TTL_SECONDS = 3600.0
 
@@ -62,16 +55,6 @@ class SubscriptionError(Exception):
         super().__init__(message)
         self.code = code
         self.close_code = close_code
-
-
-@dataclass(frozen=True)
-class Target:
-    """A segment to read: its qualified name, id and the node that serves it."""
-
-    name: str
-    segment_id: int
-    host: str
-    port: int
 
 
 def read_token(resource: str) -> str:
@@ -90,7 +73,6 @@ class TailConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.pool = SegmentStorePool(request_timeout=60.0)
         self.send_lock = asyncio.Lock()
-        self.tasks: set[asyncio.Task[Any]] = set()
         self.runner: asyncio.Task[Any] | None = None
         try:
             self._check_user()
@@ -137,8 +119,6 @@ class TailConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "runner", None) is not None:
             self.runner.cancel()  # type: ignore[union-attr]
-        for task in list(getattr(self, "tasks", ())):
-            task.cancel()
         if hasattr(self, "pool"):
             await self.pool.close()
 
@@ -167,43 +147,25 @@ class TailConsumer(AsyncWebsocketConsumer):
             await self.emit({"type": "error", "code": code, "message": message})
             await self.close(code=close_code)
 
-    # -- reading one segment -------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------
 
-    async def read_segment(self, target: Target, offset: int, token: str) -> None:
-        """Send the events of ``target`` from ``offset`` until its end (if it is ever sealed)."""
-        splitter = EventSplitter(offset)
-        delay = RECONNECT_DELAY_SECONDS
-        while True:
-            try:
-                client = await self.pool.get(target.host, target.port)
-                result = await client.read_segment(
-                    target.name, splitter.offset + splitter.buffered, READ_BYTES, token=token
-                )
-            except ssc.SegmentTruncatedError as exc:
-                splitter = EventSplitter(exc.start_offset)
-                await self.emit(
-                    {"type": "truncated", "segment": target.name, "startOffset": exc.start_offset}
-                )
-                continue
-            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_DELAY_MAX_SECONDS)
-                continue
-            except ssc.SegmentNotFoundError:
-                return  # deleted (the stream was deleted, or a truncation removed it)
-            except ssc.SegmentSealedError:
-                return
-            delay = RECONNECT_DELAY_SECONDS
-            try:
-                events = splitter.feed(result.offset, result.data)
-            except EventFormatError as exc:
-                raise SubscriptionError(
-                    "not-events", f"{target.name}: {exc}", CLOSE_FAILED
-                ) from exc
-            if events:
-                await self.emit(self._batch(target, events, splitter.offset))
-            if result.end_of_segment and not result.data:
-                return
+    def follower(self, successors: Any = None) -> StreamFollower:
+        return StreamFollower(
+            self.pool, self.token, self._emit_events, successors=successors,
+            on_truncated=self._truncated,
+        )  # fmt: skip
+
+    async def _emit_events(self, target: Target, events: list[Event], next_offset: int) -> None:
+        await self.emit(self._batch(target, events, next_offset))
+
+    async def _truncated(self, target: Target, start_offset: int) -> None:
+        await self.emit({"type": "truncated", "segment": target.name, "startOffset": start_offset})
+
+    async def follow(self, run: Any) -> None:
+        try:
+            await run
+        except EventFormatError as exc:
+            raise SubscriptionError("not-events", str(exc), CLOSE_FAILED) from exc
 
     def _batch(self, target: Target, events: list[Any], next_offset: int) -> dict[str, Any]:
         items = []
@@ -291,55 +253,13 @@ class StreamTailConsumer(TailConsumer):
         return tail
 
     async def run(self) -> None:
-        self.done: set[int] = set()
-        self.waiting: dict[int, set[int]] = {}  # successor id -> predecessor ids not yet done
-        self.started: set[int] = set()
-        self.finished = asyncio.Event()
-        for target, offset in self.position.items():
-            self._start(target, offset)
-        await self.finished.wait()
+        await self.follow(self.follower(self._successors).run(self.position))
         await self.emit({"type": "end"})
         await self.close()
 
-    def _start(self, target: Target, offset: int) -> None:
-        self.started.add(target.segment_id)
-        task = asyncio.create_task(self._follow(target, offset))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _follow(self, target: Target, offset: int) -> None:
-        try:
-            await self.read_segment(target, offset, self.token)
-            successors = await self._successors(target)
-            self.done.add(target.segment_id)
-            for successor, predecessors in successors.items():
-                if successor.segment_id in self.started:
-                    continue
-                # Predecessors this subscription never read (before its start) do not hold it.
-                left = self.waiting.setdefault(
-                    successor.segment_id, set(predecessors) & self.started
-                )
-                left.difference_update(self.done)
-                if not left:
-                    del self.waiting[successor.segment_id]
-                    self._start(successor, 0)
-            if not self.tasks - {asyncio.current_task()} and not self.waiting:
-                self.finished.set()
-        except asyncio.CancelledError:
-            raise
-        except SubscriptionError as exc:
-            await self.fail(exc.code, str(exc), exc.close_code)
-        except Exception as exc:
-            log.exception("tail read of %s failed", target.name)
-            await self.fail("internal-error", f"{type(exc).__name__}: {exc}", CLOSE_FAILED)
-
-    async def _successors(self, target: Target) -> dict[Target, list[int]]:
-        """The successors of a segment read to its end, once the controller has them."""
-        while True:
-            found, sealed = await database_sync_to_async(self._successors_now)(target.segment_id)
-            if found or sealed:
-                return found
-            await asyncio.sleep(SUCCESSOR_POLL_SECONDS)
+    async def _successors(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
+        """The successors of a segment read to its end, and whether the stream has ended."""
+        return await database_sync_to_async(self._successors_now)(segment_id)
 
     def _successors_now(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
         from controller_app import selectors as sel
@@ -398,7 +318,7 @@ class SegmentTailConsumer(TailConsumer):
         await self.emit({"type": "subscribed", "segment": name, "offset": self.offset})
 
     async def run(self) -> None:
-        await self.read_segment(self.target, self.offset, self.token)
+        await self.follow(self.follower().read_segment(self.target, self.offset))
         await self.emit({"type": "end"})
         await self.close()
 

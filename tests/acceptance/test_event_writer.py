@@ -145,6 +145,42 @@ def test_writer_follows_scaling_without_loss_duplicates_or_reordering(node: Stan
         assert sequence == list(range(counts[key])), f"{key}: lost, duplicated or out of order"
 
 
+def test_reader_reads_everything_in_key_order_across_scales_until_sealed(
+    node: Standalone,
+) -> None:
+    token = _token(node)
+    scope = f"r{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(node.base, token=token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        writer = manager.create_writer(scope, "st")
+        reader = manager.create_reader(scope, "st")
+        counts = dict.fromkeys(KEYS, 0)
+        for split in (True, False, True):
+            for i in range(400):
+                key = KEYS[i % len(KEYS)]
+                writer.write_event(f"{key}:{counts[key]}", routing_key=key)
+                counts[key] += 1
+            writer.flush()
+            _scale(node, token, scope, split)
+        writer.close()
+        seen: dict[str, list[int]] = {key: [] for key in KEYS}
+        for _ in range(sum(counts.values())):
+            event = reader.read_next(timeout=30)
+            assert event is not None
+            key, seq = event.data.decode().split(":")
+            seen[key].append(int(seq))
+        assert seen == {key: list(range(n)) for key, n in counts.items()}
+        with pytest.raises(TimeoutError):
+            reader.read_next(timeout=0.5)  # at the tail: waits for more
+        manager.seal_stream(scope, "st")
+        assert reader.read_next(timeout=30) is None  # sealed and read to the end
+        reader.close()
+    finally:
+        manager.close()
+
+
 def test_controller_errors_are_clear(node: Standalone) -> None:
     manager = StreamManager(node.base, token="wrong")
     try:
