@@ -316,11 +316,19 @@ class TransactionCreateSerializer(serializers.Serializer):
     writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
+class ShadowSegmentSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The transaction segment to write to.")
+    parentId = serializers.IntegerField()
+    keyStart = serializers.FloatField()
+    keyEnd = serializers.FloatField()
+
+
 class TransactionSerializer(serializers.Serializer):
     txnId = serializers.UUIDField()
     state = serializers.CharField()
     epoch = serializers.IntegerField(required=False)
     segments = serializers.ListField(child=serializers.CharField(), required=False)
+    shadowSegments = ShadowSegmentSerializer(many=True, required=False)
 
 
 class PingSerializer(serializers.Serializer):

@@ -453,9 +453,14 @@ def _txn(scope: str, stream: str, txn: Any, with_segments: bool = False) -> dict
     if with_segments:
         row = get_stream(scope, stream)
         out["epoch"] = txn.epoch
-        out["segments"] = [
-            transactions.shadow_name(sel.segment_name(row, g.id), txn)
-            for g in sel.epoch_record(row, txn.epoch).segment_list()
+        epoch_segments = sel.epoch_record(row, txn.epoch).segment_list()
+        shadows = [
+            transactions.shadow_name(sel.segment_name(row, g.id), txn) for g in epoch_segments
+        ]
+        out["segments"] = shadows
+        out["shadowSegments"] = [
+            {"name": name, "parentId": g.id, "keyStart": g.key_start, "keyEnd": g.key_end}
+            for name, g in zip(shadows, epoch_segments, strict=True)
         ]
     return out
 

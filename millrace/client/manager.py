@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.reader import AsyncEventReader, EventRead
+from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.writer import AsyncEventWriter
 
 T = TypeVar("T")
@@ -53,6 +54,9 @@ class AsyncStreamManager:
     def create_reader(self, scope: str, stream: str, **options: Any) -> AsyncEventReader:
         """A reader of the whole stream (``start="head"`` or ``"tail"``)."""
         return AsyncEventReader(self.controller, scope, stream, **options)
+
+    def create_transaction_writer(self, scope: str, stream: str) -> AsyncTransactionalWriter:
+        return AsyncTransactionalWriter(self.controller, scope, stream)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -116,6 +120,41 @@ class EventReader:
         self._loop.run(self._reader.close())
 
 
+class TransactionalWriter:
+    """Blocking facade of ``AsyncTransactionalWriter``: ``begin_txn()`` gives a transaction
+    whose ``write_event``, ``commit``, ``abort``, ``ping`` and ``check_status`` block."""
+
+    def __init__(self, loop: _Loop, writer: AsyncTransactionalWriter) -> None:
+        self._loop, self._writer = loop, writer
+
+    def begin_txn(self, lease_ms: int = 30_000) -> BlockingTransaction:
+        return BlockingTransaction(self._loop, self._loop.run(self._writer.begin_txn(lease_ms)))
+
+    def close(self) -> None:
+        self._loop.run(self._writer.close())
+
+
+class BlockingTransaction:
+    def __init__(self, loop: _Loop, txn: Transaction) -> None:
+        self._loop, self.txn = loop, txn
+        self.txn_id = txn.txn_id
+
+    def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
+        self._loop.run(self.txn.write_event(event, routing_key))
+
+    def commit(self, timestamp: int | None = None) -> None:
+        self._loop.run(self.txn.commit(timestamp))
+
+    def abort(self) -> None:
+        self._loop.run(self.txn.abort())
+
+    def ping(self, lease_ms: int = 30_000) -> None:
+        self._loop.run(self.txn.ping(lease_ms))
+
+    def check_status(self) -> str:
+        return self._loop.run(self.txn.check_status())
+
+
 def _copy(source: asyncio.Future[None], target: concurrent.futures.Future[None]) -> None:
     if source.cancelled():
         target.cancel()
@@ -152,6 +191,9 @@ class StreamManager:
 
     def create_reader(self, scope: str, stream: str, **options: Any) -> EventReader:
         return EventReader(self._loop, self._async.create_reader(scope, stream, **options))
+
+    def create_transaction_writer(self, scope: str, stream: str) -> TransactionalWriter:
+        return TransactionalWriter(self._loop, self._async.create_transaction_writer(scope, stream))
 
     def close(self) -> None:
         self._loop.run(self._async.close())

@@ -181,6 +181,42 @@ def test_reader_reads_everything_in_key_order_across_scales_until_sealed(
         manager.close()
 
 
+def test_transactions_are_all_or_nothing(node: Standalone) -> None:
+    token = _token(node)
+    scope = f"t{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(node.base, token=token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        reader = manager.create_reader(scope, "st")
+        txns = manager.create_transaction_writer(scope, "st")
+        kept = txns.begin_txn()
+        dropped = txns.begin_txn()
+        for i in range(100):
+            kept.write_event(f"kept:{i}", routing_key=KEYS[i % 4])
+            dropped.write_event(f"dropped:{i}", routing_key=KEYS[i % 4])
+        with pytest.raises(TimeoutError):
+            reader.read_next(timeout=1)  # nothing visible before the commit
+        dropped.abort()
+        _scale(node, token, scope, split=True)  # the commit rolls the transaction forward
+        kept.commit()
+        assert kept.check_status() == "COMMITTED"
+        assert dropped.check_status() == "ABORTED"
+        got = [reader.read_next(timeout=30) for _ in range(100)]
+        per_key: dict[str, list[int]] = defaultdict(list)
+        for event in got:
+            assert event is not None and event.data.startswith(b"kept:")
+            per_key[KEYS[int(event.data.split(b":")[1]) % 4]].append(int(event.data.split(b":")[1]))
+        assert all(seqs == sorted(seqs) for seqs in per_key.values())
+        assert sorted(i for seqs in per_key.values() for i in seqs) == list(range(100))
+        with pytest.raises(TimeoutError):
+            reader.read_next(timeout=1)  # and nothing of the aborted one
+        reader.close()
+        txns.close()
+    finally:
+        manager.close()
+
+
 def test_controller_errors_are_clear(node: Standalone) -> None:
     manager = StreamManager(node.base, token="wrong")
     try:

@@ -1,0 +1,111 @@
+"""Transactional writers: events written to a transaction appear in the stream all at once on
+commit, or never (abort).
+
+``AsyncTransactionalWriter.begin_txn()`` opens a transaction (the controller creates one shadow
+segment per segment of the current epoch); ``Transaction.write_event(event, routing_key)``
+routes by key to the shadow of the segment owning the key, appending as one idempotent writer
+per shadow; ``commit()`` waits until every event is durable in the shadows, then asks the
+controller to commit and waits for COMMITTED; ``abort()`` drops them. The controller merges the
+shadows into their parents atomically, rolling the transaction forward if the stream scaled
+meanwhile. ``ping()`` extends the lease (a transaction not pinged within it is aborted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from millrace.client.controller import AsyncControllerClient
+from millrace.client.pool import SegmentStorePool
+from millrace.client.routing import KeySpace, SegmentRange, key_point
+
+#: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
+LEASE_MS_DEFAULT = 30_000
+COMMIT_WAIT_SECONDS = 60.0
+
+
+class Transaction:
+    def __init__(self, owner: AsyncTransactionalWriter, answer: dict[str, Any]) -> None:
+        self.owner = owner
+        self.txn_id = uuid.UUID(answer["txnId"])
+        self._base = f"/scopes/{owner.scope}/streams/{owner.stream}/transactions/{self.txn_id}"
+        self._keyspace = KeySpace(
+            [
+                SegmentRange(s["parentId"], s["name"], s["keyStart"], s["keyEnd"])
+                for s in answer["shadowSegments"]
+            ]
+        )
+        self._writers: dict[str, tuple[uuid.UUID, int]] = {}  # shadow -> (writer id, parent)
+        self._acks: list[asyncio.Future[Any]] = []
+        self.state = str(answer["state"])
+
+    async def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
+        """Append ``event`` to the transaction (invisible until the commit)."""
+        if self.state != "OPEN":
+            raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
+        data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
+        shadow = self._keyspace.segment_for(key_point(routing_key))
+        client = await self.owner.client_for(shadow.segment_id)
+        known = self._writers.get(shadow.name)
+        if known is None:
+            known = (uuid.uuid4(), shadow.segment_id)
+            await client.setup_append(shadow.name, known[0])
+            self._writers[shadow.name] = known
+        self._acks.append(await client.append_event(known[0], data))
+
+    async def flush(self) -> None:
+        """Wait until every event written to the transaction is durable in its shadows."""
+        for writer, parent in self._writers.values():
+            client = await self.owner.client_for(parent)
+            await client.flush(writer)
+        await asyncio.gather(*self._acks)
+
+    async def commit(self, timestamp: int | None = None) -> None:
+        await self.flush()
+        body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS}
+        if timestamp is not None:
+            body["timestamp"] = timestamp
+        answer = await self.owner.controller.call("POST", f"{self._base}/commit", body)
+        self.state = str(answer["state"])
+        if self.state != "COMMITTED":
+            raise RuntimeError(f"transaction {self.txn_id} is {self.state} after the commit")
+
+    async def abort(self) -> None:
+        answer = await self.owner.controller.call("POST", f"{self._base}/abort", {"wait": 30})
+        self.state = str(answer["state"])
+
+    async def ping(self, lease_ms: int = LEASE_MS_DEFAULT) -> None:
+        await self.owner.controller.call("POST", f"{self._base}/ping", {"leaseMs": lease_ms})
+
+    async def check_status(self) -> str:
+        self.state = str((await self.owner.controller.call("GET", self._base))["state"])
+        return self.state
+
+
+class AsyncTransactionalWriter:
+    def __init__(self, controller: AsyncControllerClient, scope: str, stream: str) -> None:
+        self.controller = controller
+        self.scope, self.stream = scope, stream
+        self._pool: SegmentStorePool | None = None
+        self._nodes: dict[int, tuple[str, int]] = {}
+
+    async def client_for(self, parent_id: int) -> Any:
+        """The connection for a shadow segment: the node serving its parent (a transaction
+        segment lives in its parent's container)."""
+        if self._pool is None:
+            token = await self.controller.delegation_token(self.scope, self.stream)
+            self._pool = SegmentStorePool(delegation_token=token)
+        node = self._nodes.get(parent_id)
+        if node is None:
+            node = await self.controller.segment_uri(self.scope, self.stream, parent_id)
+            self._nodes[parent_id] = node
+        return await self._pool.get(*node)
+
+    async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT) -> Transaction:
+        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
+        return Transaction(self, await self.controller.call("POST", path, {"leaseMs": lease_ms}))
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
