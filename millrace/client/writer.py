@@ -9,8 +9,11 @@ the order written, to the segments that replaced it (asked of the controller), s
 one key stay in order. Events are held until acknowledged: ``pending_events_max`` bounds that
 memory (``write_event`` waits for room: back-pressure).
 
-Not yet here (issue 4): re-sending after a lost connection to the segment store (today the
-futures of the unacknowledged events fail with ``ConnectionLostError``) and transactions.
+A lost connection to the segment store (the node restarted, say) is re-opened with a growing
+delay; the writer's setup tells the last event number the segment store persisted, the events
+up to it are complete and the rest are sent again, in order, under the same numbers: no loss,
+no duplicate. Delegation tokens are fetched once per writer (10 minutes): a writer living
+longer needs re-creating (not yet refreshed by itself).
 """
 
 from __future__ import annotations
@@ -26,21 +29,30 @@ from millrace.client.controller import AsyncControllerClient
 from millrace.client.pool import SegmentStorePool
 from millrace.client.routing import KeySpace, SegmentRange, key_point
 
+#: How long a writer keeps trying to reach a segment store that went away before its
+#: unacknowledged events fail.
+RECONNECT_SECONDS_MAX = 120.0
+
 
 @dataclass
 class _Pending:
     data: bytes
     point: float
     done: asyncio.Future[None]
+    #: The event number the segment store knows it by (per segment writer).
+    number: int = 0
 
 
 @dataclass
 class _SegmentWriter:
     segment: SegmentRange
     client: ssc.SegmentStoreClient
+    node: tuple[str, int]
     writer_id: uuid.UUID = field(default_factory=uuid.uuid4)
     pending: deque[_Pending] = field(default_factory=deque)
     sealed: bool = False
+    reconnecting: bool = False
+    next_number: int = 1
 
 
 class AsyncEventWriter:
@@ -65,6 +77,8 @@ class AsyncEventWriter:
         self._outstanding: set[asyncio.Future[None]] = set()
         #: Segments found sealed under this writer, whose unacknowledged events were re-routed.
         self.reroutes = 0
+        #: Connections to the segment store re-opened after being lost.
+        self.reconnects = 0
 
     async def _start(self) -> None:
         token = await self.controller.delegation_token(self.scope, self.stream)
@@ -82,8 +96,9 @@ class AsyncEventWriter:
                 self.scope, self.stream, segment.segment_id
             )
             client = await self._pool.get(host, port)
-            writer = _SegmentWriter(segment, client)
-            await client.setup_append(segment.name, writer.writer_id)
+            writer = _SegmentWriter(segment, client, (host, port))
+            last = await client.setup_append(segment.name, writer.writer_id)
+            writer.next_number = max(last, 0) + 1
             self._writers[segment.segment_id] = writer
         return writer
 
@@ -108,12 +123,21 @@ class AsyncEventWriter:
 
     async def _send(self, item: _Pending) -> None:
         assert self._keyspace is not None
-        writer = await self._writer_for(self._keyspace.segment_for(item.point))
+        await self._send_to(await self._writer_for(self._keyspace.segment_for(item.point)), item)
+
+    async def _send_to(self, writer: _SegmentWriter, item: _Pending) -> None:
+        item.number = writer.next_number
+        writer.next_number += 1
         writer.pending.append(item)
+        if writer.reconnecting:
+            return  # sent by the reconnection, in order
         try:
             ack = await writer.client.append_event(writer.writer_id, item.data)
         except ssc.SegmentSealedError:
             await self._reroute(writer)
+            return
+        except ssc.ConnectionLostError:
+            self._schedule_reconnect(writer)
             return
         ack.add_done_callback(lambda f: self._acked(writer, item, f))
 
@@ -135,10 +159,55 @@ class AsyncEventWriter:
             if not writer.sealed:
                 writer.sealed = True
                 asyncio.get_running_loop().create_task(self._reroute_locked(writer))
+        elif isinstance(error, ssc.ConnectionLostError):
+            if writer.client.is_closed:  # else: a late failure of the old connection
+                self._schedule_reconnect(writer)
         elif not item.done.done():
             if item in writer.pending:
                 writer.pending.remove(item)
             item.done.set_exception(error)
+
+    def _schedule_reconnect(self, writer: _SegmentWriter) -> None:
+        if not writer.reconnecting and not writer.sealed:
+            writer.reconnecting = True
+            asyncio.get_running_loop().create_task(self._reconnect(writer))
+
+    async def _reconnect(self, writer: _SegmentWriter) -> None:
+        """The connection to the segment store was lost: open a new one, ask the segment store
+        for this writer's last persisted event number (the idempotent writer's setup), complete
+        the events up to it, and send the rest again in order (never twice: the numbers are
+        the same)."""
+        assert self._pool is not None
+        delay, deadline = 0.1, asyncio.get_running_loop().time() + RECONNECT_SECONDS_MAX
+        while True:
+            try:
+                client = await self._pool.get(*writer.node)
+                last = await client.setup_append(writer.segment.name, writer.writer_id)
+                break
+            except ssc.SegmentSealedError:
+                writer.reconnecting = False
+                await self._reroute_locked(writer)
+                return
+            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError) as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    writer.reconnecting = False
+                    self._writers.pop(writer.segment.segment_id, None)
+                    self._fail_all(writer, exc)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        async with self._lock:
+            writer.client = client
+            self.reconnects += 1
+            items, writer.pending = list(writer.pending), deque()
+            for item in items:
+                if item.number <= last and not item.done.done():
+                    item.done.set_result(None)  # persisted before the connection was lost
+            writer.next_number = max(last, 0) + 1
+            writer.reconnecting = False
+            for item in items:
+                if item.number > last and not item.done.done():
+                    await self._send_to(writer, item)
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:
         async with self._lock:

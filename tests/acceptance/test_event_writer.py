@@ -9,6 +9,8 @@ exactly once, and per key in the order written, across the scales.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import threading
 import uuid
@@ -213,6 +215,47 @@ def test_transactions_are_all_or_nothing(node: Standalone) -> None:
             reader.read_next(timeout=1)  # and nothing of the aborted one
         reader.close()
         txns.close()
+    finally:
+        manager.close()
+
+
+def test_writer_resends_after_the_segment_store_is_killed(node: Standalone) -> None:
+    token = _token(node)
+    scope = f"k{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(node.base, token=token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        writer = manager.create_writer(scope, "st")
+        counts = dict.fromkeys(KEYS, 0)
+        futures = []
+
+        def write(n: int) -> None:
+            for i in range(n):
+                key = KEYS[i % len(KEYS)]
+                futures.append(writer.write_event(f"{key}:{counts[key]}", routing_key=key))
+                counts[key] += 1
+
+        write(2000)
+        mark = len(node.lines)
+        os.kill(node.child_running("segmentstore"), signal.SIGKILL)  # mid-stream
+        write(2000)
+        node.wait_for("segmentstore is back", timeout=60, after=mark)
+        write(1000)
+        writer.flush()
+        assert all(f.exception() is None for f in futures)
+        assert writer._writer.reconnects >= 1
+        writer.close()
+        reader = manager.create_reader(scope, "st")
+        seen: dict[str, list[int]] = {key: [] for key in KEYS}
+        for _ in range(sum(counts.values())):
+            event = reader.read_next(timeout=30)
+            key, seq = event.data.decode().split(":")
+            seen[key].append(int(seq))
+        assert seen == {key: list(range(n)) for key, n in counts.items()}  # no loss, no dup
+        with pytest.raises(TimeoutError):
+            reader.read_next(timeout=1)
+        reader.close()
     finally:
         manager.close()
 
