@@ -34,6 +34,22 @@ EVENTS_PER_REQUEST_MAX = 10_000
 APPEND_TIMEOUT_SECONDS = 60.0
 
 
+def _in_thread(function: Any) -> Any:
+    """Run ``function`` in a worker thread and close that thread's database connections after
+    it (the writer asks rarely: at start and after a scale; an idle connection left open
+    would hold the database, e.g. against a test database's teardown)."""
+
+    def closing(*args: Any) -> Any:
+        from django.db import connections
+
+        try:
+            return function(*args)
+        finally:
+            connections.close_all()
+
+    return sync_to_async(closing, thread_sensitive=False)
+
+
 class LocalController:
     """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
 
@@ -42,7 +58,7 @@ class LocalController:
         from millrace.tokens import delegation_token
         from segment_app.server.auth import READ_UPDATE
 
-        return await sync_to_async(delegation_token)(
+        return await _in_thread(delegation_token)(
             f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS
         )
 
@@ -51,7 +67,7 @@ class LocalController:
             row = get_stream(scope, stream)
             return [_range(row, s) for s in sel.current_segments(row)]
 
-        return await sync_to_async(read)()
+        return await _in_thread(read)()
 
     async def successors(
         self, scope: str, stream: str, segment_id: int
@@ -60,14 +76,14 @@ class LocalController:
             row = get_stream(scope, stream)
             return [(_range(row, s), p) for s, p in sel.successors(row, segment_id).items()]
 
-        return await sync_to_async(read)()
+        return await _in_thread(read)()
 
     async def segment_uri(self, scope: str, stream: str, segment_id: int) -> tuple[str, int]:
         def read() -> tuple[str, int]:
             uri = sel.segment_uri(get_stream(scope, stream), segment_id)
             return uri.host, uri.port
 
-        return await sync_to_async(read)()
+        return await _in_thread(read)()
 
 
 def _range(stream: Any, segment: Any) -> SegmentRange:
