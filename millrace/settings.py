@@ -188,6 +188,9 @@ CHANNEL_LAYERS = channel_layers(MILLRACE.redis_url)
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(
     MILLRACE.redis_url, MILLRACE.data_dir
 )
+if MILLRACE.redis_url is None:
+    # kombu's filesystem transport with atomic message files (millrace/broker.py).
+    CELERY_BROKER_TRANSPORT = "millrace.broker:FileSystemTransport"
 # Workflows keep their state in the database; nobody waits on a task result.
 CELERY_TASK_IGNORE_RESULT = True
 # Tasks may run twice (every workflow step checks the state it expects), never zero times.
