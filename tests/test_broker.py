@@ -21,7 +21,11 @@ MESSAGES = 2000
 
 
 def _options(folder: Path) -> dict:
-    return {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    return {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(folder / "control"),
+    }
 
 
 def _produce(folder: str, transport: str) -> None:
