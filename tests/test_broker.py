@@ -10,6 +10,7 @@ polling worker can take, fail to decode and stop on), proof that the check can f
 from __future__ import annotations
 
 import multiprocessing
+import uuid
 import time
 from pathlib import Path
 from queue import Empty
@@ -28,23 +29,24 @@ def _options(folder: Path) -> dict:
     }
 
 
-def _produce(folder: str, transport: str) -> None:
+def _produce(folder: str, transport: str, name: str) -> None:
     with Connection("filesystem://", transport=transport,
                     transport_options=_options(Path(folder))) as conn:  # fmt: skip
-        queue = conn.SimpleQueue("q")
+        queue = conn.SimpleQueue(name)
         for i in range(MESSAGES):
             queue.put({"n": i, "pad": "x" * 2000})
 
 
 def _drain(folder: Path, transport: str) -> tuple[list[int], list[str]]:
+    name = f"q{uuid.uuid4().hex}"
     producer = multiprocessing.get_context("spawn").Process(
-        target=_produce, args=(str(folder), transport)
+        target=_produce, args=(str(folder), transport, name)
     )
     received: list[int] = []
     errors: list[str] = []
     with Connection("filesystem://", transport=transport,
                     transport_options=_options(folder)) as conn:  # fmt: skip
-        queue = conn.SimpleQueue("q")
+        queue = conn.SimpleQueue(name)
         producer.start()
         deadline = time.monotonic() + 60
         while len(received) < MESSAGES and time.monotonic() < deadline:
@@ -98,7 +100,7 @@ def _visible_during_put(folder: Path, transport: str, monkeypatch: pytest.Monkey
     monkeypatch.setattr(broker.os, "replace", spying_replace)
     with Connection("filesystem://", transport=transport,
                     transport_options=_options(folder)) as conn:  # fmt: skip
-        conn.SimpleQueue("q").put({"n": 1})
+        conn.SimpleQueue(f"q{uuid.uuid4().hex}").put({"n": 1})  # a queue no other test declared
     return seen
 
 
