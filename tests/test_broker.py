@@ -10,8 +10,8 @@ polling worker can take, fail to decode and stop on), proof that the check can f
 from __future__ import annotations
 
 import multiprocessing
-import uuid
 import time
+import uuid
 from pathlib import Path
 from queue import Empty
 
