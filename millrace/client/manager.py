@@ -20,7 +20,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.reader import AsyncEventReader, EventRead
+from millrace.client.reader import AsyncEventReader, EventRead, cut_of
+from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.writer import AsyncEventWriter
 
@@ -57,6 +58,14 @@ class AsyncStreamManager:
 
     def create_transaction_writer(self, scope: str, stream: str) -> AsyncTransactionalWriter:
         return AsyncTransactionalWriter(self.controller, scope, stream)
+
+    async def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
+        """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
+        where = str(at)
+        if where not in ("head", "tail") and not where.isdigit():
+            raise ValueError("at is head, tail or a time in ms")
+        cut = await cut_of(self.controller, scope, stream, where)
+        return StreamCut(scope, stream, {sid: off for sid, (_, off) in cut.items()})
 
     async def close(self) -> None:
         await self.controller.close()
@@ -194,6 +203,10 @@ class StreamManager:
 
     def create_transaction_writer(self, scope: str, stream: str) -> TransactionalWriter:
         return TransactionalWriter(self._loop, self._async.create_transaction_writer(scope, stream))
+
+    def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
+        """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
+        return self._loop.run(self._async.get_stream_cut(scope, stream, at))
 
     def close(self) -> None:
         self._loop.run(self._async.close())

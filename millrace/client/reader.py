@@ -19,6 +19,7 @@ from millrace.client.controller import AsyncControllerClient
 from millrace.client.events import Event
 from millrace.client.follower import StreamFollower, Target
 from millrace.client.pool import SegmentStorePool
+from millrace.client.streamcut import StreamCut
 
 _END = object()
 
@@ -39,11 +40,13 @@ class AsyncEventReader:
         scope: str,
         stream: str,
         *,
-        start: str = "head",
+        start: str | StreamCut = "head",
         buffered_events_max: int = 10_000,
     ) -> None:
-        if start not in ("head", "tail"):
-            raise ValueError("start must be head or tail")
+        if not isinstance(start, StreamCut) and start not in ("head", "tail"):
+            raise ValueError("start must be head, tail or a StreamCut")
+        if isinstance(start, StreamCut) and (start.scope, start.stream) != (scope, stream):
+            raise ValueError(f"the stream cut is of {start.scope}/{start.stream}")
         self.controller = controller
         self.scope, self.stream, self.start = scope, stream, start
         self._queue: asyncio.Queue[Any] = asyncio.Queue(buffered_events_max)
@@ -56,17 +59,11 @@ class AsyncEventReader:
         return Target(name, segment_id, host, port)
 
     async def _position(self) -> dict[Target, int]:
-        base = f"/scopes/{self.scope}/streams/{self.stream}"
-        at = "head" if self.start == "head" else "current"
-        found = await self.controller.call("GET", f"{base}/segments?at={at}")
-        position = {}
-        for item in found["segments"]:
-            offset = item.get("offset", 0)
-            if self.start == "tail":
-                detail = await self.controller.call("GET", f"{base}/segments/{item['segmentId']}")
-                offset = detail["length"]
-            position[await self._target(item["segmentId"], item["name"])] = offset
-        return position
+        if isinstance(self.start, StreamCut):
+            cut = await cut_of(self.controller, self.scope, self.stream, "given", self.start)
+        else:
+            cut = await cut_of(self.controller, self.scope, self.stream, self.start)
+        return {await self._target(sid, name): off for sid, (name, off) in cut.items()}
 
     async def _successors(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
         found = await self.controller.successors(self.scope, self.stream, segment_id)
@@ -127,3 +124,36 @@ class AsyncEventReader:
                 await self._task
         if self._pool is not None:
             await self._pool.close()
+
+
+async def cut_of(
+    controller: AsyncControllerClient,
+    scope: str,
+    stream: str,
+    at: str,
+    given: StreamCut | None = None,
+) -> dict[int, tuple[str, int]]:
+    """``{segment id: (name, offset)}`` of the head, the tail (``at="tail"``), a time in ms,
+    or of ``given`` once the controller has checked it is a position of the stream."""
+    base = f"/scopes/{scope}/streams/{stream}"
+    if given is not None:
+        body = {"streamCut": {str(k): v for k, v in given.positions.items()}}
+        answer = await controller.call("POST", f"{base}/stream-cut/validity", body)
+        if not answer["valid"]:
+            raise ValueError(f"not a stream cut of {scope}/{stream}: {answer['message']}")
+        out = {}
+        for segment_id, offset in given.positions.items():
+            detail = await controller.call("GET", f"{base}/segments/{segment_id}")
+            out[segment_id] = (detail["name"], offset)
+        return out
+    query = "current" if at == "tail" else at
+    found = (await controller.call("GET", f"{base}/segments?at={query}"))["segments"]
+    out = {}
+    for item in found:
+        offset = item.get("offset", 0)
+        if at == "tail":
+            offset = (await controller.call("GET", f"{base}/segments/{item['segmentId']}"))[
+                "length"
+            ]
+        out[item["segmentId"]] = (item["name"], offset)
+    return out

@@ -23,6 +23,7 @@ from millrace.client.controller import AsyncControllerClient, ControllerError
 from millrace.client.events import EventSplitter
 from millrace.client.manager import StreamManager
 from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.streamcut import StreamCut
 from tests.acceptance.standalone_node import READY_LINE, Standalone, request
 
 KEYS = [f"key-{i}" for i in range(8)]
@@ -256,6 +257,39 @@ def test_writer_resends_after_the_segment_store_is_killed(node: Standalone) -> N
         with pytest.raises(TimeoutError):
             reader.read_next(timeout=1)
         reader.close()
+    finally:
+        manager.close()
+
+
+def test_a_saved_stream_cut_reads_exactly_the_later_events(node: Standalone) -> None:
+    token = _token(node)
+    scope = f"c{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(node.base, token=token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        writer = manager.create_writer(scope, "st")
+        for i in range(300):
+            writer.write_event(f"before:{i}", routing_key=KEYS[i % 8])
+        writer.flush()
+        saved = manager.get_stream_cut(scope, "st", "tail").to_text()  # e.g. kept in a file
+        assert manager.get_stream_cut(scope, "st", "head").positions == dict.fromkeys(
+            StreamCut.from_text(saved).positions, 0
+        )
+        _scale(node, token, scope, split=True)
+        for i in range(200):
+            writer.write_event(f"after:{i}", routing_key=KEYS[i % 8])
+        writer.flush()
+        writer.close()
+        manager.seal_stream(scope, "st")
+        reader = manager.create_reader(scope, "st", start=StreamCut.from_text(saved))
+        got = []
+        while (event := reader.read_next(timeout=30)) is not None:
+            got.append(event.data.decode())
+        assert sorted(got) == sorted(f"after:{i}" for i in range(200))
+        reader.close()
+        with pytest.raises(ValueError, match="of"):
+            manager.create_reader(scope, "other", start=StreamCut.from_text(saved))
     finally:
         manager.close()
 
