@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acceptance.nodes import NodeFactory
+from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports
 
 
 @pytest.fixture
@@ -19,3 +20,15 @@ async def nodes(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         yield factory
     finally:
         await factory.close()
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """A ``millrace standalone`` node on free ports, shared by the tests of one module."""
+    running = Standalone(tmp_path_factory.mktemp("standalone") / "data", *free_ports(2))
+    try:
+        running.wait_for(READY_LINE)
+        yield running
+        running.stop()
+    finally:
+        running.kill()

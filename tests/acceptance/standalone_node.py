@@ -112,3 +112,17 @@ def request(
             return exc.code, json.loads(raw) if raw else None
         except ValueError:
             return exc.code, raw.decode(errors="replace")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports of 127.0.0.1 that were free a moment ago."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

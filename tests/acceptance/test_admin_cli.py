@@ -9,35 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 
-import pytest
-
-from tests.acceptance.standalone_node import READY_LINE, Standalone
+from tests.acceptance.standalone_node import Standalone
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    running = Standalone(tmp_path_factory.mktemp("cli") / "data", *ports)
-    running.wait_for(READY_LINE)
-    yield running
-    running.stop()
-    running.kill()
-
-
-def millrace(node: Standalone, *args: str, stdin: str = "", token: bool = True):
+def millrace(standalone: Standalone, *args: str, stdin: str = "", token: bool = True):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env["MILLRACE_URL"] = node.base
-    env["MILLRACE_DATA_DIR"] = str(node.data_dir) if token else "/nonexistent"
+    env["MILLRACE_URL"] = standalone.base
+    env["MILLRACE_DATA_DIR"] = str(standalone.data_dir) if token else "/nonexistent"
     return subprocess.run(
         [sys.executable, "-m", "millrace.cli", *args], input=stdin, env=env,
         capture_output=True, text=True, timeout=120,
@@ -49,44 +31,44 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-def test_everyday_commands(node: Standalone) -> None:
+def test_everyday_commands(standalone: Standalone) -> None:
     sc = f"cli{uuid.uuid4().hex[:8]}"
     name = f"{sc}/orders"
-    assert ok(millrace(node, "scope", "create", sc)).strip() == f"created {sc}"
-    assert sc in ok(millrace(node, "scope", "list")).split()
-    ok(millrace(node, "stream", "create", name, "--segments", "2", "--tag", "demo"))
-    assert ok(millrace(node, "stream", "list", sc)).split() == ["orders"]
-    info = json.loads(ok(millrace(node, "stream", "info", name, "--json")))
+    assert ok(millrace(standalone, "scope", "create", sc)).strip() == f"created {sc}"
+    assert sc in ok(millrace(standalone, "scope", "list")).split()
+    ok(millrace(standalone, "stream", "create", name, "--segments", "2", "--tag", "demo"))
+    assert ok(millrace(standalone, "stream", "list", sc)).split() == ["orders"]
+    info = json.loads(ok(millrace(standalone, "stream", "info", name, "--json")))
     assert (info["state"], info["currentEpoch"], len(info["segments"])) == ("ACTIVE", 0, 2)
 
-    ok(millrace(node, "stream", "append", name, "--key", "k", "first", "second"))
+    ok(millrace(standalone, "stream", "append", name, "--key", "k", "first", "second"))
     lines = "\n".join(f"line-{i}" for i in range(300)) + "\n"
-    assert "appended 300" in ok(millrace(node, "stream", "append", name, "--key", "k",
+    assert "appended 300" in ok(millrace(standalone, "stream", "append", name, "--key", "k",
                                          stdin=lines))  # fmt: skip
     upper = next(s for s in info["segments"] if s["keyStart"] == 0.5)["segmentId"]
-    scaled = millrace(node, "stream", "scale", name, "--seal", str(upper),
+    scaled = millrace(standalone, "stream", "scale", name, "--seal", str(upper),
                       "--ranges", "0.5-0.75,0.75-1.0")  # fmt: skip
     assert "epoch 1: 3 segment(s)" in ok(scaled)
-    ok(millrace(node, "stream", "append", name, "--key", "k", "after-scale"))
+    ok(millrace(standalone, "stream", "append", name, "--key", "k", "after-scale"))
 
-    read = ok(millrace(node, "stream", "read", name, "--from", "head", "--limit", "303"))
+    read = ok(millrace(standalone, "stream", "read", name, "--from", "head", "--limit", "303"))
     expected = ["first", "second", *[f"line-{i}" for i in range(300)], "after-scale"]
     assert read.splitlines() == expected  # one key: the order it was written, across the scale
 
-    assert ok(millrace(node, "stream", "seal", name)).strip() == "sealed"
-    ended = ok(millrace(node, "stream", "read", name, "--from", "head"))  # ends at the seal
+    assert ok(millrace(standalone, "stream", "seal", name)).strip() == "sealed"
+    ended = ok(millrace(standalone, "stream", "read", name, "--from", "head"))  # ends at the seal
     assert ended.splitlines() == expected
 
 
-def test_clear_errors(node: Standalone) -> None:
-    bad = millrace(node, "stream", "info", "no-slash")
+def test_clear_errors(standalone: Standalone) -> None:
+    bad = millrace(standalone, "stream", "info", "no-slash")
     assert bad.returncode == 1 and "expected SCOPE/STREAM" in bad.stderr
-    missing = millrace(node, "stream", "info", "nosuch/stream")
+    missing = millrace(standalone, "stream", "info", "nosuch/stream")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
-    no_token = millrace(node, "scope", "list", token=False)
+    no_token = millrace(standalone, "scope", "list", token=False)
     assert no_token.returncode == 1 and "no API token" in no_token.stderr
-    wrong = millrace(node, "scope", "list", "--token", "wrong")
+    wrong = millrace(standalone, "scope", "list", "--token", "wrong")
     assert wrong.returncode == 1 and "authentication-failed" in wrong.stderr
-    ranges = millrace(node, "stream", "scale", "a/b", "--seal", "1", "--ranges", "x")
+    ranges = millrace(standalone, "stream", "scale", "a/b", "--seal", "1", "--ranges", "x")
     assert ranges.returncode == 1 and "START-END" in ranges.stderr

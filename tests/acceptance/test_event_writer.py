@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,27 +24,54 @@ from millrace.client.events import EventSplitter
 from millrace.client.manager import StreamManager
 from millrace.client.segment_store import SegmentStoreClient
 from millrace.client.streamcut import StreamCut
-from tests.acceptance.standalone_node import READY_LINE, Standalone, request
+from tests.acceptance.standalone_node import Standalone, request
 
 KEYS = [f"key-{i}" for i in range(8)]
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    running = Standalone(tmp_path_factory.mktemp("writer") / "data", *ports)
-    running.wait_for(READY_LINE)
-    yield running
-    running.stop()
-    running.kill()
-
-
 def _token(node: Standalone) -> str:
     return (node.data_dir / "admin-token").read_text().strip()
+
+
+@pytest.fixture
+def session(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
+    """A stream manager and a new scope holding stream ``st`` of two segments."""
+    scope = f"s{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(standalone.base, token=_token(standalone))
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        yield manager, scope
+    finally:
+        manager.close()
+
+
+class Keyed:
+    """Events ``<key>:<sequence>`` over KEYS, round robin; checks they come back in order."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.counts = dict.fromkeys(KEYS, 0)
+        self.futures: list[Any] = []
+
+    def write(self, n: int) -> None:
+        for i in range(n):
+            key = KEYS[i % len(KEYS)]
+            self.futures.append(self.writer.write_event(f"{key}:{self.counts[key]}", key))
+            self.counts[key] += 1
+
+    def expected(self) -> dict[str, list[int]]:
+        return {key: list(range(n)) for key, n in self.counts.items()}
+
+    def read_back(self, reader: Any) -> dict[str, list[int]]:
+        """Exactly as many events as written, per key in the order read."""
+        seen: dict[str, list[int]] = {key: [] for key in KEYS}
+        for _ in range(sum(self.counts.values())):
+            event = reader.read_next(timeout=30)
+            assert event is not None
+            key, seq = event.data.decode().split(":")
+            seen[key].append(int(seq))
+        return seen
 
 
 def _scale(node: Standalone, token: str, scope: str, split: bool) -> None:
@@ -59,12 +86,19 @@ def _scale(node: Standalone, token: str, scope: str, split: bool) -> None:
     assert status == 200, answer
 
 
+def _creation_epoch(events: dict, number: int) -> int:
+    for epoch, event in enumerate(events["scalingEvents"]):
+        if any(seg["number"] == number for seg in event["segmentList"]):
+            return epoch
+    raise AssertionError(number)
+
+
 async def _read_all(node: Standalone, token: str, scope: str) -> dict[str, list[tuple[int, int]]]:
-    """Every event of every segment: key -> [(creation epoch, sequence)] in segment order."""
+    """Every event of every segment over the wire protocol (not the reader under test):
+    key -> [(creation epoch, sequence)] in segment order."""
     controller = AsyncControllerClient(node.base, token)
     delegation = await controller.delegation_token(scope, "st")
     by_key: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    seen: set[int] = set()
     _, events = request(
         node.base, "GET", f"/v1/scopes/{scope}/streams/st/scaling-events?from=0&to=99999999999999",
         token,
@@ -72,16 +106,9 @@ async def _read_all(node: Standalone, token: str, scope: str) -> dict[str, list[
     host, port = await controller.segment_uri(scope, "st", 0)
     client = await SegmentStoreClient.connect(host, port, delegation_token=delegation)
     try:
-        segments = set()
-        for event in events["scalingEvents"]:
-            for seg in event["segmentList"]:
-                segments.add(seg["number"])
-        for number in sorted(segments):
+        numbers = {seg["number"] for e in events["scalingEvents"] for seg in e["segmentList"]}
+        for number in sorted(numbers):
             epoch = _creation_epoch(events, number)
-            segment_id = (epoch << 32) | number
-            if segment_id in seen:
-                continue
-            seen.add(segment_id)
             name = f"{scope}/st/{number}.#epoch.{epoch}"
             splitter, offset = EventSplitter(0), 0
             while True:
@@ -98,204 +125,140 @@ async def _read_all(node: Standalone, token: str, scope: str) -> dict[str, list[
     return by_key
 
 
-def _creation_epoch(events: dict, number: int) -> int:
-    for epoch, event in enumerate(events["scalingEvents"]):
-        if any(seg["number"] == number for seg in event["segmentList"]):
-            return epoch
-    raise AssertionError(number)
+def test_writer_follows_scaling_without_loss_duplicates_or_reordering(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    manager, scope = session
+    token = _token(standalone)
+    assert manager.create_scope(scope) is False  # exists already
+    assert manager.create_stream(scope, "st", initial_segments=2) is False
+    writer = manager.create_writer(scope, "st")
+    keyed = Keyed(writer)
+    for split in (True, False, True, False):
+        keyed.write(200)
+        scaler = threading.Thread(target=_scale, args=(standalone, token, scope, split))
+        scaler.start()
+        while scaler.is_alive():  # written while the worker seals segments under the writer
+            keyed.write(50)
+        scaler.join()
+        keyed.write(100)  # the writer learns of the seal only from the segment store: it must
+    keyed.write(200)
+    writer.flush()
+    assert all(f.done() and f.exception() is None for f in keyed.futures)
+    assert writer._writer.reroutes >= 4  # each scale sealed a segment the writer was writing to
+    writer.close()
 
-
-def test_writer_follows_scaling_without_loss_duplicates_or_reordering(node: Standalone) -> None:
-    token = _token(node)
-    scope = f"w{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(node.base, token=token)
-    try:
-        assert manager.create_scope(scope) is True
-        assert manager.create_scope(scope) is False
-        assert manager.create_stream(scope, "st", initial_segments=2) is True
-        writer = manager.create_writer(scope, "st")
-        counts = dict.fromkeys(KEYS, 0)
-        futures = []
-        scales = iter([True, False, True, False])
-
-        def write(n: int) -> None:
-            for i in range(n):
-                key = KEYS[i % len(KEYS)]
-                futures.append(writer.write_event(f"{key}:{counts[key]}", routing_key=key))
-                counts[key] += 1
-
-        for _ in range(4):
-            write(200)
-            scaler = threading.Thread(target=_scale, args=(node, token, scope, next(scales)))
-            scaler.start()
-            while scaler.is_alive():  # written while the worker seals segments under the writer
-                write(50)
-            scaler.join()
-            write(100)  # the writer learns of the seal only from the segment store: it must
-        write(200)
-        writer.flush()
-        assert all(f.done() and f.exception() is None for f in futures)
-        rerouted = writer._writer.reroutes
-        writer.close()
-    finally:
-        manager.close()
-
-    assert rerouted >= 4  # each scale sealed a segment the writer was writing to
-    by_key = asyncio.run(_read_all(node, token, scope))
+    by_key = asyncio.run(_read_all(standalone, token, scope))
     assert sorted(by_key) == sorted(KEYS)
     for key, events in by_key.items():
         sequence = [seq for _, seq in sorted(events, key=lambda e: e[0])]  # stable: offset order
-        assert sequence == list(range(counts[key])), f"{key}: lost, duplicated or out of order"
+        assert sequence == keyed.expected()[key], f"{key}: lost, duplicated or out of order"
 
 
 def test_reader_reads_everything_in_key_order_across_scales_until_sealed(
-    node: Standalone,
+    standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:
-    token = _token(node)
-    scope = f"r{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(node.base, token=token)
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        writer = manager.create_writer(scope, "st")
-        reader = manager.create_reader(scope, "st")
-        counts = dict.fromkeys(KEYS, 0)
-        for split in (True, False, True):
-            for i in range(400):
-                key = KEYS[i % len(KEYS)]
-                writer.write_event(f"{key}:{counts[key]}", routing_key=key)
-                counts[key] += 1
-            writer.flush()
-            _scale(node, token, scope, split)
-        writer.close()
-        seen: dict[str, list[int]] = {key: [] for key in KEYS}
-        for _ in range(sum(counts.values())):
-            event = reader.read_next(timeout=30)
-            assert event is not None
-            key, seq = event.data.decode().split(":")
-            seen[key].append(int(seq))
-        assert seen == {key: list(range(n)) for key, n in counts.items()}
-        with pytest.raises(TimeoutError):
-            reader.read_next(timeout=0.5)  # at the tail: waits for more
-        manager.seal_stream(scope, "st")
-        assert reader.read_next(timeout=30) is None  # sealed and read to the end
-        reader.close()
-    finally:
-        manager.close()
-
-
-def test_transactions_are_all_or_nothing(node: Standalone) -> None:
-    token = _token(node)
-    scope = f"t{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(node.base, token=token)
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        reader = manager.create_reader(scope, "st")
-        txns = manager.create_transaction_writer(scope, "st")
-        kept = txns.begin_txn()
-        dropped = txns.begin_txn()
-        for i in range(100):
-            kept.write_event(f"kept:{i}", routing_key=KEYS[i % 4])
-            dropped.write_event(f"dropped:{i}", routing_key=KEYS[i % 4])
-        with pytest.raises(TimeoutError):
-            reader.read_next(timeout=1)  # nothing visible before the commit
-        dropped.abort()
-        _scale(node, token, scope, split=True)  # the commit rolls the transaction forward
-        kept.commit()
-        assert kept.check_status() == "COMMITTED"
-        assert dropped.check_status() == "ABORTED"
-        got = [reader.read_next(timeout=30) for _ in range(100)]
-        per_key: dict[str, list[int]] = defaultdict(list)
-        for event in got:
-            assert event is not None and event.data.startswith(b"kept:")
-            per_key[KEYS[int(event.data.split(b":")[1]) % 4]].append(int(event.data.split(b":")[1]))
-        assert all(seqs == sorted(seqs) for seqs in per_key.values())
-        assert sorted(i for seqs in per_key.values() for i in seqs) == list(range(100))
-        with pytest.raises(TimeoutError):
-            reader.read_next(timeout=1)  # and nothing of the aborted one
-        reader.close()
-        txns.close()
-    finally:
-        manager.close()
-
-
-def test_writer_resends_after_the_segment_store_is_killed(node: Standalone) -> None:
-    token = _token(node)
-    scope = f"k{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(node.base, token=token)
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        writer = manager.create_writer(scope, "st")
-        counts = dict.fromkeys(KEYS, 0)
-        futures = []
-
-        def write(n: int) -> None:
-            for i in range(n):
-                key = KEYS[i % len(KEYS)]
-                futures.append(writer.write_event(f"{key}:{counts[key]}", routing_key=key))
-                counts[key] += 1
-
-        write(2000)
-        mark = len(node.lines)
-        os.kill(node.child_running("segmentstore"), signal.SIGKILL)  # mid-stream
-        write(2000)
-        node.wait_for("segmentstore is back", timeout=60, after=mark)
-        write(1000)
+    manager, scope = session
+    writer = manager.create_writer(scope, "st")
+    reader = manager.create_reader(scope, "st")
+    keyed = Keyed(writer)
+    for split in (True, False, True):
+        keyed.write(400)
         writer.flush()
-        assert all(f.exception() is None for f in futures)
-        assert writer._writer.reconnects >= 1
-        writer.close()
-        reader = manager.create_reader(scope, "st")
-        seen: dict[str, list[int]] = {key: [] for key in KEYS}
-        for _ in range(sum(counts.values())):
-            event = reader.read_next(timeout=30)
-            key, seq = event.data.decode().split(":")
-            seen[key].append(int(seq))
-        assert seen == {key: list(range(n)) for key, n in counts.items()}  # no loss, no dup
-        with pytest.raises(TimeoutError):
-            reader.read_next(timeout=1)
-        reader.close()
-    finally:
-        manager.close()
+        _scale(standalone, _token(standalone), scope, split)
+    writer.close()
+    assert keyed.read_back(reader) == keyed.expected()
+    with pytest.raises(TimeoutError):
+        reader.read_next(timeout=0.5)  # at the tail: waits for more
+    manager.seal_stream(scope, "st")
+    assert reader.read_next(timeout=30) is None  # sealed and read to the end
+    reader.close()
 
 
-def test_a_saved_stream_cut_reads_exactly_the_later_events(node: Standalone) -> None:
-    token = _token(node)
-    scope = f"c{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(node.base, token=token)
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        writer = manager.create_writer(scope, "st")
-        for i in range(300):
-            writer.write_event(f"before:{i}", routing_key=KEYS[i % 8])
-        writer.flush()
-        saved = manager.get_stream_cut(scope, "st", "tail").to_text()  # e.g. kept in a file
-        assert manager.get_stream_cut(scope, "st", "head").positions == dict.fromkeys(
-            StreamCut.from_text(saved).positions, 0
-        )
-        _scale(node, token, scope, split=True)
-        for i in range(200):
-            writer.write_event(f"after:{i}", routing_key=KEYS[i % 8])
-        writer.flush()
-        writer.close()
-        manager.seal_stream(scope, "st")
-        reader = manager.create_reader(scope, "st", start=StreamCut.from_text(saved))
-        got = []
-        while (event := reader.read_next(timeout=30)) is not None:
-            got.append(event.data.decode())
-        assert sorted(got) == sorted(f"after:{i}" for i in range(200))
-        reader.close()
-        with pytest.raises(ValueError, match="of"):
-            manager.create_reader(scope, "other", start=StreamCut.from_text(saved))
-    finally:
-        manager.close()
+def test_transactions_are_all_or_nothing(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    manager, scope = session
+    reader = manager.create_reader(scope, "st")
+    txns = manager.create_transaction_writer(scope, "st")
+    kept, dropped = txns.begin_txn(), txns.begin_txn()
+    for i in range(100):
+        kept.write_event(f"kept:{i}", routing_key=KEYS[i % 4])
+        dropped.write_event(f"dropped:{i}", routing_key=KEYS[i % 4])
+    with pytest.raises(TimeoutError):
+        reader.read_next(timeout=1)  # nothing visible before the commit
+    dropped.abort()
+    _scale(standalone, _token(standalone), scope, split=True)  # the commit rolls forward
+    kept.commit()
+    assert kept.check_status() == "COMMITTED"
+    assert dropped.check_status() == "ABORTED"
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for _ in range(100):
+        event = reader.read_next(timeout=30)
+        assert event is not None and event.data.startswith(b"kept:")
+        seq = int(event.data.split(b":")[1])
+        per_key[KEYS[seq % 4]].append(seq)
+    assert all(seqs == sorted(seqs) for seqs in per_key.values())
+    assert sorted(i for seqs in per_key.values() for i in seqs) == list(range(100))
+    with pytest.raises(TimeoutError):
+        reader.read_next(timeout=1)  # and nothing of the aborted one
+    reader.close()
+    txns.close()
 
 
-def test_controller_errors_are_clear(node: Standalone) -> None:
-    manager = StreamManager(node.base, token="wrong")
+def test_writer_resends_after_the_segment_store_is_killed(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    manager, scope = session
+    writer = manager.create_writer(scope, "st")
+    keyed = Keyed(writer)
+    keyed.write(2000)
+    mark = len(standalone.lines)
+    os.kill(standalone.child_running("segmentstore"), signal.SIGKILL)  # mid-stream
+    keyed.write(2000)
+    standalone.wait_for("segmentstore is back", timeout=60, after=mark)
+    keyed.write(1000)
+    writer.flush()
+    assert all(f.exception() is None for f in keyed.futures)
+    assert writer._writer.reconnects >= 1
+    writer.close()
+    reader = manager.create_reader(scope, "st")
+    assert keyed.read_back(reader) == keyed.expected()  # no loss, no duplicate, in order
+    with pytest.raises(TimeoutError):
+        reader.read_next(timeout=1)
+    reader.close()
+
+
+def test_a_saved_stream_cut_reads_exactly_the_later_events(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    manager, scope = session
+    writer = manager.create_writer(scope, "st")
+    for i in range(300):
+        writer.write_event(f"before:{i}", routing_key=KEYS[i % 8])
+    writer.flush()
+    saved = manager.get_stream_cut(scope, "st", "tail").to_text()  # e.g. kept in a file
+    assert manager.get_stream_cut(scope, "st", "head").positions == dict.fromkeys(
+        StreamCut.from_text(saved).positions, 0
+    )
+    _scale(standalone, _token(standalone), scope, split=True)
+    for i in range(200):
+        writer.write_event(f"after:{i}", routing_key=KEYS[i % 8])
+    writer.flush()
+    writer.close()
+    manager.seal_stream(scope, "st")
+    reader = manager.create_reader(scope, "st", start=StreamCut.from_text(saved))
+    got = []
+    while (event := reader.read_next(timeout=30)) is not None:
+        got.append(event.data.decode())
+    assert sorted(got) == sorted(f"after:{i}" for i in range(200))
+    reader.close()
+    with pytest.raises(ValueError, match="of"):
+        manager.create_reader(scope, "other", start=StreamCut.from_text(saved))
+
+
+def test_controller_errors_are_clear(standalone: Standalone) -> None:
+    manager = StreamManager(standalone.base, token="wrong")
     try:
         with pytest.raises(ControllerError) as info:
             manager.create_scope("x")

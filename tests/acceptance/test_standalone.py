@@ -19,22 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.standalone_node import READY_LINE, Standalone, request
+from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
 
 @pytest.fixture
-def ports() -> Iterator[tuple[int, int]]:
-    import socket
-
-    socks = []
-    for _ in range(2):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        socks.append(sock)
-    found = tuple(int(s.getsockname()[1]) for s in socks)
-    for sock in socks:
-        sock.close()
-    yield found  # type: ignore[misc]
+def ports() -> tuple[int, int]:
+    http, wire = free_ports(2)
+    return http, wire
 
 
 @pytest.fixture

@@ -87,6 +87,21 @@ def segment_store_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nod
 
 
 @pytest.fixture
+def api(db: None) -> Any:
+    """A DRF test client authenticated with the API token of a new user."""
+    import uuid
+
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
 def registered_node(segment_store_node: NodeProcess, db: None) -> NodeProcess:
     segment_client.register_node(
         host="127.0.0.1", port=segment_store_node.port, container_count=CONTAINERS

@@ -148,11 +148,14 @@ def _check(case: Case) -> None:
 
 @pytest.mark.parametrize(("step", "prepare"), CASES, ids=[c[0] for c in CASES])
 def test_worker_killed_after_each_step_completes_after_restart(
-    live_worker: Any, step: str, prepare: Callable[[Case], Callable[[], bool]]
+    live_worker: Any,
+    registered_node: Any,
+    step: str,
+    prepare: Callable[[Case], Callable[[], bool]],
 ) -> None:
     live_worker.kill()
     live_worker.start(crash_at=step)
-    case = Case(live_worker_port())
+    case = Case(registered_node.port)
     names = [sel.segment_name(case.stream, s.id) for s in sel.current_segments(case.stream)]
     done = prepare(case)
     live_worker.wait_dead()
@@ -167,10 +170,10 @@ def test_worker_killed_after_each_step_completes_after_restart(
         assert not any(segment_store().info(name).exists for name in names)
 
 
-def test_the_same_task_twice_at_once(live_worker: Any) -> None:
+def test_the_same_task_twice_at_once(live_worker: Any, registered_node: Any) -> None:
     live_worker.kill()
     live_worker.start(concurrency=4)
-    case = Case(live_worker_port())
+    case = Case(registered_node.port)
     case.open_txn(b"once")
     high = sel.current_segments(case.stream)[1]
     scale.scale_stream(case.scope, "st", [high.id], [(0.5, 0.75), (0.75, 1.0)], wait=None)
@@ -190,9 +193,3 @@ def test_the_same_task_twice_at_once(live_worker: Any) -> None:
     _check(case)
     stream = case.refresh()
     assert stream.current_epoch == 3  # one scale, one roll: not two of either
-
-
-def live_worker_port() -> int:
-    from controller_app.models import Node
-
-    return Node.objects.get(node_id="standalone").port

@@ -10,10 +10,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
@@ -23,14 +21,6 @@ from controller_app.segment_client import segment_store
 from tests.controller import factories as f
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def api(db: None) -> APIClient:
-    user = get_user_model().objects.create_user("alice", password=None)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
 
 
 @pytest.fixture

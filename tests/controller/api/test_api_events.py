@@ -9,8 +9,6 @@ import base64
 import uuid
 
 import pytest
-from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
@@ -24,14 +22,6 @@ from segment_app.server.auth import READ, mint_token
 from tests.controller.conftest import TOKEN_SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def api(transactional_db: None) -> APIClient:
-    user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
@@ -23,15 +21,7 @@ from tests.controller.invariants import check_stream
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def api(transactional_db: None) -> APIClient:
-    user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
-
-
-def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> None:
+def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker, registered_node) -> None:
     sc = f"sc{uuid.uuid4().hex[:12]}"
     base = f"/v1/scopes/{sc}/streams/st"
     assert api.post("/v1/scopes", {"scopeName": sc}, format="json").status_code == 201
@@ -39,7 +29,7 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> Non
     assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
     stream = sel.get_stream(sc, "st")
     _low, high = sel.current_segments(stream)
-    write_events(live_worker_port(), sel.segment_name(stream, high.id), b"x" * 12)
+    write_events(registered_node.port, sel.segment_name(stream, high.id), b"x" * 12)
 
     scaled = api.post(
         f"{base}/scale",
@@ -53,7 +43,7 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> Non
 
     txn = api.post(f"{base}/transactions", {"leaseMs": 10_000}, format="json").json()
     for name in txn["segments"]:
-        write_events(live_worker_port(), name, b"in-txn")
+        write_events(registered_node.port, name, b"in-txn")
     committed = api.post(f"{base}/transactions/{txn['txnId']}/commit", {"wait": 30}, format="json")
     assert committed.json()["state"] == "COMMITTED", live_worker.output()[-3000:]
 
@@ -72,9 +62,3 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker) -> Non
     assert api.delete(base).status_code == 204
     assert not Stream.objects.filter(pk=stream.pk).exists()
     assert not any(segment_store().info(name).exists for name in names)
-
-
-def live_worker_port() -> int:
-    from controller_app.models import Node
-
-    return Node.objects.get(node_id="standalone").port
