@@ -1,12 +1,15 @@
 """Reader groups as the controller knows them, and their subscriptions to streams.
 
 ``ReaderGroup`` keeps the configuration a client registered (streams and their start/end cuts,
-checkpoint settings, retention type), its ``generation`` (bumped on every reset) and a
-lifecycle state. A reader group that opted in to consumption-based retention has one
-``Subscriber`` row per stream it reads, holding the stream cut it reported: the retention
-job reads a stream's subscribers by the ``(stream, ...)`` index and truncates no further than
-their lowest cut. (The readers' live state, their members, assignments and positions, stays
-in the reader group's own table segment, as in Pravega.)
+checkpoint settings, retention type), its ``generation`` (bumped on every reset), a
+lifecycle state, and the readers' live state (members, segment assignments, positions,
+checkpoints) as one document with its own compare-and-swap version (``sync_state``,
+``state_version``; see ``controller_app.reader_group_state``). A reader group that opted in
+to consumption-based retention has one ``Subscriber`` row per stream it reads, holding the
+stream cut it reported: the retention job reads a stream's subscribers by the
+``(stream, ...)`` index and truncates no further than their lowest cut. (Pravega keeps the
+live state in a state-synchronizer segment; Millrace keeps it in the controller's database,
+see docs/decisions/0003-reader-group-state-in-the-database.md.)
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ class ReaderGroup(StatefulModel):
     reader_group_id = models.UUIDField(default=uuid.uuid4, unique=True)
     configuration = models.JSONField(default=dict, blank=True)
     generation = models.BigIntegerField(default=0)
+    sync_state = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Readers, segment assignments, positions, checkpoints.",
+    )
+    state_version = models.BigIntegerField(
+        default=0, help_text="Bumped by every change of sync_state; compare-and-swap key."
+    )
     state = models.CharField(
         max_length=16, choices=ReaderGroupState.choices, default=ReaderGroupState.CREATING
     )
