@@ -46,6 +46,15 @@ class TransactionNotFoundError(NotFoundError):
     """No open or completed transaction with this id in this stream."""
 
 
+class ReaderGroupNotFoundError(NotFoundError):
+    """No reader group with this name in this scope."""
+
+
+class ReaderNotInGroupError(NotFoundError):
+    """The reader is not, or no longer, a member of the reader group (it left, was declared
+    dead after its timeout, or never joined); it must join again."""
+
+
 class AlreadyExistsError(ControllerError):
     """A record with this name exists already (a create that is not a retry of the same one)."""
 

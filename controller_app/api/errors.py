@@ -28,6 +28,8 @@ _CONTROLLER = [
     (ce.StreamNotFoundError, 404, "stream-not-found"),
     (ce.TransactionNotFoundError, 404, "transaction-not-found"),
     (ce.SegmentNotFoundError, 404, "segment-not-found"),
+    (ce.ReaderGroupNotFoundError, 404, "reader-group-not-found"),
+    (ce.ReaderNotInGroupError, 410, "reader-not-in-group"),
     (ce.NotFoundError, 404, "not-found"),
     (ce.AlreadyExistsError, 409, "already-exists"),
     (ce.ConflictError, 409, "conflict"),

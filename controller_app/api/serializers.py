@@ -201,13 +201,6 @@ class ReaderGroupsListSerializer(serializers.Serializer):
     readerGroups = ReaderGroupNameSerializer(many=True)
 
 
-class ReaderGroupPropertySerializer(serializers.Serializer):
-    scopeName = serializers.CharField()
-    readerGroupName = serializers.CharField()
-    streamList = serializers.ListField(child=serializers.CharField())
-    onlineReaderIds = serializers.ListField(child=serializers.CharField())
-
-
 # -- Millrace's additions ---------------------------------------------------------------------
 
 

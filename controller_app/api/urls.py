@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.events import EventsView
 from controller_app.segments import EPOCH_MAX
@@ -28,6 +29,7 @@ register_converter(SegmentIdConverter, "segment")
 
 STREAM = "scopes/<str:scope>/streams/<str:stream>"
 TXN = f"{STREAM}/transactions/<str:txn_id>"
+RG = "scopes/<str:scope>/readergroups/<str:reader_group>"
 
 urlpatterns = [
     path("scopes", v.ScopesView.as_view()),
@@ -36,8 +38,8 @@ urlpatterns = [
     path(STREAM, v.StreamView.as_view()),
     path(f"{STREAM}/state", v.StreamStateView.as_view()),
     path(f"{STREAM}/scaling-events", v.ScalingEventsView.as_view()),
-    path("scopes/<str:scope>/readergroups", v.ReaderGroupsView.as_view()),
-    path("scopes/<str:scope>/readergroups/<str:reader_group>", v.ReaderGroupView.as_view()),
+    path("scopes/<str:scope>/readergroups", rg.ReaderGroupsView.as_view()),
+    path(RG, rg.ReaderGroupView.as_view()),
     # Millrace's additions
     path(f"{STREAM}/info", v.StreamInfoView.as_view()),
     path(f"{STREAM}/segments", v.SegmentsView.as_view()),
@@ -57,4 +59,11 @@ urlpatterns = [
     path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
     path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
     path(f"{STREAM}/events", EventsView.as_view()),
+    path(f"{RG}/reset", rg.ResetView.as_view()),
+    path(f"{RG}/readers", rg.ReadersView.as_view()),
+    path(f"{RG}/readers/<str:reader>", rg.ReaderView.as_view()),
+    path(f"{RG}/readers/<str:reader>/sync", rg.SyncView.as_view()),
+    path(f"{RG}/checkpoints", rg.CheckpointsView.as_view()),
+    path(f"{RG}/checkpoints/<str:checkpoint>", rg.CheckpointView.as_view()),
+    path(f"{RG}/subscriber-stream-cuts", rg.SubscriberCutsView.as_view()),
 ]

@@ -20,8 +20,8 @@ from rest_framework.views import APIView
 
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
-from controller_app.errors import InvalidArgumentError, InvalidStreamCutError, NotFoundError
-from controller_app.models import ReaderGroup, Scope, Stream, Subscriber
+from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
+from controller_app.models import Scope, Stream
 from controller_app.segments import Segment
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
 from controller_app.workflows.common import get_stream
@@ -232,53 +232,6 @@ def _int_param(request: Request, name: str) -> int:
     if not -(2**63) <= value < 2**63:
         raise InvalidArgumentError(f"query parameter {name!r} is out of range")
     return value
-
-
-# -- reader groups -----------------------------------------------------------------------------
-
-
-class ReaderGroupsView(APIView):
-    @extend_schema(operation_id="listReaderGroups", responses=s.ReaderGroupsListSerializer)
-    def get(self, request: Request, scope: str) -> Response:
-        row = scopes.get_scope(scope)
-        names = (
-            ReaderGroup.objects.filter(scope=row).order_by("name").values_list("name", flat=True)
-        )
-        return Response({"readerGroups": [{"readerGroupName": n} for n in names]})
-
-
-class ReaderGroupView(APIView):
-    def _get(self, scope: str, name: str) -> ReaderGroup:
-        group = ReaderGroup.objects.filter(scope__name=scope, name=name).first()
-        if group is None:
-            scopes.get_scope(scope)
-            raise NotFoundError(f"reader group {scope}/{name} does not exist")
-        return group
-
-    @extend_schema(operation_id="getReaderGroup", responses=s.ReaderGroupPropertySerializer)
-    def get(self, request: Request, scope: str, reader_group: str) -> Response:
-        group = self._get(scope, reader_group)
-        subscribed = Subscriber.objects.filter(reader_group=group).select_related("stream__scope")
-        stream_list = sorted(f"{x.stream.scope.name}/{x.stream.name}" for x in subscribed)
-        configured = group.configuration.get("streams", []) if group.configuration else []
-        return Response(
-            {
-                "scopeName": scope,
-                "readerGroupName": group.name,
-                "streamList": stream_list or sorted(str(x) for x in configured),
-                "onlineReaderIds": sorted(group.configuration.get("onlineReaders", []))
-                if group.configuration
-                else [],
-            }
-        )
-
-    @extend_schema(operation_id="deleteReaderGroup", responses={204: None})
-    def delete(self, request: Request, scope: str, reader_group: str) -> Response:
-        self._get(scope, reader_group).delete()
-        return Response(status=204)
-
-
-# -- Millrace's additions: stream info, segments, cuts -----------------------------------------
 
 
 class StreamInfoView(APIView):

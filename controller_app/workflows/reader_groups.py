@@ -29,6 +29,8 @@ from controller_app.errors import (
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
+    ReaderGroupNotFoundError,
+    ReaderNotInGroupError,
     StreamNotFoundError,
 )
 from controller_app.models import ReaderGroup, Stream, Subscriber
@@ -58,10 +60,6 @@ CAS_ATTEMPTS = 50
 READER_ID_LENGTH_MAX = 255
 
 
-class ReaderNotInGroupError(NotFoundError):
-    """The reader is not, or no longer (declared dead, or the group was reset), a member."""
-
-
 @dataclass(frozen=True)
 class ReaderGroupConfig:
     """What a reader group reads and how (Pravega's ``ReaderGroupConfig``).
@@ -87,8 +85,10 @@ class ReaderGroupConfig:
                     raise InvalidArgumentError(
                         f"the start of {scoped} must be head, tail or a stream cut"
                     )
-            elif not isinstance(start, Mapping) or not all(
-                _is_int(k) and _is_int(v) and int(k) >= 0 and int(v) >= 0 for k, v in start.items()
+            elif (
+                not isinstance(start, Mapping)
+                or not start
+                or not all(is_int(k) and is_int(v) for k, v in start.items())
             ):
                 raise InvalidArgumentError(
                     f"the start of {scoped} must be head, tail or {{segment id: offset}}"
@@ -97,7 +97,7 @@ class ReaderGroupConfig:
             raise InvalidArgumentError(f"retentionType must be one of {', '.join(RETENTION_TYPES)}")
         for name in ("reader_timeout_ms", "group_refresh_time_ms"):
             value = getattr(self, name)
-            if not _is_int(value) or not 100 <= value <= 86_400_000:
+            if type(value) is not int or not 100 <= value <= 86_400_000:
                 raise InvalidArgumentError(f"{name} must be an integer from 100 to 86400000")
 
     def to_json(self) -> dict[str, Any]:
@@ -121,12 +121,12 @@ class ReaderGroupConfig:
         )
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return True
-    return isinstance(value, str) and value.isdigit() and len(value) < 20
+        return 0 <= value < 2**63
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19
 
 
 def _split_scoped(scoped: object) -> tuple[str, str]:
@@ -153,7 +153,7 @@ def get_reader_group(scope: str, name: str) -> ReaderGroup:
     group = ReaderGroup.objects.select_related("scope").filter(scope__name=scope, name=name).first()
     if group is None:
         scopes.get_scope(scope)
-        raise NotFoundError(f"reader group {scope}/{name} does not exist")
+        raise ReaderGroupNotFoundError(f"reader group {scope}/{name} does not exist")
     return group
 
 
@@ -358,10 +358,12 @@ def _check_positions(positions: object) -> dict[str, int]:
     out = {}
     for key, offset in positions.items():
         try:
-            split_key(key)
+            ok = is_int(split_key(key)[2])
         except (ValueError, AttributeError):
-            raise InvalidArgumentError(f"{key!r} is not a segment key scope/stream/id") from None
-        if not _is_int(offset) or int(offset) < 0 or int(offset) >= 2**63:
+            ok = False
+        if not ok:
+            raise InvalidArgumentError(f"{key!r} is not a segment key scope/stream/id")
+        if not is_int(offset):
             raise InvalidArgumentError(f"the offset of {key} must be an integer of at least 0")
         out[key] = int(offset)
     return out

@@ -181,21 +181,6 @@ def test_scaling_events_and_segment_queries(api: APIClient, stream: Stream, sc: 
            "invalid-argument")  # fmt: skip
 
 
-def test_reader_groups(api: APIClient, sc: str) -> None:
-    scope = f.ScopeFactory(name=sc)
-    group = f.ReaderGroupFactory(scope=scope, name="rg1")
-    assert api.get(f"/v1/scopes/{sc}/readergroups").json() == {
-        "readerGroups": [{"readerGroupName": "rg1"}]}  # fmt: skip
-    got = api.get(f"/v1/scopes/{sc}/readergroups/rg1").json()
-    assert got["readerGroupName"] == "rg1" and got["onlineReaderIds"] == []
-    _error(api.get(f"/v1/scopes/{sc}/readergroups/nosuch"), 404, "not-found")
-    assert api.delete(f"/v1/scopes/{sc}/readergroups/rg1").status_code == 204
-    assert not type(group).objects.filter(pk=group.pk).exists()
-
-
-# -- transactions and writer marks --------------------------------------------------------------
-
-
 def test_transaction_requests(api: APIClient, stream: Stream, sc: str) -> None:
     base = f"/v1/scopes/{sc}/streams/st/transactions"
     created = api.post(base, {"leaseMs": 10_000, "writerId": "w"}, format="json")

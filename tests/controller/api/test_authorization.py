@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
 from controller_app.segment_client import segment_store
-from controller_app.workflows import scopes, streams, transactions
+from controller_app.workflows import reader_groups, scopes, streams, transactions
 from controller_app.workflows.config import StreamConfig
 
 pytestmark = pytest.mark.django_db
@@ -32,6 +32,9 @@ def world(registered_node) -> dict[str, Any]:
     scopes.create_scope(sc)
     stream = streams.create_stream(sc, "st", StreamConfig(min_segments=2))
     txn = transactions.create_transaction(sc, "st", lease_ms=60_000)
+    rg_config = reader_groups.ReaderGroupConfig(streams={f"{sc}/st": "head"})
+    reader_groups.create_reader_group(sc, "rg", rg_config)
+    reader_groups.add_reader(sc, "rg", "r")
     user = get_user_model().objects.create_user("bob", password="correct-horse")
     return {
         "sc": sc,
@@ -61,6 +64,14 @@ def endpoints(w: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("get", f"/v1/scopes/{sc}/readergroups", None),
         ("get", f"/v1/scopes/{sc}/readergroups/rg", None),
         ("delete", f"/v1/scopes/{sc}/readergroups/rg", None),
+        ("post", f"/v1/scopes/{sc}/readergroups", {"readerGroupName": "x", "streams": {}}),
+        ("post", f"/v1/scopes/{sc}/readergroups/rg/reset", {}),
+        ("post", f"/v1/scopes/{sc}/readergroups/rg/readers", {"readerId": "r"}),
+        ("delete", f"/v1/scopes/{sc}/readergroups/rg/readers/r", None),
+        ("post", f"/v1/scopes/{sc}/readergroups/rg/readers/r/sync", {"generation": 0}),
+        ("post", f"/v1/scopes/{sc}/readergroups/rg/checkpoints", {"checkpointName": "c"}),
+        ("get", f"/v1/scopes/{sc}/readergroups/rg/checkpoints/c", None),
+        ("put", f"/v1/scopes/{sc}/readergroups/rg/subscriber-stream-cuts", {"streamCuts": {}}),
         ("get", f"{base}/info", None),
         ("get", f"{base}/segments", None),
         ("get", f"{base}/segments/{seg}", None),
