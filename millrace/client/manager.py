@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.reader import AsyncEventReader, EventRead, cut_of
+from millrace.client.reader_group import AsyncGroupReader, AsyncReaderGroup
 from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.writer import AsyncEventWriter
@@ -58,6 +59,24 @@ class AsyncStreamManager:
 
     def create_transaction_writer(self, scope: str, stream: str) -> AsyncTransactionalWriter:
         return AsyncTransactionalWriter(self.controller, scope, stream)
+
+    async def create_reader_group(
+        self,
+        scope: str,
+        group: str,
+        streams: list[str] | dict[str, str | StreamCut],
+        **options: Any,
+    ) -> AsyncReaderGroup:
+        """Create (or open, when it exists with the same configuration) reader group
+        ``scope/group`` over ``streams`` (``"scope/stream"`` names; a list starts each at
+        ``start``, default ``"head"``; a dict gives each its start: head, tail or a cut).
+        Options: ``start``, ``retention_type``, ``reader_timeout_ms``,
+        ``group_refresh_time_ms``."""
+        return await AsyncReaderGroup.create(self.controller, scope, group, streams, **options)
+
+    def reader_group(self, scope: str, group: str) -> AsyncReaderGroup:
+        """An existing reader group."""
+        return AsyncReaderGroup(self.controller, scope, group)
 
     async def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
@@ -123,6 +142,50 @@ class EventReader:
     def read_next(self, timeout: float | None = None) -> EventRead | None:
         """The next event, ``None`` at the end of a sealed stream; ``TimeoutError`` after
         ``timeout`` seconds without one."""
+        return self._loop.run(self._reader.read_next(timeout))
+
+    def close(self) -> None:
+        self._loop.run(self._reader.close())
+
+
+class ReaderGroup:
+    """Blocking facade of ``AsyncReaderGroup``."""
+
+    def __init__(self, loop: _Loop, group: AsyncReaderGroup) -> None:
+        self._loop, self._group = loop, group
+        self.scope, self.name = group.scope, group.name
+
+    def create_reader(self, reader_id: str | None = None, **options: Any) -> GroupReader:
+        return GroupReader(
+            self._loop, self._loop.run(self._group.create_reader(reader_id, **options))
+        )
+
+    def initiate_checkpoint(self, name: str, timeout: float = 60.0) -> dict[str, StreamCut]:
+        return self._loop.run(self._group.initiate_checkpoint(name, timeout))
+
+    def reset(self, streams: dict[str, str | StreamCut] | None = None) -> None:
+        self._loop.run(self._group.reset(streams))
+
+    def describe(self) -> dict[str, Any]:
+        return self._loop.run(self._group.describe())
+
+    def update_retention_stream_cut(self, cuts: dict[str, StreamCut]) -> None:
+        self._loop.run(self._group.update_retention_stream_cut(cuts))
+
+    def delete(self) -> None:
+        self._loop.run(self._group.delete())
+
+
+class GroupReader:
+    """Blocking facade of ``AsyncGroupReader``."""
+
+    def __init__(self, loop: _Loop, reader: AsyncGroupReader) -> None:
+        self._loop, self._reader = loop, reader
+        self.reader_id = reader.reader_id
+
+    def read_next(self, timeout: float | None = None) -> EventRead | None:
+        """The next event or checkpoint marker, ``None`` once the group's streams are sealed
+        and read; ``TimeoutError`` after ``timeout`` s without one."""
         return self._loop.run(self._reader.read_next(timeout))
 
     def close(self) -> None:
@@ -207,6 +270,20 @@ class StreamManager:
     def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
         return self._loop.run(self._async.get_stream_cut(scope, stream, at))
+
+    def create_reader_group(
+        self,
+        scope: str,
+        group: str,
+        streams: list[str] | dict[str, str | StreamCut],
+        **options: Any,
+    ) -> ReaderGroup:
+        """As ``AsyncStreamManager.create_reader_group``."""
+        created = self._loop.run(self._async.create_reader_group(scope, group, streams, **options))
+        return ReaderGroup(self._loop, created)
+
+    def reader_group(self, scope: str, group: str) -> ReaderGroup:
+        return ReaderGroup(self._loop, self._async.reader_group(scope, group))
 
     def close(self) -> None:
         self._loop.run(self._async.close())

@@ -26,11 +26,17 @@ _END = object()
 
 @dataclass(frozen=True)
 class EventRead:
-    """One event: the segment it was read from, its offset there, and its bytes."""
+    """One event: the segment it was read from, its offset there, and its bytes. A reader
+    group's reader also hands out checkpoint markers: ``is_checkpoint``, no data."""
 
     segment: str
     offset: int
     data: bytes
+    checkpoint_name: str | None = None
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return self.checkpoint_name is not None
 
 
 class AsyncEventReader:
