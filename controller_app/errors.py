@@ -18,6 +18,11 @@ class ConflictError(ControllerError):
     """A compare-and-swap lost a race: the record changed since it was read. Re-read, retry."""
 
 
+class EpochChangedError(ConflictError):
+    """The stream moved to another epoch (a scale, or a rolling transaction commit) since the
+    request read its segments: the request names segments that are no longer current."""
+
+
 class InvalidStreamCutError(ControllerError, ValueError):
     """A stream cut that is not a consistent position of its stream (the message says why)."""
 

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.choices import EPOCH_TRANSITION_PENDING, EpochTransitionState, StreamState
-from controller_app.errors import ConflictError, InvalidArgumentError, PreconditionFailedError
+from controller_app.errors import EpochChangedError, InvalidArgumentError, PreconditionFailedError
 from controller_app.models import Epoch, EpochTransition, SegmentRecord, Stream, transition
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments
@@ -104,7 +104,10 @@ def scale_stream(
 
     def record(locked: Stream) -> None:
         if locked.current_epoch != stream.current_epoch:
-            raise ConflictError(f"stream {scope}/{name} scaled meanwhile; ask again")
+            raise EpochChangedError(
+                f"stream {scope}/{name} moved to epoch {locked.current_epoch} since the request"
+                f" read epoch {stream.current_epoch}; read its current segments and ask again"
+            )
         last = sel.current_epoch(locked).creation_time
         created.append(
             EpochTransition.objects.create(

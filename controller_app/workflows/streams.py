@@ -23,6 +23,7 @@ from controller_app.choices import BucketService, StreamState
 from controller_app.errors import (
     AlreadyExistsError,
     ConflictError,
+    EpochChangedError,
     PreconditionFailedError,
     WorkflowTimeoutError,
 )
@@ -210,6 +211,8 @@ def start_when_active(
                 transition(stream, StreamState.ACTIVE, to_state)
                 if then is not None:
                     then(stream)
+        except EpochChangedError:
+            raise  # the request itself is stale: waiting cannot help
         except ConflictError:
             return None
         return stream

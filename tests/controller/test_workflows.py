@@ -9,6 +9,7 @@ checks the stored state, the segment store and the invariant checker.
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ from controller_app import selectors as sel
 from controller_app.choices import EpochTransitionState, StreamState, TxnState
 from controller_app.errors import (
     AlreadyExistsError,
+    EpochChangedError,
     InvalidArgumentError,
     InvalidStreamCutError,
     PreconditionFailedError,
@@ -316,3 +318,26 @@ def test_expired_leases_are_aborted(stream: Stream, sc: str) -> None:
     assert CompletedTransaction.objects.get().state == TxnState.ABORTED
     with pytest.raises(InvalidArgumentError, match="lease"):
         transactions.create_transaction(sc, "st", lease_ms=10)
+
+
+def test_a_scale_request_of_a_past_epoch_is_refused_at_once(stream: Stream, sc: str) -> None:
+    """A rolling commit (or another scale) moved the stream to a new epoch after the request
+    read its segments: the request fails with a conflict at once instead of waiting."""
+    first = sel.current_segments(stream)[0]
+    real = sel.get_stream
+    reads: list[Stream] = []
+
+    def moved_on(scope: str, name: str) -> Stream:
+        row = real(scope, name)
+        reads.append(row)
+        if len(reads) > 1:  # every read after the request's first sees a later epoch
+            row.current_epoch += 1
+        return row
+
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sel, "get_stream", moved_on)
+        with pytest.raises(EpochChangedError, match="read its current segments and ask again"):
+            scale.scale_stream(sc, "st", [first.id], [(first.key_start, first.key_end)], wait=10)
+    assert time.monotonic() - started < 2
+    assert Stream.objects.get(pk=stream.pk).state == StreamState.ACTIVE
