@@ -95,12 +95,29 @@ class AsyncEventWriter:
             host, port = await self.controller.segment_uri(
                 self.scope, self.stream, segment.segment_id
             )
-            client = await self._pool.get(host, port)
-            writer = _SegmentWriter(segment, client, (host, port))
-            last = await client.setup_append(segment.name, writer.writer_id)
+            writer_id = uuid.uuid4()
+            client, last = await self._setup(host, port, segment.name, writer_id)
+            writer = _SegmentWriter(segment, client, (host, port), writer_id=writer_id)
             writer.next_number = max(last, 0) + 1
             self._writers[segment.segment_id] = writer
         return writer
+
+    async def _setup(
+        self, host: str, port: int, segment: str, writer_id: uuid.UUID
+    ) -> tuple[ssc.SegmentStoreClient, int]:
+        """Connect and set up appends of ``writer_id``, retrying while the segment store is
+        away (restarting) for up to RECONNECT_SECONDS_MAX."""
+        assert self._pool is not None
+        delay, deadline = 0.1, asyncio.get_running_loop().time() + RECONNECT_SECONDS_MAX
+        while True:
+            try:
+                client = await self._pool.get(host, port)
+                return client, await client.setup_append(segment, writer_id)
+            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def write_event(
         self, event: bytes | str, routing_key: str | None = None
@@ -177,25 +194,17 @@ class AsyncEventWriter:
         for this writer's last persisted event number (the idempotent writer's setup), complete
         the events up to it, and send the rest again in order (never twice: the numbers are
         the same)."""
-        assert self._pool is not None
-        delay, deadline = 0.1, asyncio.get_running_loop().time() + RECONNECT_SECONDS_MAX
-        while True:
-            try:
-                client = await self._pool.get(*writer.node)
-                last = await client.setup_append(writer.segment.name, writer.writer_id)
-                break
-            except ssc.SegmentSealedError:
-                writer.reconnecting = False
-                await self._reroute_locked(writer)
-                return
-            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError) as exc:
-                if asyncio.get_running_loop().time() > deadline:
-                    writer.reconnecting = False
-                    self._writers.pop(writer.segment.segment_id, None)
-                    self._fail_all(writer, exc)
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        try:
+            client, last = await self._setup(*writer.node, writer.segment.name, writer.writer_id)
+        except ssc.SegmentSealedError:
+            writer.reconnecting = False
+            await self._reroute_locked(writer)
+            return
+        except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError) as exc:
+            writer.reconnecting = False
+            self._writers.pop(writer.segment.segment_id, None)
+            self._fail_all(writer, exc)
+            return
         async with self._lock:
             writer.client = client
             self.reconnects += 1
