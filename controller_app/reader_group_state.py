@@ -23,8 +23,9 @@ several streams. A segment is in exactly one of four places:
     read to its end while one of its successors is still in ``future``: kept, at its end
     offset, only so that a checkpoint's stream cut covers its key range.
 
-Balancing: a reader may hold ``ceil(segments / readers)`` segments; one with fewer takes
-unassigned ones (lowest keys first), one with more is asked to release the surplus.
+Balancing: a reader may hold ``ceil(segments / readers)`` segments (only the floor while
+another reader holds fewer than the floor); one with fewer takes unassigned ones (lowest keys
+first), one with more is asked to release the surplus.
 
 Checkpoints: ``start_checkpoint`` snapshots the unassigned and completed segments and waits
 for every reader online then. Each reader hands its application a checkpoint marker and acks
@@ -211,7 +212,12 @@ class GroupState:
         held = self.member(reader)["segments"]
         if self.pending_checkpoint(reader) is not None:
             return {}
-        room = self._fair_share() - len(held)
+        total = len(self.unassigned) + sum(len(m["segments"]) for m in self.readers.values())
+        low = total // len(self.readers)
+        starving = any(len(m["segments"]) < low for r, m in self.readers.items() if r != reader)
+        # Up to the ceiling, or only the floor while another reader waits for its share (so
+        # a reader does not take back what it just released for that one).
+        room = (low if starving else self._fair_share()) - len(held)
         taken = {}
         for key in sorted(self.unassigned, key=_order)[: max(room, 0)]:
             taken[key] = held[key] = self.unassigned.pop(key)
