@@ -1,0 +1,124 @@
+"""The processes of the end-to-end reader-group run, started by ``test_end_to_end.py``:
+
+    python -m tests.acceptance.e2e_roles writer BASE TOKEN SCOPE ID COUNT RATE OUT
+    python -m tests.acceptance.e2e_roles txn    BASE TOKEN SCOPE OUT STOPFILE
+    python -m tests.acceptance.e2e_roles reader BASE TOKEN SCOPE GROUP ID OUT
+
+A writer writes COUNT events ``w<ID>k<j>:<seq>`` over its own 8 routing keys at about RATE
+events/s, flushes, and writes its per-key counts to OUT (progress to OUT.progress meanwhile).
+The transaction writer runs transactions of 10 events ``T<n>:<i>`` until STOPFILE exists,
+committing two of three and aborting the third, and logs each outcome to OUT (``C n``,
+``A n``, or ``F n`` when the call failed and the outcome is unknown). A reader joins the
+group and logs every event it hands out, one unbuffered line each
+(``<ns time> <segment> <offset> <data>``), until the group's streams are sealed and read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from millrace.client.manager import StreamManager
+from millrace.client.reader_group import TruncatedDataError
+
+KEYS_PER_WRITER = 8
+TXN_EVENTS = 10
+
+
+def writer(base: str, token: str, scope: str, wid: str, count: int, rate: float, out: str) -> None:
+    manager = StreamManager(base, token)
+    writer = manager.create_writer(scope, "st")
+    counts = dict.fromkeys((f"w{wid}k{j}" for j in range(KEYS_PER_WRITER)), 0)
+    keys = list(counts)
+    progress = Path(out + ".progress")
+    started = time.monotonic()
+    for i in range(count):
+        key = keys[i % KEYS_PER_WRITER]
+        writer.write_event(f"{key}:{counts[key]}", key)
+        counts[key] += 1
+        if i % 1000 == 999:
+            progress.write_text(str(i + 1))
+            ahead = (i + 1) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    writer.flush()
+    progress.write_text(str(count))
+    Path(out).write_text(json.dumps(counts))
+    writer.close()
+    manager.close()
+
+
+def txn(base: str, token: str, scope: str, out: str, stopfile: str) -> None:
+    manager = StreamManager(base, token)
+    writer = manager.create_transaction_writer(scope, "st")
+    log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    n = 0
+    while not Path(stopfile).exists():
+        try:
+            txn = writer.begin_txn(lease_ms=60_000)
+        except Exception:
+            time.sleep(0.2)
+            continue
+        try:
+            for i in range(TXN_EVENTS):
+                txn.write_event(f"T{n}:{i}", f"t{i}")
+            if n % 3 == 2:
+                txn.abort()
+                outcome = "A"
+            else:
+                txn.commit()
+                outcome = "C"
+        except Exception:
+            outcome = "F"
+            with contextlib.suppress(Exception):  # best effort: do not leave it open
+                txn.abort()
+        os.write(log, f"{outcome} {n}\n".encode())
+        n += 1
+        time.sleep(0.05)
+    os.close(log)
+    writer.close()
+    manager.close()
+
+
+def reader(base: str, token: str, scope: str, group: str, rid: str, out: str) -> None:
+    manager = StreamManager(base, token)
+    reader = manager.reader_group(scope, group).create_reader(rid)
+    log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    while True:
+        try:
+            event = reader.read_next(timeout=5)
+        except TimeoutError:
+            continue
+        except TruncatedDataError as exc:
+            os.write(log, f"# {exc}\n".encode())
+            continue
+        if event is None:
+            break
+        if event.is_checkpoint:
+            continue
+        line = f"{time.time_ns()} {event.segment} {event.offset} {event.data.decode()}\n"
+        os.write(log, line.encode())
+    os.close(log)
+    reader.close()
+    manager.close()
+
+
+def main(argv: list[str]) -> None:
+    role, *args = argv
+    if role == "writer":
+        base, token, scope, wid, count, rate, out = args
+        writer(base, token, scope, wid, int(count), float(rate), out)
+    elif role == "txn":
+        txn(*args)
+    elif role == "reader":
+        reader(*args)
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
