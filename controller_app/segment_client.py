@@ -142,6 +142,14 @@ class SegmentStorePort:
                 return  # merged (and removed) by an earlier run of this step
             raise
 
+    def read(self, segment: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at
+        the tail would wait for data)."""
+        got = self._call(
+            segment, lambda c: c.read_segment(segment, offset, length, token=_token(segment))
+        )
+        return bytes(got.data)
+
     def info(self, segment: str) -> SegmentState:
         try:
             got = self._call(segment, lambda c: c.get_info(segment, token=_token(segment)))

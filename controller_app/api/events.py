@@ -1,4 +1,10 @@
-"""REST append for HTTP clients: events with routing keys, written by the Python client's writer.
+"""REST append and read for HTTP clients.
+
+Read: ``GET /v1/scopes/{scope}/streams/{stream}/events?from=head|tail|<cut>&limit=N`` gives a
+page of events and a ``continuation`` (a stream cut text) to pass for the next page
+(``controller_app.stream_reads``).
+
+Append: events with routing keys, written by the Python client's writer.
 
 ``POST /v1/scopes/{scope}/streams/{stream}/events`` takes a batch of events and answers once
 all of them are durable. The events go through the same ``AsyncEventWriter`` as the Python
@@ -12,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import threading
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,9 +32,11 @@ from rest_framework.views import APIView
 
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError
+from controller_app.stream_reads import read_page
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
 from millrace.client.routing import SegmentRange
+from millrace.client.streamcut import StreamCut
 from millrace.client.writer import AsyncEventWriter
 
 #: Events one request may carry, and how long it waits for them to be durable.
@@ -165,7 +175,76 @@ def _payload(item: dict[str, Any]) -> bytes:
     return data
 
 
+READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 10_000
+
+
+def _read_from(stream: Any, scope: str, name: str, where: str) -> dict[int, int]:
+    """The cut a read starts at: ``head``, ``tail`` or a stream cut text."""
+    if where == "head":
+        return {s.id: o for s, o in sel.head_segments(stream).items()}
+    if where == "tail":
+        from controller_app.segment_client import segment_store
+
+        port = segment_store()
+        return {
+            s.id: port.info(sel.segment_name(stream, s.id)).length
+            for s in sel.current_segments(stream)
+        } or {s.id: o for s, o in sel.head_segments(stream).items()}
+    try:
+        cut = StreamCut.from_text(where)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"from/continuation: {exc}") from None
+    if (cut.scope, cut.stream) != (scope, name):
+        raise InvalidArgumentError(f"the stream cut is of {cut.scope}/{cut.stream}")
+    return {s.id: o for s, o in sel.validate_stream_cut(stream, cut.positions).items()}
+
+
+def _event_json(segment_id: int, event: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "segmentId": segment_id,
+        "offset": event.offset,
+        "dataBase64": base64.b64encode(event.data).decode(),
+    }
+    with contextlib.suppress(UnicodeDecodeError):
+        out["data"] = event.data.decode("utf-8")
+    return out
+
+
 class EventsView(APIView):
+    @extend_schema(
+        operation_id="readEvents",
+        parameters=[
+            OpenApiParameter("from", str, description="head (default), tail or a stream cut"),
+            OpenApiParameter(
+                "continuation", str, description="the continuation of the previous page"
+            ),
+            OpenApiParameter("limit", int, description=f"events, 1 to {READ_LIMIT_MAX}"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        """A page of events from a position, with the position after it (``continuation``,
+        a stream cut text): per routing key in the order written, across scaling. At the
+        tail the page is short or empty; ask again with the continuation."""
+        row = get_stream(scope, stream)
+        where = request.query_params.get("continuation") or request.query_params.get("from", "head")
+        raw_limit = request.query_params.get("limit", str(READ_LIMIT_DEFAULT))
+        if (
+            not raw_limit.isascii()
+            or not raw_limit.isdigit()
+            or not (1 <= int(raw_limit) <= READ_LIMIT_MAX)
+        ):
+            raise InvalidArgumentError(f"limit must be an integer from 1 to {READ_LIMIT_MAX}")
+        page = read_page(row, _read_from(row, scope, stream, where), int(raw_limit))
+        return Response(
+            {
+                "events": [_event_json(sid, e) for sid, e in page.events],
+                "continuation": StreamCut(scope, stream, page.position).to_text(),
+                "endOfStream": page.end_of_stream,
+                "truncatedSegments": page.truncated,
+            }
+        )
+
     @extend_schema(
         operation_id="appendEvents",
         request=AppendSerializer,

@@ -93,3 +93,51 @@ def test_append_to_a_sealed_stream_is_412(api: APIClient, stream) -> None:
                         format="json")  # fmt: skip
     assert response.status_code == 412, response.json()
     assert response.json()["code"] == "stream-sealed"
+
+
+def _pages(api: APIClient, url: str, limit: int, start: str = "head") -> tuple[list[dict], str]:
+    """Every page from ``start`` until an empty one; the events and the last continuation."""
+    events: list[dict] = []
+    query = {"from": start, "limit": limit}
+    while True:
+        response = api.get(url, query)
+        assert response.status_code == 200, response.json()
+        page = response.json()
+        assert len(page["events"]) <= limit
+        events += page["events"]
+        if not page["events"]:
+            return events, page["continuation"]
+        query = {"continuation": page["continuation"], "limit": limit}
+
+
+def test_read_pages_with_continuations(api: APIClient, stream) -> None:
+    sc = stream.scope.name
+    url = f"/v1/scopes/{sc}/streams/st/events"
+    batch = [{"data": f"{key}:{i}", "routingKey": key} for i in range(40) for key in "abcde"]
+    batch.append({"dataBase64": base64.b64encode(b"\x00\xff").decode(), "routingKey": "a"})
+    assert api.post(url, {"events": batch}, format="json").status_code == 201
+    events, tail = _pages(api, url, limit=30)
+    assert len(events) == 201
+    texts = [e["data"] for e in events if "data" in e]
+    for key in "abcde":
+        assert [t for t in texts if t.startswith(f"{key}:")] == [f"{key}:{i}" for i in range(40)]
+    raw = [e for e in events if "data" not in e]
+    assert [base64.b64decode(e["dataBase64"]) for e in raw] == [b"\x00\xff"]
+    # The continuation is a stream cut: later events come from there, and nothing else.
+    more = [{"data": "late", "routingKey": "z"}]
+    assert api.post(url, {"events": more}, format="json").status_code == 201
+    later, _ = _pages(api, url, limit=5, start=tail)
+    assert [e["data"] for e in later] == ["late"]
+    from_tail = api.get(url, {"from": "tail"}).json()
+    assert from_tail["events"] == [] and from_tail["endOfStream"] is False
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"limit": "0"}, {"limit": "10001"}, {"limit": "x"}, {"from": "middle"},
+     {"continuation": "mrcut1.@@@"}, {"from": "mrcut1.eyJ4IjoxfQ"}],
+)  # fmt: skip
+def test_bad_read_requests_are_refused_clearly(api: APIClient, stream, query) -> None:
+    response = api.get(f"/v1/scopes/{stream.scope.name}/streams/st/events", query)
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] in ("invalid-argument", "invalid-stream-cut")
