@@ -2,13 +2,17 @@
 
     millrace scope create|list|delete ...
     millrace stream create|list|info|seal|delete|scale|truncate|append|read ...
+    millrace readergroup create|list|info|delete|checkpoint|reset|read ...
 
 They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091) with
 ``--token`` (default ``$MILLRACE_TOKEN``, else the standalone administrator's
 ``<data dir>/admin-token``). ``--json`` prints machine-readable output. ``stream append`` writes
 its arguments, or one event per line of standard input (with a progress bar), through the
 Python client; ``stream read`` follows the stream over the WebSocket tail read and prints one
-event per line until ``--limit`` events or Ctrl-C.
+event per line until ``--limit`` events or Ctrl-C. ``readergroup read`` reads as a member of a
+reader group (sharing the streams with the group's other readers) through the Python client;
+``readergroup checkpoint`` waits, showing which readers it still waits for, and prints the
+stream cuts.
 """
 
 from __future__ import annotations
@@ -241,6 +245,132 @@ async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
         raise AdminError(f"WebSocket {uri.split('?')[0]}: {exc}") from None
 
 
+# -- readergroup ----------------------------------------------------------------------------
+
+
+def _group_path(name: str) -> str:
+    scope, group = _split(name)
+    return f"/scopes/{scope}/readergroups/{group}"
+
+
+def _starts(streams: list[str], start: str) -> dict[str, str]:
+    for scoped in streams:
+        _split(scoped)
+    if start not in ("head", "tail") and not start.startswith("mrcut1."):
+        raise AdminError("--from is head, tail or a stream cut text (mrcut1....)")
+    return dict.fromkeys(streams, start)
+
+
+def readergroup_create(args: argparse.Namespace) -> None:
+    scope, group = _split(args.name)
+    body = {
+        "readerGroupName": group,
+        "streams": _starts(args.stream, args.start),
+        "retentionType": args.retention,
+        "readerTimeoutMs": args.reader_timeout_ms,
+    }
+    made = _call(args, "POST", f"/scopes/{scope}/readergroups", body)
+    _out(args, made, f"created {args.name} reading {', '.join(made['streamList'])}")
+
+
+def readergroup_list(args: argparse.Namespace) -> None:
+    found = _call(args, "GET", f"/scopes/{args.scope}/readergroups")
+    _out(args, found, "\n".join(g["readerGroupName"] for g in found["readerGroups"]))
+
+
+def readergroup_info(args: argparse.Namespace) -> None:
+    info = _call(args, "GET", _group_path(args.name))
+    lines = [
+        f"{args.name}: generation {info['generation']}, reads {', '.join(info['streamList'])}",
+        f"  unassigned segments: {len(info['unassignedSegments'])},"
+        f" waiting for predecessors: {len(info['futureSegments'])}",
+    ]
+    for reader in info["readers"]:
+        held = ", ".join(f"{k}@{v}" for k, v in sorted(reader["segments"].items())) or "none"
+        lines.append(f"  reader {reader['readerId']}: {held}")
+    for checkpoint in info["checkpoints"]:
+        state = "complete" if checkpoint["complete"] else "waiting"
+        lines.append(f"  checkpoint {checkpoint['checkpointName']}: {state}")
+    _out(args, info, "\n".join(lines))
+
+
+def readergroup_delete(args: argparse.Namespace) -> None:
+    _call(args, "DELETE", _group_path(args.name))
+    _out(args, {"deleted": args.name}, f"deleted {args.name}")
+
+
+def readergroup_checkpoint(args: argparse.Namespace) -> None:
+    import time
+
+    path = _group_path(args.name)
+    _call(args, "POST", f"{path}/checkpoints", {"checkpointName": args.checkpoint})
+    deadline = time.monotonic() + args.timeout
+    shown = None
+    while True:
+        status = _call(args, "GET", f"{path}/checkpoints/{args.checkpoint}")
+        if status["complete"]:
+            break
+        waiting = ", ".join(status["pendingReaders"])
+        if waiting != shown and not args.json:
+            print(f"waiting for reader(s) {waiting}", file=sys.stderr, flush=True)
+            shown = waiting
+        if time.monotonic() > deadline:
+            raise AdminError(f"checkpoint {args.checkpoint} still waits for {waiting}")
+        time.sleep(0.2)
+    from millrace.client.streamcut import StreamCut
+
+    cuts = {
+        scoped: StreamCut(*_split(scoped), {int(k): v for k, v in cut.items()}).to_text()
+        for scoped, cut in status["streamCuts"].items()
+    }
+    _out(args, {**status, "streamCutTexts": cuts}, "\n".join(f"{s} {c}" for s, c in cuts.items()))
+
+
+def readergroup_reset(args: argparse.Namespace) -> None:
+    body = {"streams": _starts(args.stream, args.start)} if args.stream else {}
+    info = _call(args, "POST", f"{_group_path(args.name)}/reset", body)
+    _out(args, info, f"reset {args.name}: generation {info['generation']}")
+
+
+def readergroup_read(args: argparse.Namespace) -> None:
+    from millrace.client.manager import StreamManager
+    from millrace.client.reader_group import TruncatedDataError
+
+    scope, group = _split(args.name)
+    manager = StreamManager(_url(args), token=_token(args))
+    reader = None
+    seen = 0
+    try:
+        reader = manager.reader_group(scope, group).create_reader(args.reader)
+        while not args.limit or seen < args.limit:
+            try:
+                event = reader.read_next(timeout=args.idle or None)
+            except TimeoutError:
+                break
+            except TruncatedDataError as exc:
+                print(f"note: {exc}", file=sys.stderr, flush=True)
+                continue
+            if event is None:
+                break
+            if event.is_checkpoint:
+                continue
+            text = event.data.decode("utf-8", "replace")
+            if args.json:
+                print(json.dumps({"segment": event.segment, "offset": event.offset,
+                                  "text": text}), flush=True)  # fmt: skip
+            else:
+                print(text, flush=True)
+            seen += 1
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:
+        raise AdminError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if reader is not None:
+            reader.close()  # leaves the group: its segments go to the others at its position
+        manager.close()
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -303,6 +433,57 @@ def add_commands(commands: Any, add: Any, data_dir: argparse.ArgumentParser) -> 
     read.add_argument("--from", dest="start", default="head",
                       help="head (default), tail, time:<ms> or cut:<id>=<offset>,...")  # fmt: skip
     read.add_argument("--limit", type=int, default=0, help="stop after N events")
+
+    group = add(commands, "readergroup", None, "Reader groups: readers sharing streams.",
+                parents=[data_dir])  # fmt: skip
+    verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True)
+    create = add(verbs, "create", _run(readergroup_create), "Create SCOPE/GROUP.",
+                 parents=parents)  # fmt: skip
+    create.add_argument("name", metavar="SCOPE/GROUP")
+    create.add_argument("--stream", action="append", required=True,
+                        help="SCOPE/STREAM to read (repeat for more)")  # fmt: skip
+    create.add_argument("--from", dest="start", default="head",
+                        help="head (default), tail or a stream cut text")  # fmt: skip
+    create.add_argument(
+        "--retention", default="NONE",
+        choices=["NONE", "MANUAL_RELEASE_AT_USER_STREAMCUT",
+                 "AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT"],
+        help="whether the group's position holds back retention (default NONE)",
+    )  # fmt: skip
+    create.add_argument(
+        "--reader-timeout-ms", type=int, default=30_000,
+        help="a reader silent this long is declared dead (default 30000)",
+    )  # fmt: skip
+    add(verbs, "list", _run(readergroup_list), "List the reader groups of SCOPE.",
+        parents=parents).add_argument("scope")  # fmt: skip
+    for verb, handler, summary in (
+        ("info", readergroup_info, "Readers, their segments and positions, checkpoints."),
+        ("delete", readergroup_delete, "Delete a reader group."),
+    ):
+        add(verbs, verb, _run(handler), summary, parents=parents).add_argument(
+            "name", metavar="SCOPE/GROUP"
+        )
+    checkpoint = add(verbs, "checkpoint", _run(readergroup_checkpoint),
+                     "Checkpoint: wait for every reader, print the stream cuts.",
+                     parents=parents)  # fmt: skip
+    checkpoint.add_argument("name", metavar="SCOPE/GROUP")
+    checkpoint.add_argument("checkpoint", metavar="NAME")
+    checkpoint.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    reset = add(verbs, "reset", _run(readergroup_reset), "Read again from new starts.",
+                parents=parents)  # fmt: skip
+    reset.add_argument("name", metavar="SCOPE/GROUP")
+    reset.add_argument("--stream", action="append", help="SCOPE/STREAM (default: as configured)")
+    reset.add_argument("--from", dest="start", default="head",
+                       help="head (default), tail or a stream cut text")  # fmt: skip
+    gread = add(verbs, "read", _run(readergroup_read), "Read as a member of the group.",
+                parents=parents)  # fmt: skip
+    gread.add_argument("name", metavar="SCOPE/GROUP")
+    gread.add_argument("--reader", help="reader id (default: a new random one)")
+    gread.add_argument("--limit", type=int, default=0, help="stop after N events")
+    gread.add_argument(
+        "--idle", type=float, default=0,
+        help="stop after this many seconds without an event (default: never)",
+    )  # fmt: skip
 
 
 def _run(handler: Any, rest: bool = False) -> Any:

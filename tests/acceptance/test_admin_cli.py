@@ -72,3 +72,35 @@ def test_clear_errors(standalone: Standalone) -> None:
     assert wrong.returncode == 1 and "authentication-failed" in wrong.stderr
     ranges = millrace(standalone, "stream", "scale", "a/b", "--seal", "1", "--ranges", "x")
     assert ranges.returncode == 1 and "START-END" in ranges.stderr
+
+
+def test_readergroup_commands(standalone: Standalone) -> None:
+    sc = f"rg{uuid.uuid4().hex[:8]}"
+    ok(millrace(standalone, "scope", "create", sc))
+    ok(millrace(standalone, "stream", "create", f"{sc}/st", "--segments", "2"))
+    events = "\n".join(f"e{i}" for i in range(50)) + "\n"
+    ok(millrace(standalone, "stream", "append", f"{sc}/st", "--key", "k", stdin=events))
+    group = f"{sc}/billing"
+    made = ok(millrace(standalone, "readergroup", "create", group, "--stream", f"{sc}/st"))
+    assert made.strip() == f"created {group} reading {sc}/st"
+    assert ok(millrace(standalone, "readergroup", "list", sc)).split() == ["billing"]
+    read = ok(millrace(standalone, "readergroup", "read", group, "--reader", "cli",
+                       "--limit", "20"))  # fmt: skip
+    assert read.splitlines() == [f"e{i}" for i in range(20)]
+    # The reader left at its position: the next one goes on from there.
+    rest = ok(millrace(standalone, "readergroup", "read", group, "--idle", "2"))
+    assert rest.splitlines() == [f"e{i}" for i in range(20, 50)]
+    info = json.loads(ok(millrace(standalone, "readergroup", "info", group, "--json")))
+    assert info["readers"] == [] and len(info["unassignedSegments"]) == 2
+    reset = ok(millrace(standalone, "readergroup", "reset", group))
+    assert reset.strip() == f"reset {group}: generation 1"
+    again = ok(millrace(standalone, "readergroup", "read", group, "--idle", "2"))
+    assert again.splitlines() == [f"e{i}" for i in range(50)]
+    no_reader = millrace(standalone, "readergroup", "checkpoint", group, "cp", "--timeout", "5")
+    assert no_reader.returncode == 0, no_reader.stderr  # no reader online: complete at once
+    assert ok(millrace(standalone, "readergroup", "delete", group)).strip() == f"deleted {group}"
+    missing = millrace(standalone, "readergroup", "info", group)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    bad = millrace(standalone, "readergroup", "create", f"{sc}/x", "--stream", f"{sc}/st",
+                   "--from", "middle")  # fmt: skip
+    assert bad.returncode == 1 and "--from is head, tail" in bad.stderr
