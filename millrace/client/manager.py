@@ -19,6 +19,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from millrace.client.byte_stream import AsyncByteStream
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.reader import AsyncEventReader, EventRead, cut_of
 from millrace.client.reader_group import AsyncGroupReader, AsyncReaderGroup
@@ -77,6 +78,11 @@ class AsyncStreamManager:
     def reader_group(self, scope: str, group: str) -> AsyncReaderGroup:
         """An existing reader group."""
         return AsyncReaderGroup(self.controller, scope, group)
+
+    async def create_byte_stream(self, scope: str, stream: str) -> AsyncByteStream:
+        """The byte stream ``scope/stream``, created (one segment) if it does not exist."""
+        await self.controller.create_stream(scope, stream, initial_segments=1)
+        return await AsyncByteStream.open(self.controller, scope, stream)
 
     async def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
@@ -192,6 +198,46 @@ class GroupReader:
         self._loop.run(self._reader.close())
 
 
+class ByteStream:
+    """Blocking facade of ``AsyncByteStream`` (file-like: write, read, seek, tell)."""
+
+    def __init__(self, loop: _Loop, stream: AsyncByteStream) -> None:
+        self._loop, self._stream = loop, stream
+
+    def write(self, data: bytes) -> int:
+        return self._loop.run(self._stream.write(data))
+
+    def write_conditional(self, data: bytes, expected_offset: int) -> int:
+        return self._loop.run(self._stream.write_conditional(data, expected_offset))
+
+    def flush(self) -> None:
+        self._loop.run(self._stream.flush())
+
+    def read(self, size: int = 1024 * 1024, timeout: float | None = None) -> bytes:
+        return self._loop.run(self._stream.read(size, timeout))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._loop.run(self._stream.seek(offset, whence))
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def truncate(self, offset: int) -> None:
+        self._loop.run(self._stream.truncate(offset))
+
+    def current_head_offset(self) -> int:
+        return self._loop.run(self._stream.current_head_offset())
+
+    def current_tail_offset(self) -> int:
+        return self._loop.run(self._stream.current_tail_offset())
+
+    def seal(self) -> None:
+        self._loop.run(self._stream.seal())
+
+    def close(self) -> None:
+        self._loop.run(self._stream.close())
+
+
 class TransactionalWriter:
     """Blocking facade of ``AsyncTransactionalWriter``: ``begin_txn()`` gives a transaction
     whose ``write_event``, ``commit``, ``abort``, ``ping`` and ``check_status`` block."""
@@ -284,6 +330,10 @@ class StreamManager:
 
     def reader_group(self, scope: str, group: str) -> ReaderGroup:
         return ReaderGroup(self._loop, self._async.reader_group(scope, group))
+
+    def create_byte_stream(self, scope: str, stream: str) -> ByteStream:
+        """As ``AsyncStreamManager.create_byte_stream``."""
+        return ByteStream(self._loop, self._loop.run(self._async.create_byte_stream(scope, stream)))
 
     def close(self) -> None:
         self._loop.run(self._async.close())

@@ -1,0 +1,203 @@
+"""Byte streams: a stream of one segment used as an append-only file of raw bytes.
+
+    stream = await manager.create_byte_stream("demo", "log")
+    await stream.write(b"hello ")              # appended at the tail
+    await stream.write_conditional(b"world", expected_offset=6)   # only if the tail is 6
+    await stream.flush()                       # durable
+    await stream.seek(0)
+    data = await stream.read(11)               # b"hello world"
+    await stream.truncate(6)                   # drop the bytes before offset 6
+    head, tail = await stream.current_head_offset(), await stream.current_tail_offset()
+
+As in Pravega's byte stream (and its Python client's ``ByteStream``), the bytes are written
+as they are, without event headers, to the stream's only segment; a byte stream is never
+scaled. Writes are appends of an idempotent writer (acknowledged once durable; ``flush``
+waits for all). ``read`` returns what is there from the current position (waiting up to
+``timeout`` at the tail) and ``b""`` once the stream is sealed and read to its end. Reading
+below the head raises ``ByteStreamTruncatedError`` naming the head. A lost connection fails
+the writes in flight with ``ConnectionLostError``: the caller writes again after checking
+``current_tail_offset`` (conditional writes make that safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from millrace.client import segment_store as ssc
+from millrace.client.controller import AsyncControllerClient
+from millrace.client.pool import SegmentStorePool
+
+#: Bytes asked per read of the segment store, at most.
+READ_CHUNK_BYTES = 1024 * 1024
+
+
+class ConditionalAppendFailedError(Exception):
+    """``write_conditional``: the stream's tail was not at the expected offset."""
+
+
+class ByteStreamTruncatedError(Exception):
+    """The position lies before the head (truncated away); ``head`` is the first byte left."""
+
+    def __init__(self, message: str, head: int) -> None:
+        super().__init__(message)
+        self.head = head
+
+
+class AsyncByteStream:
+    """Read, write, seek and truncate one single-segment stream (see the module docstring)."""
+
+    def __init__(self, controller: AsyncControllerClient, scope: str, stream: str) -> None:
+        self.controller, self.scope, self.stream = controller, scope, stream
+        self._segment = ""
+        self._node: tuple[str, int] = ("", 0)
+        self._pool: SegmentStorePool | None = None
+        self._writer_id = uuid.uuid4()
+        self._writing = False
+        self._position = 0
+
+    @classmethod
+    async def open(
+        cls, controller: AsyncControllerClient, scope: str, stream: str
+    ) -> AsyncByteStream:
+        """The byte stream ``scope/stream``; it must have exactly one segment."""
+        self = cls(controller, scope, stream)
+        segments = await controller.call("GET", f"/scopes/{scope}/streams/{stream}/segments")
+        current = segments["segments"]
+        if len(current) != 1:
+            if not current:  # sealed: read its last segment
+                head = await controller.call(
+                    "GET", f"/scopes/{scope}/streams/{stream}/segments?at=head"
+                )
+                current = head["segments"]
+            if len(current) != 1:
+                raise ValueError(
+                    f"{scope}/{stream} has {len(current)} segments; a byte stream has one"
+                )
+        segment_id = current[0]["segmentId"]
+        self._segment = current[0]["name"]
+        self._node = await controller.segment_uri(scope, stream, segment_id)
+        token = await controller.delegation_token(scope, stream)
+        self._pool = SegmentStorePool(delegation_token=token)
+        return self
+
+    async def _client(self) -> ssc.SegmentStoreClient:
+        assert self._pool is not None, "use AsyncByteStream.open"
+        return await self._pool.get(*self._node)
+
+    # -- offsets and position ------------------------------------------------------------------
+
+    async def _info(self) -> ssc.SegmentInfo:
+        return await (await self._client()).get_info(self._segment)
+
+    async def current_head_offset(self) -> int:
+        """The first byte still there (0 unless truncated)."""
+        return (await self._info()).start_offset
+
+    async def current_tail_offset(self) -> int:
+        """The offset the next append lands at."""
+        return (await self._info()).write_offset
+
+    def tell(self) -> int:
+        return self._position
+
+    async def seek(self, offset: int, whence: int = 0) -> int:
+        """Move the read position: ``whence`` 0 from the start of the stream, 1 from the
+        current position, 2 from the tail. Returns the new position."""
+        if whence == 1:
+            offset += self._position
+        elif whence == 2:
+            offset += await self.current_tail_offset()
+        elif whence != 0:
+            raise ValueError("whence is 0 (start), 1 (current) or 2 (tail)")
+        if offset < 0:
+            raise ValueError("a position is at least 0")
+        self._position = offset
+        return offset
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def read(self, size: int = READ_CHUNK_BYTES, timeout: float | None = None) -> bytes:
+        """Up to ``size`` bytes from the position (which moves past them). At the tail it waits
+        for data (``TimeoutError`` after ``timeout`` s); ``b""`` at the end of a sealed
+        stream."""
+        if size <= 0:
+            return b""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            client = await self._client()
+            try:
+                got = await client.read_segment(
+                    self._segment, self._position, min(size, READ_CHUNK_BYTES)
+                )
+            except ssc.SegmentTruncatedError as exc:
+                raise ByteStreamTruncatedError(
+                    f"offset {self._position} of {self.scope}/{self.stream} was truncated;"
+                    f" the head is {exc.start_offset}",
+                    exc.start_offset,
+                ) from None
+            except ssc.SegmentSealedError:
+                return b""
+            if got.data:
+                data = bytes(got.data[:size])  # a reply may carry more than asked
+                self._position += len(data)
+                return data
+            if got.end_of_segment:
+                return b""
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"no data at offset {self._position} within {timeout} s")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def _setup(self) -> ssc.SegmentStoreClient:
+        client = await self._client()
+        if not self._writing:
+            await client.setup_append(self._segment, self._writer_id)
+            self._writing = True
+        return client
+
+    async def write(self, data: bytes) -> int:
+        """Append ``data`` at the tail (durable once ``flush`` returns); its length."""
+        client = await self._setup()
+        try:
+            await client.append_block(self._writer_id, bytes(data), raw=True)
+        except ssc.ConnectionLostError:
+            self._writing = False
+            raise
+        return len(data)
+
+    async def write_conditional(self, data: bytes, expected_offset: int) -> int:
+        """Append ``data`` only if the tail is at ``expected_offset`` (several writers can
+        coordinate through this); durable when it returns. The new tail offset."""
+        client = await self._setup()
+        try:
+            await client.conditional_append(self._writer_id, bytes(data), expected_offset)
+        except ssc.BadOffsetError:
+            tail = await self.current_tail_offset()
+            raise ConditionalAppendFailedError(
+                f"the tail of {self.scope}/{self.stream} is at {tail}, not {expected_offset}"
+            ) from None
+        except ssc.ConnectionLostError:
+            self._writing = False
+            raise
+        return expected_offset + len(data)
+
+    async def flush(self) -> None:
+        """Wait until every write so far is durable."""
+        if self._writing:
+            await (await self._client()).flush(self._writer_id)
+
+    async def truncate(self, offset: int) -> None:
+        """Drop the bytes before ``offset`` (Pravega's ``truncateDataBefore``)."""
+        await (await self._client()).truncate(self._segment, offset)
+
+    async def seal(self) -> None:
+        """No more writes; readers get ``b""`` at the end."""
+        await self.flush()
+        await self.controller.seal_stream(self.scope, self.stream)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._pool is not None:
+            await self._pool.close()
