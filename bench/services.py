@@ -148,3 +148,36 @@ def redis_server(work_dir: Path) -> Iterator[tuple[str, int, int]]:
         yield "127.0.0.1", port, proc.pid
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def standalone_node(work_dir: Path) -> Iterator[tuple[str, str, int]]:
+    """``millrace standalone`` on spare ports with embedded defaults; yields
+    (REST base URL, admin token, wire port)."""
+    data_dir = work_dir / "standalone"
+    http, wire = spare_port(), spare_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    log = open(work_dir / "standalone.log", "w+b")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+         "--http-port", str(http), "--segmentstore-port", str(wire)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S * 2
+        while b"Millrace is running" not in (work_dir / "standalone.log").read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (work_dir / "standalone.log").read_bytes()[-3000:].decode(errors="replace")
+                raise RuntimeError(f"standalone did not start:\n{tail}")
+            time.sleep(0.1)
+        token = (data_dir / "admin-token").read_text().strip()
+        yield f"http://127.0.0.1:{http}", token, wire
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()

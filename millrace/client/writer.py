@@ -7,7 +7,9 @@ Each segment gets its own writer id, so the segment store drops a re-sent duplic
 segment is sealed (the stream scaled), every event not yet acknowledged on it is re-routed, in
 the order written, to the segments that replaced it (asked of the controller), so the events of
 one key stay in order. Events are held until acknowledged: ``pending_events_max`` bounds that
-memory (``write_event`` waits for room: back-pressure).
+memory (``write_event`` waits for room: back-pressure). ``write_event`` itself only queues the
+event on its segment's writer; a shipping task per segment writer hands everything queued
+meanwhile to the segment store client in one call (one future per batch, not per event).
 
 A lost connection to the segment store (the node restarted, say) is re-opened with a growing
 delay; the writer's setup tells the last event number the segment store persisted, the events
@@ -49,7 +51,11 @@ class _SegmentWriter:
     client: ssc.SegmentStoreClient
     node: tuple[str, int]
     writer_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    #: Sent or not, not yet acknowledged, in event-number order.
     pending: deque[_Pending] = field(default_factory=deque)
+    #: The tail of ``pending`` not yet handed to the segment store client.
+    unsent: list[_Pending] = field(default_factory=list)
+    shipping: bool = False
     sealed: bool = False
     reconnecting: bool = False
     next_number: int = 1
@@ -73,8 +79,9 @@ class AsyncEventWriter:
         self._keyspace: KeySpace | None = None
         self._writers: dict[int, _SegmentWriter] = {}
         self._lock = asyncio.Lock()  # routing and re-routing never interleave
-        self._room = asyncio.Semaphore(pending_events_max)
-        self._outstanding: set[asyncio.Future[None]] = set()
+        self._inflight = 0  # events written and not yet acknowledged (or failed)
+        self._room = asyncio.Event()
+        self._drained = asyncio.Event()
         #: Segments found sealed under this writer, whose unacknowledged events were re-routed.
         self.reroutes = 0
         #: Connections to the segment store re-opened after being lost.
@@ -122,56 +129,106 @@ class AsyncEventWriter:
     async def write_event(
         self, event: bytes | str, routing_key: str | None = None
     ) -> asyncio.Future[None]:
-        """Queue ``event``; the returned future completes when it is durable."""
+        """Queue ``event``; the returned future completes when it is durable. Waits only when
+        ``pending_events_max`` events are unacknowledged (back-pressure) or while the writer
+        re-routes after a scale."""
         data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
-        await self._room.acquire()
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outstanding.add(done)
-        done.add_done_callback(self._finished)
-        async with self._lock:
-            if self._keyspace is None:
-                await self._start()
-            await self._send(_Pending(data, key_point(routing_key), done))
-        return done
+        while self._inflight >= self.pending_events_max:
+            self._room.clear()
+            await self._room.wait()
+        if self._keyspace is None:
+            async with self._lock:
+                if self._keyspace is None:
+                    await self._start()
+        assert self._keyspace is not None
+        point = key_point(routing_key)
+        item = _Pending(data, point, self._new_future())
+        writer = self._writers.get(self._keyspace.segment_for(point).segment_id)
+        if writer is not None and not self._lock.locked():
+            self._enqueue(writer, item)
+            return item.done
+        try:
+            # A new segment to set up, or a re-routing under way: in turn, after those.
+            async with self._lock:
+                await self._send(item)
+        except BaseException:
+            self._forget(item)
+            raise
+        return item.done
 
-    def _finished(self, done: asyncio.Future[None]) -> None:
-        self._outstanding.discard(done)
-        self._room.release()
+    def _new_future(self) -> asyncio.Future[None]:
+        self._inflight += 1
+        self._drained.clear()
+        return asyncio.get_running_loop().create_future()
+
+    def _forget(self, item: _Pending) -> None:
+        """``item`` was never queued (``write_event`` raised instead)."""
+        item.done.cancel()
+        self._inflight -= 1
+        self._room.set()
+        if not self._inflight:
+            self._drained.set()
+
+    def _complete(self, item: _Pending, error: BaseException | None = None) -> None:
+        if item.done.done():
+            return
+        if error is None:
+            item.done.set_result(None)
+        else:
+            item.done.set_exception(error)
+        self._inflight -= 1
+        if self._inflight < self.pending_events_max:
+            self._room.set()
+        if not self._inflight:
+            self._drained.set()
 
     async def _send(self, item: _Pending) -> None:
         assert self._keyspace is not None
-        await self._send_to(await self._writer_for(self._keyspace.segment_for(item.point)), item)
+        self._enqueue(await self._writer_for(self._keyspace.segment_for(item.point)), item)
 
-    async def _send_to(self, writer: _SegmentWriter, item: _Pending) -> None:
+    def _enqueue(self, writer: _SegmentWriter, item: _Pending) -> None:
+        """Number ``item`` for ``writer`` and queue it; the writer's shipping task hands the
+        queued events to the segment store client together (one append-block call)."""
         item.number = writer.next_number
         writer.next_number += 1
         writer.pending.append(item)
-        if writer.reconnecting:
-            return  # sent by the reconnection, in order
+        writer.unsent.append(item)
+        if not writer.shipping and not writer.reconnecting:
+            writer.shipping = True
+            asyncio.get_running_loop().create_task(self._ship(writer))
+
+    async def _ship(self, writer: _SegmentWriter) -> None:
         try:
-            ack = await writer.client.append_event(writer.writer_id, item.data)
-        except ssc.SegmentSealedError:
-            await self._reroute(writer)
-            return
-        except ssc.ConnectionLostError:
-            self._schedule_reconnect(writer)
-            return
-        ack.add_done_callback(lambda f: self._acked(writer, item, f))
+            await asyncio.sleep(0)  # let the caller queue more first
+            while writer.unsent and not writer.reconnecting and not writer.sealed:
+                batch, writer.unsent = writer.unsent, []
+                try:
+                    ack = await writer.client.append_block(
+                        writer.writer_id, [item.data for item in batch]
+                    )
+                except ssc.SegmentSealedError:
+                    if not writer.sealed:
+                        writer.sealed = True
+                        await self._reroute_locked(writer)
+                    return
+                except ssc.ConnectionLostError:
+                    self._schedule_reconnect(writer)
+                    return
+                ack.add_done_callback(lambda f, b=batch: self._acked(writer, b, f))  # type: ignore[misc]
+        finally:
+            writer.shipping = False
 
     def _acked(
-        self, writer: _SegmentWriter, item: _Pending, ack: asyncio.Future[ssc.AppendAck]
+        self, writer: _SegmentWriter, batch: list[_Pending], ack: asyncio.Future[ssc.AppendAck]
     ) -> None:
-        if ack.cancelled():
-            error: BaseException | None = asyncio.CancelledError()
-        else:
-            error = ack.exception()
+        error = asyncio.CancelledError() if ack.cancelled() else ack.exception()
         if error is None:
-            if writer.pending and writer.pending[0] is item:
-                writer.pending.popleft()
-            elif item in writer.pending:
-                writer.pending.remove(item)
-            if not item.done.done():
-                item.done.set_result(None)
+            for item in batch:
+                if writer.pending and writer.pending[0] is item:
+                    writer.pending.popleft()
+                elif item in writer.pending:
+                    writer.pending.remove(item)
+                self._complete(item)
         elif isinstance(error, ssc.SegmentSealedError):
             if not writer.sealed:
                 writer.sealed = True
@@ -179,10 +236,11 @@ class AsyncEventWriter:
         elif isinstance(error, ssc.ConnectionLostError):
             if writer.client.is_closed:  # else: a late failure of the old connection
                 self._schedule_reconnect(writer)
-        elif not item.done.done():
-            if item in writer.pending:
-                writer.pending.remove(item)
-            item.done.set_exception(error)
+        else:
+            for item in batch:
+                if item in writer.pending:
+                    writer.pending.remove(item)
+                self._complete(item, error)
 
     def _schedule_reconnect(self, writer: _SegmentWriter) -> None:
         if not writer.reconnecting and not writer.sealed:
@@ -209,14 +267,14 @@ class AsyncEventWriter:
             writer.client = client
             self.reconnects += 1
             items, writer.pending = list(writer.pending), deque()
-            for item in items:
-                if item.number <= last and not item.done.done():
-                    item.done.set_result(None)  # persisted before the connection was lost
             writer.next_number = max(last, 0) + 1
             writer.reconnecting = False
+            writer.unsent = []
             for item in items:
-                if item.number > last and not item.done.done():
-                    await self._send_to(writer, item)
+                if item.number <= last:
+                    self._complete(item)  # persisted before the connection was lost
+                elif not item.done.done():
+                    self._enqueue(writer, item)
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:
         async with self._lock:
@@ -245,16 +303,15 @@ class AsyncEventWriter:
         assert self._keyspace is not None
         replaced = [s for s in self._keyspace.segments if s.segment_id != writer.segment.segment_id]
         self._keyspace = KeySpace(replaced + [s for s, _ in successors])
-        items, writer.pending = list(writer.pending), deque()
+        items, writer.pending, writer.unsent = list(writer.pending), deque(), []
         for item in items:
             if not item.done.done():
                 await self._send(item)
 
     def _fail_all(self, writer: _SegmentWriter, error: Exception) -> None:
+        writer.unsent = []
         while writer.pending:
-            item = writer.pending.popleft()
-            if not item.done.done():
-                item.done.set_exception(error)
+            self._complete(writer.pending.popleft(), error)
 
     async def _send_open_blocks(self) -> None:
         for writer in list(self._writers.values()):
@@ -264,13 +321,16 @@ class AsyncEventWriter:
 
     async def flush(self) -> None:
         """Wait until every event written so far is durable (or has failed)."""
-        await self._send_open_blocks()
-        while self._outstanding:
-            await asyncio.gather(*list(self._outstanding), return_exceptions=True)
+        while self._inflight:
+            await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
+            await self._send_open_blocks()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), 0.5)
 
     async def flush_events(self, done: list[asyncio.Future[None]]) -> None:
         """Wait until the events of ``done`` (futures of ``write_event``) are durable; raise
         the first failure."""
+        await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
         await self._send_open_blocks()
         await asyncio.gather(*done)
 
