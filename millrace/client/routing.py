@@ -21,13 +21,23 @@ SEED = 1741865571
 _FRACTION_BITS = 52
 
 
+#: Points of recently used keys (producers reuse keys); cleared when it reaches this size.
+_CACHE_MAX = 65_536
+_cache: dict[str, float] = {}
+
+
 def key_point(routing_key: str | None, rng: random.Random | None = None) -> float:
     """The point of ``routing_key`` in [0, 1) (a random one for ``None``)."""
     if routing_key is None:
         return (rng or random).random()
-    digest = mmh3.hash_bytes(routing_key.encode("utf-8"), SEED, x64arch=True)
-    first = struct.unpack_from("<Q", digest)[0]
-    return (first >> 12) / float(1 << _FRACTION_BITS)
+    point = _cache.get(routing_key)
+    if point is None:
+        digest = mmh3.hash_bytes(routing_key.encode("utf-8"), SEED, x64arch=True)
+        point = (struct.unpack_from("<Q", digest)[0] >> 12) / float(1 << _FRACTION_BITS)
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[routing_key] = point
+    return point
 
 
 @dataclass(frozen=True)

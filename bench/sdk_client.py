@@ -1,0 +1,397 @@
+"""The Python client end to end against a standalone node: producer throughput, append-to-
+WebSocket latency, reader-group catch-up.
+
+Usage::
+
+    .venv/bin/python bench/sdk_client.py                   # everything (about 3 minutes)
+    .venv/bin/python bench/sdk_client.py --only producer   # or latency, catchup
+    .venv/bin/python bench/sdk_client.py --quick           # small sizes (a smoke run)
+
+One ``millrace standalone`` node (embedded defaults: SQLite, file tier-1 with fdatasync before
+every acknowledgement, filesystem tier-2) runs on a temporary directory; every producer and
+reader is a process of its own:
+
+* **producer**: one process with ``AsyncStreamManager``'s event writer writes events of 100 B
+  over 64 routing keys to a stream of 4 segments and flushes (durable); events/s =
+  events / (first write to flush done). The baseline, interleaved run by run, is a redis-py
+  producer pipelining XADD (1000 per pipeline) into ``redis-server --appendfsync always``
+  (``bench/append_producer.py``). Target (issue 4): at least 250,000 events/s and 3x Redis.
+* **latency**: the SDK producer paced at 100,000 events/s of 100 B (batches every 10 ms), each
+  event stamped with its write time; a plain ``websockets`` client follows the stream from the
+  tail and takes, per event, receive time - write time. Target: p95 ≤ 10 ms, p99 ≤ 20 ms.
+* **catchup**: 1 GB of 16 KiB events written and the stream sealed; then a reader group of
+  ``--readers`` reader processes reads it all from the head; MB/s = bytes / (first read start to
+  last reader done). Target: at least 200 MB/s.
+
+Figures go to stdout (``--json`` for JSON); a latency histogram is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from services import redis_server, standalone_node
+
+HERE = Path(__file__).resolve()
+PRODUCER_EVENTS = 1_000_000
+LATENCY_RATE = 100_000
+LATENCY_SECONDS = 10.0
+LATENCY_WARMUP_SECONDS = 2.0
+CATCHUP_BYTES = 1_000_000_000
+CATCHUP_EVENT_BYTES = 16 * 1024
+
+
+def _role(name: str, spec: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
+    """Run this file as ``--role name`` in a process of its own; its JSON result."""
+    done = subprocess.run(
+        [sys.executable, str(HERE), "--role", name, json.dumps(spec)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- roles (each in its own process) -------------------------------------------------------------
+
+
+async def _manager(spec: dict[str, Any]) -> Any:
+    from millrace.client.manager import AsyncStreamManager
+
+    return AsyncStreamManager(spec["base"], spec["token"])
+
+
+async def role_producer(spec: dict[str, Any]) -> dict[str, Any]:
+    manager = await _manager(spec)
+    await manager.create_scope(spec["scope"])
+    await manager.create_stream(spec["scope"], spec["stream"], initial_segments=4)
+    writer = manager.create_writer(spec["scope"], spec["stream"])
+    payload = bytes(range(100))
+    keys = [f"key-{i}" for i in range(64)]
+    count = spec["events"]
+    await writer.write_event(payload, keys[0])  # connect before the clock starts
+    await writer.flush()
+    started = time.perf_counter()
+    for i in range(count):
+        await writer.write_event(payload, keys[i & 63])
+    await writer.flush()
+    elapsed = time.perf_counter() - started
+    await writer.close()
+    await manager.close()
+    return {"events": count, "seconds": elapsed, "events_per_s": count / elapsed}
+
+
+async def role_paced(spec: dict[str, Any]) -> dict[str, Any]:
+    """Write stamped 100 B events at ``rate``/s for ``seconds`` (batches every 10 ms)."""
+    manager = await _manager(spec)
+    writer = manager.create_writer(spec["scope"], spec["stream"])
+    pad = b"." * 92
+    per_tick = spec["rate"] // 100
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    written = 0
+    for tick in range(int(spec["seconds"] * 100)):
+        delay = begin + tick / 100 - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        for _ in range(per_tick):
+            await writer.write_event(time.time_ns().to_bytes(8, "big") + pad, None)
+        written += per_tick
+    await writer.flush()
+    await writer.close()
+    await manager.close()
+    return {"written": written, "seconds": loop.time() - begin}
+
+
+async def role_ws(spec: dict[str, Any]) -> dict[str, Any]:
+    """Follow the stream from the tail over a WebSocket; latencies of the events written after
+    the warm-up, until ``expect`` events came or ``seconds`` passed."""
+    import websockets
+
+    uri = spec["base"].replace("http://", "ws://") + (
+        f"/ws/streams/{spec['scope']}/{spec['stream']}?from=tail&token={spec['token']}"
+    )
+    latencies: list[float] = []
+    seen = 0
+    ready = Path(spec["ready"])
+    deadline = time.monotonic() + spec["seconds"]
+    async with websockets.connect(uri, origin=spec["base"], max_size=None) as ws:
+        ready.write_text("ready")
+        while seen < spec["expect"] and time.monotonic() < deadline:
+            try:
+                raw = await asyncio.wait_for(ws.recv(), max(deadline - time.monotonic(), 0.01))
+            except TimeoutError:
+                break
+            now = time.time_ns()
+            message = json.loads(raw)
+            for event in message.get("events", ()):
+                stamp = int.from_bytes(base64.b64decode(event["data"])[:8], "big")
+                seen += 1
+                if stamp >= spec["from_ns"]:
+                    latencies.append((now - stamp) / 1e6)
+    latencies.sort()
+    return {"received": seen, "latencies_ms": latencies}
+
+
+async def role_fill(spec: dict[str, Any]) -> dict[str, Any]:
+    manager = await _manager(spec)
+    await manager.create_scope(spec["scope"])
+    await manager.create_stream(spec["scope"], spec["stream"], initial_segments=4)
+    writer = manager.create_writer(spec["scope"], spec["stream"], pending_events_max=4096)
+    size = spec["event_bytes"]
+    payload = bytes(range(256)) * (size // 256)
+    count = spec["bytes"] // size
+    started = time.perf_counter()
+    for i in range(count):
+        await writer.write_event(payload, f"k{i % 64}")
+    await writer.flush()
+    elapsed = time.perf_counter() - started
+    await writer.close()
+    await manager.seal_stream(spec["scope"], spec["stream"])
+    await manager.create_reader_group(
+        spec["scope"], "catchup", [f"{spec['scope']}/{spec['stream']}"]
+    )
+    await manager.close()
+    return {"events": count, "bytes": count * size, "write_mb_per_s": count * size / elapsed / 1e6}
+
+
+async def role_reader(spec: dict[str, Any]) -> dict[str, Any]:
+    manager = await _manager(spec)
+    group = manager.reader_group(spec["scope"], "catchup")
+    reader = await group.create_reader(spec["reader"])
+    Path(spec["ready"]).write_text("ready")
+    while not Path(spec["go"]).exists():
+        await asyncio.sleep(0.005)
+    started = time.time()
+    total = events = 0
+    while (event := await reader.read_next(timeout=60)) is not None:
+        total += len(event.data)
+        events += 1
+    ended = time.time()
+    await reader.close()
+    await manager.close()
+    return {"bytes": total, "events": events, "started": started, "ended": ended}
+
+
+ROLES = {
+    "producer": role_producer,
+    "paced": role_paced,
+    "ws": role_ws,
+    "fill": role_fill,
+    "reader": role_reader,
+}
+
+
+# -- measurements -------------------------------------------------------------------------------
+
+
+def measure_producer(base: str, token: str, work: Path, repeat: int, events: int) -> dict[str, Any]:
+    sdk, redis = [], []
+    with redis_server(work / "redis") as (host, port, _pid):
+        for run in range(repeat):
+            spec = {"base": base, "token": token, "scope": f"prod{run}", "stream": "s",
+                    "events": events}  # fmt: skip
+            sdk.append(_role("producer", spec)["events_per_s"])
+            redis_spec = {"target": "redis", "host": host, "port": port, "event_bytes": 100,
+                          "pipeline": 1000, "warmup": 1.0, "duration": 5.0}  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, str(HERE.parent / "append_producer.py"), json.dumps(redis_spec)],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            result = [x for x in done.stdout.splitlines() if x.startswith("result ")][-1]
+            redis.append(json.loads(result.split(" ", 1)[1])["events_per_s"])
+            print(f"  run {run + 1}: SDK {sdk[-1]:,.0f} events/s, Redis {redis[-1]:,.0f}",
+                  file=sys.stderr)  # fmt: skip
+    mine, theirs = statistics.median(sdk), statistics.median(redis)
+    return {
+        "sdk_events_per_s": mine,
+        "redis_events_per_s": theirs,
+        "ratio": mine / theirs,
+        "runs": {"sdk": sdk, "redis": redis},
+        "met": mine >= 250_000 and mine >= 3 * theirs,
+    }
+
+
+def measure_latency(base: str, token: str, work: Path, rate: int, seconds: float) -> dict[str, Any]:
+    from millrace.client.manager import StreamManager
+
+    manager = StreamManager(base, token)
+    manager.create_scope("lat")
+    manager.create_stream("lat", "s", initial_segments=4)
+    manager.close()
+    ready = work / "ws.ready"
+    from_ns = time.time_ns() + int((LATENCY_WARMUP_SECONDS + 1.5) * 1e9)
+    spec = {"base": base, "token": token, "scope": "lat", "stream": "s", "ready": str(ready),
+            "from_ns": from_ns, "expect": int(rate * (seconds + LATENCY_WARMUP_SECONDS)),
+            "seconds": seconds + LATENCY_WARMUP_SECONDS + 30}  # fmt: skip
+    ws = subprocess.Popen(
+        [sys.executable, str(HERE), "--role", "ws", json.dumps(spec)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not ready.exists():
+        if ws.poll() is not None:
+            raise RuntimeError(f"ws reader failed:\n{ws.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+        time.sleep(0.05)
+    time.sleep(1.0)
+    paced = _role("paced", {**spec, "rate": rate, "seconds": seconds + LATENCY_WARMUP_SECONDS})
+    out, err = ws.communicate(timeout=120)
+    if ws.returncode != 0:
+        raise RuntimeError(f"ws reader failed:\n{err[-3000:]}")
+    got = json.loads(out.strip().splitlines()[-1])
+    lat = got["latencies_ms"]
+
+    def q(x: float) -> float:
+        return lat[min(int(x * len(lat)), len(lat) - 1)] if lat else float("nan")
+
+    return {
+        "rate": rate,
+        "written": paced["written"],
+        "received": got["received"],
+        "measured_events": len(lat),
+        "p50_ms": q(0.50),
+        "p95_ms": q(0.95),
+        "p99_ms": q(0.99),
+        "max_ms": lat[-1] if lat else float("nan"),
+        "histogram": _histogram(lat),
+        "met": bool(lat) and q(0.95) <= 10 and q(0.99) <= 20,
+    }
+
+
+def _histogram(latencies: list[float]) -> list[tuple[str, int]]:
+    edges = [1, 2, 5, 10, 20, 50, 100, float("inf")]
+    rows, low = [], 0.0
+    for edge in edges:
+        count = sum(1 for x in latencies if low <= x < edge)
+        label = f"{low:g}-{edge:g} ms" if edge != float("inf") else f"≥ {low:g} ms"
+        rows.append((label, count))
+        low = edge
+    return rows
+
+
+def measure_catchup(base: str, token: str, work: Path, total: int, readers: int) -> dict[str, Any]:
+    spec = {"base": base, "token": token, "scope": "catch", "stream": "s", "bytes": total,
+            "event_bytes": CATCHUP_EVENT_BYTES}  # fmt: skip
+    filled = _role("fill", spec, timeout=1800)
+    print(f"  wrote {filled['bytes'] / 1e6:,.0f} MB at {filled['write_mb_per_s']:.0f} MB/s",
+          file=sys.stderr)  # fmt: skip
+    go = work / "catchup.go"
+    procs = []
+    for i in range(readers):
+        ready = work / f"reader{i}.ready"
+        reader_spec = {**spec, "reader": f"r{i}", "ready": str(ready), "go": str(go)}
+        procs.append((ready, subprocess.Popen(
+            [sys.executable, str(HERE), "--role", "reader", json.dumps(reader_spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )))  # fmt: skip
+    for ready, proc in procs:
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"reader failed:\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            time.sleep(0.05)
+    go.write_text("go")
+    results = []
+    for _, proc in procs:
+        out, err = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"reader failed:\n{err[-3000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    read = sum(r["bytes"] for r in results)
+    seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    rate = read / seconds / 1e6
+    return {
+        "bytes": read,
+        "expected_bytes": filled["bytes"],
+        "readers": readers,
+        "per_reader_bytes": [r["bytes"] for r in results],
+        "seconds": seconds,
+        "mb_per_s": rate,
+        "met": read == filled["bytes"] and rate >= 200,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="producer,latency,catchup")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.role:
+        result = asyncio.run(ROLES[args.role](json.loads(rest[0])))
+        print(json.dumps(result))
+        return 0
+    wanted = set(args.only.split(","))
+    quick = args.quick
+    results: dict[str, Any] = {
+        "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.platform()}",
+        "load_before": os.getloadavg()[0],
+    }
+    with tempfile.TemporaryDirectory(prefix="millrace-sdk-") as scratch:
+        work = Path(scratch)
+        with standalone_node(work) as (base, token, _wire):
+            if "producer" in wanted:
+                print("producer: SDK event writer vs redis-py XADD pipelines", file=sys.stderr)
+                results["producer"] = measure_producer(
+                    base, token, work, 1 if quick else args.repeat,
+                    50_000 if quick else PRODUCER_EVENTS,
+                )  # fmt: skip
+            if "latency" in wanted:
+                print("latency: append to WebSocket tail reader", file=sys.stderr)
+                results["latency"] = measure_latency(
+                    base, token, work, 10_000 if quick else LATENCY_RATE,
+                    2.0 if quick else LATENCY_SECONDS,
+                )  # fmt: skip
+            if "catchup" in wanted:
+                print("catchup: reader group reads it all from the head", file=sys.stderr)
+                results["catchup"] = measure_catchup(
+                    base, token, work, 20_000_000 if quick else CATCHUP_BYTES, args.readers
+                )
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print(results)
+    return 0
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(f"machine: {results['machine']} (load before: {results['load_before']:.2f})")
+    if "producer" in results:
+        p = results["producer"]
+        print(f"producer, 100 B durable: SDK {p['sdk_events_per_s']:,.0f} events/s,"
+              f" Redis (AOF always) {p['redis_events_per_s']:,.0f}, ratio {p['ratio']:.1f}x"
+              f"  target >= 250,000 and >= 3x: {'MET' if p['met'] else 'NOT MET'}")  # fmt: skip
+    if "latency" in results:
+        lat = results["latency"]
+        print(f"latency at {lat['rate']:,}/s (written {lat['written']:,},"
+              f" received {lat['received']:,}): p50 {lat['p50_ms']:.2f} ms,"
+              f" p95 {lat['p95_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.1f}"
+              f"  target p95 <= 10, p99 <= 20: {'MET' if lat['met'] else 'NOT MET'}")  # fmt: skip
+        peak = max((n for _, n in lat["histogram"]), default=0) or 1
+        for label, count in lat["histogram"]:
+            print(f"  {label:>12} | {'#' * round(50 * count / peak)} {count:,}")
+    if "catchup" in results:
+        c = results["catchup"]
+        print(f"catch-up of {c['expected_bytes'] / 1e6:,.0f} MB by {c['readers']} readers:"
+              f" {c['mb_per_s']:.0f} MB/s ({c['bytes']:,} bytes in {c['seconds']:.2f} s)"
+              f"  target >= 200 MB/s: {'MET' if c['met'] else 'NOT MET'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
