@@ -132,6 +132,19 @@ class EventWriter:
         self._loop.run(submit())
         return result
 
+    def write_events(
+        self, events: list[bytes | str], routing_key: str | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Queue several events of one routing key, in order; one future for all of them."""
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def submit() -> None:
+            done = await self._writer.write_events(events, routing_key)
+            done.add_done_callback(lambda f: _copy(f, result))
+
+        self._loop.run(submit())
+        return result
+
     def flush(self) -> None:
         self._loop.run(self._writer.flush())
 

@@ -36,13 +36,22 @@ from millrace.client.routing import KeySpace, SegmentRange, key_point
 RECONNECT_SECONDS_MAX = 120.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """One event (``data``), or several of one routing key (``group``), with one future."""
+
     data: bytes
     point: float
     done: asyncio.Future[None]
-    #: The event number the segment store knows it by (per segment writer).
+    #: The event number the segment store knows it (its first event) by, per segment writer.
     number: int = 0
+    group: list[bytes] | None = None
+    #: Events it counts for in the writer's unacknowledged total.
+    weight: int = 1
+
+    @property
+    def count(self) -> int:
+        return 1 if self.group is None else len(self.group)
 
 
 @dataclass
@@ -133,6 +142,23 @@ class AsyncEventWriter:
         ``pending_events_max`` events are unacknowledged (back-pressure) or while the writer
         re-routes after a scale."""
         data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
+        return await self._submit(data, None, routing_key)
+
+    async def write_events(
+        self, events: list[bytes | str], routing_key: str | None = None
+    ) -> asyncio.Future[None]:
+        """Queue ``events``, all of ``routing_key``, in order (Pravega's ``writeEvents``): one
+        call and one future for all of them, completed when every one is durable."""
+        group = [e.encode("utf-8") if isinstance(e, str) else bytes(e) for e in events]
+        if not group:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return await self._submit(b"", group, routing_key)
+
+    async def _submit(
+        self, data: bytes, group: list[bytes] | None, routing_key: str | None
+    ) -> asyncio.Future[None]:
         while self._inflight >= self.pending_events_max:
             self._room.clear()
             await self._room.wait()
@@ -142,7 +168,8 @@ class AsyncEventWriter:
                     await self._start()
         assert self._keyspace is not None
         point = key_point(routing_key)
-        item = _Pending(data, point, self._new_future())
+        weight = 1 if group is None else len(group)
+        item = _Pending(data, point, self._new_future(weight), group=group, weight=weight)
         writer = self._writers.get(self._keyspace.segment_for(point).segment_id)
         if writer is not None and not self._lock.locked():
             self._enqueue(writer, item)
@@ -156,15 +183,15 @@ class AsyncEventWriter:
             raise
         return item.done
 
-    def _new_future(self) -> asyncio.Future[None]:
-        self._inflight += 1
+    def _new_future(self, events: int = 1) -> asyncio.Future[None]:
+        self._inflight += events
         self._drained.clear()
         return asyncio.get_running_loop().create_future()
 
     def _forget(self, item: _Pending) -> None:
         """``item`` was never queued (``write_event`` raised instead)."""
         item.done.cancel()
-        self._inflight -= 1
+        self._inflight -= item.weight
         self._room.set()
         if not self._inflight:
             self._drained.set()
@@ -176,7 +203,7 @@ class AsyncEventWriter:
             item.done.set_result(None)
         else:
             item.done.set_exception(error)
-        self._inflight -= 1
+        self._inflight -= item.weight
         if self._inflight < self.pending_events_max:
             self._room.set()
         if not self._inflight:
@@ -190,7 +217,7 @@ class AsyncEventWriter:
         """Number ``item`` for ``writer`` and queue it; the writer's shipping task hands the
         queued events to the segment store client together (one append-block call)."""
         item.number = writer.next_number
-        writer.next_number += 1
+        writer.next_number += 1 if item.group is None else len(item.group)
         writer.pending.append(item)
         writer.unsent.append(item)
         if not writer.shipping and not writer.reconnecting:
@@ -202,10 +229,14 @@ class AsyncEventWriter:
             await asyncio.sleep(0)  # let the caller queue more first
             while writer.unsent and not writer.reconnecting and not writer.sealed:
                 batch, writer.unsent = writer.unsent, []
+                payload: list[bytes] = []
+                for item in batch:
+                    if item.group is None:
+                        payload.append(item.data)
+                    else:
+                        payload.extend(item.group)
                 try:
-                    ack = await writer.client.append_block(
-                        writer.writer_id, [item.data for item in batch]
-                    )
+                    ack = await writer.client.append_block(writer.writer_id, payload)
                 except ssc.SegmentSealedError:
                     if not writer.sealed:
                         writer.sealed = True
@@ -271,9 +302,11 @@ class AsyncEventWriter:
             writer.reconnecting = False
             writer.unsent = []
             for item in items:
-                if item.number <= last:
+                if item.number + item.count - 1 <= last:
                     self._complete(item)  # persisted before the connection was lost
                 elif not item.done.done():
+                    if item.number <= last and item.group is not None:
+                        del item.group[: last - item.number + 1]  # the rest of a group
                     self._enqueue(writer, item)
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:

@@ -265,3 +265,40 @@ def test_controller_errors_are_clear(standalone: Standalone) -> None:
         assert info.value.status == 401 and info.value.code == "authentication-failed"
     finally:
         manager.close()
+
+
+def test_write_events_lists_survive_a_segment_store_kill_and_a_scale(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    """Lists of one key's events (``write_events``), written while the segment store is
+    SIGKILLed and restarted and the stream scales: each event once, per key in order."""
+    manager, scope = session
+    token = _token(standalone)
+    writer = manager.create_writer(scope, "st")
+    counts = dict.fromkeys(KEYS, 0)
+    futures = []
+
+    def write(rounds: int) -> None:
+        for _ in range(rounds):
+            for key in KEYS:
+                events = [f"{key}:{counts[key] + i}" for i in range(50)]
+                futures.append(writer.write_events(events, key))
+                counts[key] += 50
+
+    write(5)
+    mark = len(standalone.lines)
+    os.kill(standalone.child_running("segmentstore"), signal.SIGKILL)
+    write(5)
+    standalone.wait_for("segmentstore is back", timeout=60, after=mark)
+    _scale(standalone, token, scope, True)
+    write(5)
+    writer.flush()
+    assert all(f.exception() is None for f in futures)
+    writer.close()
+    reader = manager.create_reader(scope, "st")
+    keyed = Keyed(writer)
+    keyed.counts = counts
+    assert keyed.read_back(reader) == keyed.expected()
+    with pytest.raises(TimeoutError):
+        reader.read_next(timeout=1)
+    reader.close()
