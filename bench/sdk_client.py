@@ -356,26 +356,22 @@ def main() -> int:
         f"{platform.python_version()}, {platform.platform()}",
         "load_before": os.getloadavg()[0],
     }
+    sizes = {
+        "producer": (1 if quick else args.repeat, 50_000 if quick else PRODUCER_EVENTS),
+        "latency": (10_000 if quick else LATENCY_RATE, 2.0 if quick else LATENCY_SECONDS),
+        "catchup": (20_000_000 if quick else CATCHUP_BYTES, args.readers),
+    }
+    measures = {"producer": measure_producer, "latency": measure_latency,
+                "catchup": measure_catchup}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="millrace-sdk-") as scratch:
-        work = Path(scratch)
-        with standalone_node(work) as (base, token, _wire):
-            if "producer" in wanted:
-                print("producer: SDK event writer vs redis-py XADD pipelines", file=sys.stderr)
-                results["producer"] = measure_producer(
-                    base, token, work, 1 if quick else args.repeat,
-                    50_000 if quick else PRODUCER_EVENTS,
-                )  # fmt: skip
-            if "latency" in wanted:
-                print("latency: append to WebSocket tail reader", file=sys.stderr)
-                results["latency"] = measure_latency(
-                    base, token, work, 10_000 if quick else LATENCY_RATE,
-                    2.0 if quick else LATENCY_SECONDS,
-                )  # fmt: skip
-            if "catchup" in wanted:
-                print("catchup: reader group reads it all from the head", file=sys.stderr)
-                results["catchup"] = measure_catchup(
-                    base, token, work, 20_000_000 if quick else CATCHUP_BYTES, args.readers
-                )
+        for name in ("producer", "latency", "catchup"):
+            if name not in wanted:
+                continue
+            print(f"{name}: on a node of its own", file=sys.stderr)
+            work = Path(scratch) / name
+            work.mkdir()
+            with standalone_node(work) as (base, token, _wire):
+                results[name] = measures[name](base, token, work, *sizes[name])  # type: ignore[operator]
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -34,6 +34,9 @@ from millrace.client.routing import KeySpace, SegmentRange, key_point
 #: How long a writer keeps trying to reach a segment store that went away before its
 #: unacknowledged events fail.
 RECONNECT_SECONDS_MAX = 120.0
+#: ``write_event`` yields to the event loop after queuing this many events, so that batches
+#: are shipped while the producer goes on.
+YIELD_EVERY = 512
 
 
 @dataclass(slots=True)
@@ -89,6 +92,8 @@ class AsyncEventWriter:
         self._writers: dict[int, _SegmentWriter] = {}
         self._lock = asyncio.Lock()  # routing and re-routing never interleave
         self._inflight = 0  # events written and not yet acknowledged (or failed)
+        self._queued = 0  # events queued since the producer last yielded to the loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by _start, in the loop
         self._room = asyncio.Event()
         self._drained = asyncio.Event()
         #: Segments found sealed under this writer, whose unacknowledged events were re-routed.
@@ -97,6 +102,7 @@ class AsyncEventWriter:
         self.reconnects = 0
 
     async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         token = await self.controller.delegation_token(self.scope, self.stream)
         self._pool = SegmentStorePool(delegation_token=token)
         segments = await self.controller.current_segments(self.scope, self.stream)
@@ -142,7 +148,25 @@ class AsyncEventWriter:
         ``pending_events_max`` events are unacknowledged (back-pressure) or while the writer
         re-routes after a scale."""
         data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
-        return await self._submit(data, None, routing_key)
+        keyspace = self._keyspace
+        if keyspace is None or self._inflight >= self.pending_events_max or self._lock.locked():
+            return await self._submit(data, None, routing_key)
+        point = key_point(routing_key)
+        writer = self._writers.get(keyspace.segment_for(point).segment_id)
+        if writer is None:
+            return await self._submit(data, None, routing_key)
+        # The fast path: a known segment, room, no re-routing.
+        self._inflight += 1
+        self._drained.clear()
+        item = _Pending(data, point, self._loop.create_future())  # type: ignore[union-attr]
+        self._enqueue(writer, item)
+        self._queued += 1
+        if self._queued >= YIELD_EVERY:
+            # Let the shipping tasks hand over what is queued while this producer goes on,
+            # so the segment store works on one batch while the next is being queued.
+            self._queued = 0
+            await asyncio.sleep(0)
+        return item.done
 
     async def write_events(
         self, events: list[bytes | str], routing_key: str | None = None
