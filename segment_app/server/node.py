@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -137,6 +138,10 @@ async def run_node(
     await store.start()
     try:
         await server.start()
+        # What start-up built lives as long as the node: keep it out of the collector's full
+        # passes (shorter pauses on the append and read paths).
+        gc.collect()
+        gc.freeze()
         try:
             print(
                 f"Millrace segment store listening on {config.host}:{server.port} "
