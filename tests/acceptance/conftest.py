@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from millrace.client.manager import StreamManager
 from tests.acceptance.nodes import NodeFactory
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports
 
@@ -32,3 +34,17 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
         running.stop()
     finally:
         running.kill()
+
+
+@pytest.fixture
+def session(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
+    """A stream manager of the module's node and a new scope holding stream ``st`` of two
+    segments."""
+    scope = f"s{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(standalone.base, token=standalone.token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        yield manager, scope
+    finally:
+        manager.close()

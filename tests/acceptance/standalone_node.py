@@ -44,6 +44,11 @@ class Standalone:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
+    @property
+    def token(self) -> str:
+        """The administrator's API token the node wrote on its first start."""
+        return (self.data_dir / "admin-token").read_text().strip()
+
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:

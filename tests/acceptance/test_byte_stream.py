@@ -12,13 +12,12 @@ import pytest
 from millrace.client.byte_stream import ByteStreamTruncatedError, ConditionalAppendFailedError
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone
-from tests.acceptance.test_event_writer import _token
 
 
 @pytest.fixture
 def manager(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
     scope = f"b{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(standalone.base, token=_token(standalone))
+    manager = StreamManager(standalone.base, token=standalone.token)
     manager.create_scope(scope)
     try:
         yield manager, scope

@@ -33,7 +33,6 @@ import pytest
 from millrace.client.manager import StreamManager
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS
 from tests.acceptance.standalone_node import Standalone, request
-from tests.acceptance.test_event_writer import _token
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +50,7 @@ class Run:
 
     def __init__(self, node: Standalone, scope: str, where: Path) -> None:
         self.node, self.scope, self.where = node, scope, where
-        self.token = _token(node)
+        self.token = node.token
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str) -> None:
@@ -91,7 +90,7 @@ class Run:
 @pytest.fixture
 def run(standalone: Standalone, tmp_path: Path) -> Iterator[Run]:
     scope = f"e{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(standalone.base, token=_token(standalone))
+    manager = StreamManager(standalone.base, token=standalone.token)
     manager.create_scope(scope)
     manager.create_stream(scope, "st", initial_segments=4)
     manager.create_reader_group(

@@ -12,9 +12,7 @@ import asyncio
 import os
 import signal
 import threading
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,23 +25,6 @@ from millrace.client.streamcut import StreamCut
 from tests.acceptance.standalone_node import Standalone, request
 
 KEYS = [f"key-{i}" for i in range(8)]
-
-
-def _token(node: Standalone) -> str:
-    return (node.data_dir / "admin-token").read_text().strip()
-
-
-@pytest.fixture
-def session(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
-    """A stream manager and a new scope holding stream ``st`` of two segments."""
-    scope = f"s{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(standalone.base, token=_token(standalone))
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        yield manager, scope
-    finally:
-        manager.close()
 
 
 class Keyed:
@@ -129,7 +110,7 @@ def test_writer_follows_scaling_without_loss_duplicates_or_reordering(
     standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:
     manager, scope = session
-    token = _token(standalone)
+    token = standalone.token
     assert manager.create_scope(scope) is False  # exists already
     assert manager.create_stream(scope, "st", initial_segments=2) is False
     writer = manager.create_writer(scope, "st")
@@ -165,7 +146,7 @@ def test_reader_reads_everything_in_key_order_across_scales_until_sealed(
     for split in (True, False, True):
         keyed.write(400)
         writer.flush()
-        _scale(standalone, _token(standalone), scope, split)
+        _scale(standalone, standalone.token, scope, split)
     writer.close()
     assert keyed.read_back(reader) == keyed.expected()
     with pytest.raises(TimeoutError):
@@ -188,7 +169,7 @@ def test_transactions_are_all_or_nothing(
     with pytest.raises(TimeoutError):
         reader.read_next(timeout=1)  # nothing visible before the commit
     dropped.abort()
-    _scale(standalone, _token(standalone), scope, split=True)  # the commit rolls forward
+    _scale(standalone, standalone.token, scope, split=True)  # the commit rolls forward
     kept.commit()
     assert kept.check_status() == "COMMITTED"
     assert dropped.check_status() == "ABORTED"
@@ -241,7 +222,7 @@ def test_a_saved_stream_cut_reads_exactly_the_later_events(
     assert manager.get_stream_cut(scope, "st", "head").positions == dict.fromkeys(
         StreamCut.from_text(saved).positions, 0
     )
-    _scale(standalone, _token(standalone), scope, split=True)
+    _scale(standalone, standalone.token, scope, split=True)
     for i in range(200):
         writer.write_event(f"after:{i}", routing_key=KEYS[i % 8])
     writer.flush()
@@ -273,7 +254,7 @@ def test_write_events_lists_survive_a_segment_store_kill_and_a_scale(
     """Lists of one key's events (``write_events``), written while the segment store is
     SIGKILLed and restarted and the stream scales: each event once, per key in order."""
     manager, scope = session
-    token = _token(standalone)
+    token = standalone.token
     writer = manager.create_writer(scope, "st")
     counts = dict.fromkeys(KEYS, 0)
     futures = []

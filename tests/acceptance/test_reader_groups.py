@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,19 +12,7 @@ import pytest
 from millrace.client.manager import GroupReader, StreamManager
 from millrace.client.reader_group import TruncatedDataError
 from tests.acceptance.standalone_node import Standalone, request
-from tests.acceptance.test_event_writer import KEYS, Keyed, _scale, _token
-
-
-@pytest.fixture
-def session(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
-    scope = f"s{uuid.uuid4().hex[:10]}"
-    manager = StreamManager(standalone.base, token=_token(standalone))
-    try:
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
-        yield manager, scope
-    finally:
-        manager.close()
+from tests.acceptance.test_event_writer import KEYS, Keyed, _scale
 
 
 def _drain(reader: GroupReader, into: list[Any], stop: threading.Event, quiet: float = 2.0) -> None:
@@ -57,7 +43,7 @@ def test_two_readers_share_a_stream_across_scaling(
     standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:
     manager, scope = session
-    token = _token(standalone)
+    token = standalone.token
     writer = manager.create_writer(scope, "st")
     keyed = Keyed(writer)
     group = manager.create_reader_group(scope, "rg", [f"{scope}/st"], group_refresh_time_ms=200)
@@ -137,7 +123,7 @@ def test_truncation_new_group_reads_the_rest_and_an_old_reader_is_told(
     standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:
     manager, scope = session
-    token = _token(standalone)
+    token = standalone.token
     writer = manager.create_writer(scope, "st")
     keyed = Keyed(writer)
     keyed.write(200)
@@ -186,7 +172,7 @@ def test_rest_pages_follow_scaling_in_key_order(
     standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:
     manager, scope = session
-    token = _token(standalone)
+    token = standalone.token
     writer = manager.create_writer(scope, "st")
     keyed = Keyed(writer)
     for split in (True, False):

@@ -5,7 +5,7 @@ removed: SQLite, filesystem broker, file tier-1, filesystem tier-2) with a fresh
 directory and free ports. The test goes through what a user sees: the printed endpoints, the
 administrator's token file, the REST API with and without it, a child process killed with
 SIGKILL and brought back, a clean stop on SIGTERM that leaves no process behind, and a restart
-that keeps the streams.
+that keeps the streams, their events, reader groups and open transactions.
 """
 
 from __future__ import annotations
@@ -91,17 +91,36 @@ def test_one_command_runs_a_whole_node(node: Standalone, tmp_path: Path) -> None
     assert "millrace standalone: stopped" in node.output()
 
 
-def test_restart_keeps_streams_and_credentials(tmp_path: Path, ports: tuple[int, int]) -> None:
+def test_restart_keeps_streams_events_reader_groups_and_transactions(
+    tmp_path: Path, ports: tuple[int, int]
+) -> None:
     first = Standalone(tmp_path / "data", *ports)
     try:
         first.wait_for(READY_LINE)
-        token = (tmp_path / "data" / "admin-token").read_text().strip()
+        token = first.token
         assert request(first.base, "POST", "/v1/scopes", token, {"scopeName": "kept"})[0] == 201
         body = {
             "streamName": "s",
             "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2},
         }
         assert request(first.base, "POST", "/v1/scopes/kept/streams", token, body)[0] == 201
+        events = {"events": [{"data": f"e{i}", "routingKey": "k"} for i in range(20)]}
+        base = "/v1/scopes/kept/streams/s"
+        assert request(first.base, "POST", f"{base}/events", token, events)[0] == 201
+        group = {"readerGroupName": "g", "streams": {"kept/s": "head"}}
+        assert request(first.base, "POST", "/v1/scopes/kept/readergroups", token, group)[0] == 201
+        rg = "/v1/scopes/kept/readergroups/g"
+        assert request(first.base, "POST", f"{rg}/readers", token, {"readerId": "r"})[0] == 201
+        status, answer = request(first.base, "POST", f"{rg}/readers/r/sync", token,
+                                 {"generation": 0})  # fmt: skip
+        assert status == 200 and len(answer["acquired"]) == 2, answer
+        moved = {answer["acquired"][0]["key"]: 0}
+        request(first.base, "POST", f"{rg}/readers/r/sync", token,
+                {"generation": 0, "positions": moved})  # fmt: skip
+        status, txn = request(
+            first.base, "POST", f"{base}/transactions", token, {"leaseMs": 600_000}
+        )
+        assert status == 201, txn
         assert first.stop() == 0
     finally:
         first.kill()
@@ -109,9 +128,18 @@ def test_restart_keeps_streams_and_credentials(tmp_path: Path, ports: tuple[int,
     try:
         second.wait_for(READY_LINE)
         assert token not in second.output()  # printed on first start only
-        status, body = request(second.base, "GET", "/v1/scopes/kept/streams/s", token)
+        status, body = request(second.base, "GET", f"{base}", token)
         assert status == 200
         assert body["scalingPolicy"]["minSegments"] == 2
+        status, page = request(second.base, "GET", f"{base}/events?limit=100", token)
+        assert [e["data"] for e in page["events"]] == [f"e{i}" for i in range(20)]
+        status, kept = request(second.base, "GET", rg, token)
+        assert status == 200 and kept["onlineReaderIds"] == ["r"]
+        assert sorted(kept["readers"][0]["segments"]) == sorted(
+            a["key"] for a in answer["acquired"]
+        )
+        status, open_txn = request(second.base, "GET", f"{base}/transactions/{txn['txnId']}", token)
+        assert (status, open_txn["state"]) == (200, "OPEN")
         assert second.stop() == 0
     finally:
         second.kill()
