@@ -289,8 +289,8 @@ class BlockingTransaction:
 def _copy(source: asyncio.Future[None], target: concurrent.futures.Future[None]) -> None:
     if source.cancelled():
         target.cancel()
-    elif source.exception() is not None:
-        target.set_exception(source.exception())  # type: ignore[arg-type]
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
     else:
         target.set_result(None)
 

@@ -79,6 +79,11 @@ def _start_of(scoped: str, start: str | StreamCut) -> Any:
     return start
 
 
+def _cut_of(scoped: str, cut: dict[str, int]) -> StreamCut:
+    scope, stream = scoped.split("/")
+    return StreamCut(scope, stream, {int(k): v for k, v in cut.items()})
+
+
 class AsyncReaderGroup:
     """A reader group of the controller: readers, checkpoints, reset, retention cuts."""
 
@@ -130,8 +135,7 @@ class AsyncReaderGroup:
             status = await self.controller.call("GET", f"{self.path}/checkpoints/{name}")
             if status["complete"]:
                 return {
-                    scoped: StreamCut(*scoped.split("/"), {int(k): v for k, v in cut.items()})
-                    for scoped, cut in status["streamCuts"].items()
+                    scoped: _cut_of(scoped, cut) for scoped, cut in status["streamCuts"].items()
                 }
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(
