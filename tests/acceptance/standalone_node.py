@@ -23,9 +23,17 @@ START_TIMEOUT_SECONDS = 120.0
 class Standalone:
     """A running ``millrace standalone`` and everything it printed."""
 
-    def __init__(self, data_dir: Path, http_port: int, wire_port: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        http_port: int,
+        wire_port: int,
+        services: dict[str, str] | None = None,
+    ) -> None:
+        """Embedded defaults, unless ``services`` gives ``DATABASE_URL`` / ``REDIS_URL``."""
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
         env.pop("MILLRACE_DATA_DIR", None)
+        env.update(services or {})
         self.base = f"http://127.0.0.1:{http_port}"
         self.data_dir = data_dir
         self.lines: list[str] = []

@@ -10,7 +10,9 @@ of that segment); per routing key, in the order written (the last hand-out of ea
 no earlier than that of the event before it, across readers and scaling); committed
 transactions whole, aborted ones absent, unknown outcomes all-or-nothing.
 
-``MILLRACE_E2E_EVENTS`` changes the event count (default 200,000).
+``MILLRACE_E2E_EVENTS`` changes the event count (default 200,000). With ``DATABASE_URL`` and
+``REDIS_URL`` set to PostgreSQL and Redis (CI's second pass runs this module so), the node's
+metadata, broker and channel layer are on them.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import pytest
 
 from millrace.client.manager import StreamManager
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS
-from tests.acceptance.standalone_node import Standalone, request
+from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +87,39 @@ class Run:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def _services() -> dict[str, str]:
+    """With ``DATABASE_URL`` and ``REDIS_URL`` set (CI's second pass), the node runs on them:
+    a fresh PostgreSQL database ``millrace_e2e`` beside the given one and Redis database 15,
+    emptied first. Otherwise embedded defaults."""
+    database, redis_url = os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL")
+    if not (database and redis_url and database.startswith("postgres")):
+        return {}
+    import psycopg
+    import redis
+
+    server, _, _ = database.rpartition("/")
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS millrace_e2e WITH (FORCE)")
+        admin.execute("CREATE DATABASE millrace_e2e")
+    redis_e2e = redis_url.rpartition("/")[0] + "/15"
+    redis.Redis.from_url(redis_e2e).flushdb()
+    return {"DATABASE_URL": f"{server}/millrace_e2e", "REDIS_URL": redis_e2e}
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """This module's node: on PostgreSQL and Redis when the environment names them."""
+    services = _services()
+    running = Standalone(tmp_path_factory.mktemp("e2e") / "data", *free_ports(2), services)
+    try:
+        running.wait_for(READY_LINE)
+        print(f"e2e node on {'PostgreSQL and Redis' if services else 'embedded defaults'}")
+        yield running
+        running.stop()
+    finally:
+        running.kill()
 
 
 @pytest.fixture
