@@ -212,6 +212,13 @@ class SegmentStoreSettings:
     auth_enabled: bool = True
     #: Key that signs and verifies delegation tokens (MILLRACE_TOKEN_SECRET, else persisted).
     token_secret: str = dataclasses.field(default="", repr=False)
+    #: A segment's data goes to tier-2 once this old (MILLRACE_TIER2_FLUSH_DELAY_MS, Pravega's
+    #: flushThresholdMillis) or this large (MILLRACE_TIER2_FLUSH_BYTES, flushThresholdBytes).
+    tier2_flush_delay_ms: int = 1000
+    tier2_flush_bytes: int = 4 * 1024 * 1024
+    #: Bytes of segment data each container's cache holds (MILLRACE_CACHE_BYTES); data not yet
+    #: in tier-2 cannot be evicted, and appends are held back while it fills the cache.
+    cache_bytes: int = 512 * 1024 * 1024
     #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); never set in production.
     unsafe: frozenset[str] = frozenset()
 
@@ -233,6 +240,23 @@ class SegmentStoreSettings:
             tier2_options=parse_json_object(env, "MILLRACE_TIER2_OPTIONS"),
             auth_enabled=parse_bool(env, "MILLRACE_AUTH", True),
             token_secret=_secret(env, "MILLRACE_TOKEN_SECRET", data_dir, "token-secret"),
+            tier2_flush_delay_ms=parse_int(
+                env,
+                "MILLRACE_TIER2_FLUSH_DELAY_MS",
+                cls.tier2_flush_delay_ms,
+                low=10,
+                high=3_600_000,
+            ),
+            tier2_flush_bytes=parse_int(
+                env,
+                "MILLRACE_TIER2_FLUSH_BYTES",
+                cls.tier2_flush_bytes,
+                low=4096,
+                high=1024**3,
+            ),
+            cache_bytes=parse_int(
+                env, "MILLRACE_CACHE_BYTES", cls.cache_bytes, low=16 * 1024**2, high=1024**4
+            ),
             unsafe=parse_unsafe_flags(env),
         )
 

@@ -176,8 +176,13 @@ def test_segment_store_from_environment(data_dir: Path) -> None:
             "MILLRACE_TIER2_OPTIONS": '{"root": "/srv"}',
             "MILLRACE_AUTH": "OFF",
             "MILLRACE_TOKEN_SECRET": "shared-secret",
+            "MILLRACE_TIER2_FLUSH_DELAY_MS": "30000",
+            "MILLRACE_TIER2_FLUSH_BYTES": "1048576",
+            "MILLRACE_CACHE_BYTES": "2147483648",
         }
     )
+    assert (store.tier2_flush_delay_ms, store.tier2_flush_bytes) == (30_000, 1024 * 1024)
+    assert store.cache_bytes == 2 * 1024**3
     assert (store.host, store.port, store.container_count) == ("0.0.0.0", 23456, 8)
     assert (store.tier1, store.tier1_options) == ("memory", {"frame_bytes_max": 1024})
     assert store.tier2 == "tiers.memory:MemoryChunkStorage"
@@ -199,6 +204,9 @@ def test_segment_store_from_environment(data_dir: Path) -> None:
         ("MILLRACE_TIER1_OPTIONS", "{bad json", "not valid JSON"),
         ("MILLRACE_TIER2_OPTIONS", "[1, 2]", "expected a JSON object"),
         ("MILLRACE_AUTH", "perhaps", "expected on/off"),
+        ("MILLRACE_TIER2_FLUSH_DELAY_MS", "5", "between 10 and"),
+        ("MILLRACE_TIER2_FLUSH_BYTES", "lots", "not an integer"),
+        ("MILLRACE_CACHE_BYTES", "1000", "between"),
     ],
 )
 def test_bad_segment_store_value_is_one_clear_line(

@@ -59,6 +59,10 @@ class NodeConfig:
     tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: How long a read at the tail of an open segment waits for data (under 30 s).
     read_tail_wait_seconds: float = 5.0
+    #: Tier-2 flush thresholds (age, size) and the per-container cache size.
+    tier2_flush_delay_ms: int = 1000
+    tier2_flush_bytes: int = 4 * 1024 * 1024
+    cache_bytes: int = 512 * 1024 * 1024
     #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
     #: ``_unsafe_settings``. Never set in production.
     unsafe: frozenset[str] = frozenset()
@@ -75,7 +79,12 @@ class NodeConfig:
 
 def _build_store(config: NodeConfig) -> Any:
     from segment_app.engine.bootstrap import StoreSettings, build_segment_store
-    from segment_app.engine.config import SegmentStoreConfig
+    from segment_app.engine.config import (
+        ContainerConfig,
+        ReadIndexConfig,
+        SegmentStoreConfig,
+        StorageWriterConfig,
+    )
 
     settings = StoreSettings(
         data_dir=config.data_dir,
@@ -83,7 +92,16 @@ def _build_store(config: NodeConfig) -> Any:
         tier1_options=dict(config.tier1_options),
         tier2=config.tier2,
         tier2_options=dict(config.tier2_options),
-        store=SegmentStoreConfig(container_count=config.container_count),
+        store=SegmentStoreConfig(
+            container_count=config.container_count,
+            container=ContainerConfig(
+                read_index=ReadIndexConfig(cache_bytes_max=config.cache_bytes),
+                storage_writer=StorageWriterConfig(
+                    flush_bytes_min=config.tier2_flush_bytes,
+                    flush_delay_ms=config.tier2_flush_delay_ms,
+                ),
+            ),
+        ),
     )
     return build_segment_store(_unsafe_settings(settings, config.unsafe))
 
@@ -209,6 +227,9 @@ def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeCon
         tier1_options=dict(settings.tier1_options),
         tier2=settings.tier2,
         tier2_options=dict(settings.tier2_options),
+        tier2_flush_delay_ms=settings.tier2_flush_delay_ms,
+        tier2_flush_bytes=settings.tier2_flush_bytes,
+        cache_bytes=settings.cache_bytes,
         unsafe=settings.unsafe,
     )
     if args.read_tail_wait is not None:

@@ -63,6 +63,24 @@ def test_config_from_environment_and_arguments(tmp_path) -> None:
     assert (node.config_from(args, env).port, node.config_from(args, env).container_count) == (0, 8)
 
 
+def test_flush_and_cache_settings_reach_the_engine(tmp_path) -> None:
+    env = {
+        "MILLRACE_DATA_DIR": str(tmp_path),
+        "MILLRACE_TOKEN_SECRET": "s" * 40,
+        "MILLRACE_TIER2_FLUSH_DELAY_MS": "7000",
+        "MILLRACE_TIER2_FLUSH_BYTES": "65536",
+        "MILLRACE_CACHE_BYTES": str(64 * 1024 * 1024),
+    }
+    args = argparse.Namespace(
+        data_dir=None, host=None, port=None, containers=None, read_tail_wait=None
+    )
+    store = node._build_store(node.config_from(args, env))
+    container = store.config.container
+    assert container.storage_writer.flush_delay_ms == 7000
+    assert container.storage_writer.flush_bytes_min == 65536
+    assert container.read_index.cache_bytes_max == 64 * 1024 * 1024
+
+
 def test_main_rejects_bad_configuration(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MILLRACE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("MILLRACE_SEGMENTSTORE_PORT", "not-a-port")
