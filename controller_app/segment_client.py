@@ -165,6 +165,17 @@ class SegmentStorePort:
             client.close()
 
 
+def tail_cut(stream: Any) -> dict[Any, int]:
+    """Where the stream ends now: each segment of its current epoch (of its last epoch once
+    sealed) at its length in the segment store, as ``{Segment: offset}``."""
+    segments = (
+        sel.current_segments(stream)
+        or sel.epoch_record(stream, stream.current_epoch).segment_list()
+    )
+    port = segment_store()
+    return {s: port.info(sel.segment_name(stream, s.id)).length for s in segments}
+
+
 _port: SegmentStorePort | None = None
 _port_lock = threading.Lock()
 

@@ -183,13 +183,9 @@ def _read_from(stream: Any, scope: str, name: str, where: str) -> dict[int, int]
     if where == "head":
         return {s.id: o for s, o in sel.head_segments(stream).items()}
     if where == "tail":
-        from controller_app.segment_client import segment_store
+        from controller_app.segment_client import tail_cut
 
-        port = segment_store()
-        return {
-            s.id: port.info(sel.segment_name(stream, s.id)).length
-            for s in sel.current_segments(stream)
-        } or {s.id: o for s, o in sel.head_segments(stream).items()}
+        return {s.id: o for s, o in tail_cut(stream).items()}
     try:
         cut = StreamCut.from_text(where)
     except ValueError as exc:

@@ -158,7 +158,7 @@ def get_reader_group(scope: str, name: str) -> ReaderGroup:
 
 
 def _start_positions(config: ReaderGroupConfig) -> dict[str, int]:
-    from controller_app.segment_client import segment_store
+    from controller_app.segment_client import tail_cut
 
     positions: dict[str, int] = {}
     for scoped, start in config.streams.items():
@@ -167,13 +167,7 @@ def _start_positions(config: ReaderGroupConfig) -> dict[str, int]:
         if start == "head":
             cut = sel.head_segments(stream)
         elif start == "tail":
-            port = segment_store()
-            cut = {
-                s: port.info(sel.segment_name(stream, s.id)).length
-                for s in sel.current_segments(stream)
-            }
-            if not cut:  # sealed: the tail is the end of the last epoch
-                cut = {s: 0 for s in sel.epoch_record(stream, stream.current_epoch).segment_list()}
+            cut = tail_cut(stream)
         else:
             cut = sel.validate_stream_cut(stream, {int(k): int(v) for k, v in start.items()})
         for segment, offset in cut.items():
@@ -244,15 +238,8 @@ def delete_reader_group(scope: str, name: str) -> None:
 
 
 def _subscribe(group: ReaderGroup, config: ReaderGroupConfig, positions: Mapping[str, int]) -> None:
-    if config.retention_type == "NONE":
-        return
-    for (scope, name), cut in _cuts(positions).items():
-        stream = get_stream(scope, name)
-        Subscriber.objects.update_or_create(
-            stream=stream,
-            reader_group=group,
-            defaults={"generation": group.generation, "stream_cut": _json_cut(cut)},
-        )
+    if config.retention_type != "NONE":
+        _record_subscriber_cuts(group, _cuts(positions))
 
 
 def _cuts(positions: Mapping[str, int]) -> dict[tuple[str, str], dict[int, int]]:
