@@ -10,9 +10,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["AppendResult", "AttributeUpdate", "ReadResult", "SegmentInfo", "SegmentStoreAPI"]
+__all__ = [
+    "AppendItem",
+    "AppendResult",
+    "AttributeUpdate",
+    "ReadResult",
+    "SegmentInfo",
+    "SegmentStoreAPI",
+]
 
 #: Attribute value meaning "no value" (Pravega's Long.MIN_VALUE).
 NULL_ATTRIBUTE_VALUE = -(2**63)
@@ -25,6 +33,23 @@ class AppendResult:
     length: int
     previous_event_number: int
     duplicate: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class AppendItem:
+    """One append of a group (``append_group_nowait``); the store fills in its outcome.
+
+    The fields mean what ``append_nowait``'s arguments mean. When the group's future completes
+    successfully, each item has either ``result`` (durable, or a duplicate) or ``error``.
+    """
+
+    segment: str
+    data: bytes | memoryview
+    writer_id: uuid.UUID | None = None
+    event_number: int | None = None
+    expected_offset: int | None = None
+    result: AppendResult | None = None
+    error: BaseException | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +105,20 @@ class SegmentStoreAPI(Protocol):
         append is acknowledged as a duplicate and dropped. ``expected_offset`` makes it
         conditional (BadOffsetError if the segment length differs). Futures complete in the order
         the appends were queued (per container).
+        """
+
+    def append_group_nowait(
+        self, items: Sequence[AppendItem]
+    ) -> list[tuple[list[AppendItem], asyncio.Future[object]]]:
+        """Queue many appends at once (a wire connection's appends of one read buffer): one
+        durable log operation group, and one future, per container instead of one per append.
+
+        Returns the items split by container, in their order, each part with its future. When a
+        future completes, every item of its part has its ``result`` or ``error``; when it
+        fails, every item of its part failed with that error (tier-1 failure, container
+        offline). The items of one segment are appended in the order given, and an item refused
+        before the log (too large) makes the later items of the same writer and segment in the
+        group fail with the same error, so a writer's data never has a gap.
         """
 
     async def append(

@@ -9,13 +9,20 @@ tier-1; one fenced by a newer instance elsewhere stays down.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import crc32c
 
-from segment_app.engine.api import AppendResult, AttributeUpdate, ReadResult, SegmentInfo
+from segment_app.engine.api import (
+    AppendItem,
+    AppendResult,
+    AttributeUpdate,
+    ReadResult,
+    SegmentInfo,
+)
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import ContainerState, SegmentContainer
 from segment_app.engine.errors import ContainerOfflineError
@@ -54,6 +61,7 @@ def container_key(name: str) -> str:
     return parent[:cut] if cut > 0 else parent
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def container_for(name: str, container_count: int) -> int:
     """The container that owns segment ``name``."""
     return crc32c.crc32c(container_key(name).encode()) % container_count
@@ -144,6 +152,28 @@ class SegmentStore:
             future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
             future.set_exception(error)
             return future
+
+    def append_group_nowait(
+        self, items: Sequence[AppendItem]
+    ) -> list[tuple[list[AppendItem], asyncio.Future[object]]]:
+        count = self.config.container_count
+        parts: dict[int, list[AppendItem]] = {}
+        for item in items:
+            key = container_for(item.segment, count)
+            part = parts.get(key)
+            if part is None:
+                parts[key] = [item]
+            else:
+                part.append(item)
+        out: list[tuple[list[AppendItem], asyncio.Future[object]]] = []
+        for part in parts.values():
+            try:
+                future = self.container(part[0].segment).append_group_nowait(part)
+            except ContainerOfflineError as error:
+                future = asyncio.get_running_loop().create_future()
+                future.set_exception(error)
+            out.append((part, future))
+        return out
 
     async def append(
         self,

@@ -6,9 +6,12 @@ them, and answer each one:
 * Hello is answered with Hello(17, 5); a client whose version range excludes 17..5 is
   disconnected after the answer, as Pravega does.
 * SetupAppend binds a writer id to a segment on this connection (after the token check);
-  AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer go straight to
-  ``store.append_nowait`` without awaiting, so many blocks are in flight while reading goes on.
-  Replies per writer are sent in the order the blocks arrived. After an append of a writer fails,
+  AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer are collected while
+  one received buffer is decoded and handed to ``store.append_group_nowait`` together at its end
+  (one durable log group and one future per container, not one per block), without awaiting,
+  so many blocks are in flight while reading goes on. Each block is acknowledged (DataAppended)
+  only once it is durable in tier-1; replies per writer are sent in the order the blocks
+  arrived. After an append of a writer fails,
   later blocks of that writer on this connection are refused with the same error (never appended
   past a gap) until a new SetupAppend.
 * Other requests run as tasks (a tail read may wait), each answered with its request id.
@@ -32,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from segment_app.engine.api import AppendResult
+from segment_app.engine.api import AppendItem
 from segment_app.engine.errors import (
     BadEventNumberError,
     BadOffsetError,
@@ -52,13 +55,15 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(slots=True)
-class _PendingAppend:
-    future: asyncio.Future[AppendResult]
-    writer_id: uuid.UUID
-    event_number: int
-    request_id: int
-    conditional: bool
+class _PendingAppend(AppendItem):
+    """A block waiting for its reply; the store fills in ``result`` or ``error``."""
+
+    request_id: int = 0
+    conditional: bool = False
     size: int = 0
+    writer: _Writer | None = None
+    #: Its outcome (``result`` or ``error``) is final.
+    done: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,6 +96,8 @@ class WireConnection(asyncio.BufferedProtocol):
         #: Encoded replies not yet handed to the transport (sent together, see ``send``).
         self._out: list[bytes | bytearray | memoryview] = []
         self._out_scheduled = False
+        #: Appends of the buffer being decoded, handed to the store together at its end.
+        self._batch: list[_PendingAppend] = []
         self._sync_handlers: dict[int, Callable[[Any], None]] = {
             wire.Hello.TYPE: self._hello,
             wire.KeepAlive.TYPE: _ignore,
@@ -123,8 +130,10 @@ class WireConnection(asyncio.BufferedProtocol):
             return
         for type_code, payload in frames:
             if self.closed:
-                return
+                break
             self._on_frame(type_code, payload)
+        if self._batch:
+            self._submit_batch()
 
     def eof_received(self) -> bool:
         return False
@@ -332,21 +341,21 @@ class WireConnection(asyncio.BufferedProtocol):
         if writer.failure is not None:
             self._enqueue_failed(writer, writer_id, event_number, request_id, writer.failure)
             return
-        try:
-            future = self.store.append_nowait(
-                writer.segment,
-                data,
-                writer_id=writer_id,
-                event_number=event_number,
-                expected_offset=expected_offset,
-            )
-        except Exception as exc:
-            future = _failed_future(exc)
-        conditional = expected_offset is not None
         pending = _PendingAppend(
-            future, writer_id, event_number, request_id, conditional, len(data)
+            writer.segment,
+            data,
+            writer_id,
+            event_number,
+            expected_offset,
+            request_id=request_id,
+            conditional=expected_offset is not None,
+            size=len(data),
+            writer=writer,
         )
-        self._track(writer, pending)
+        writer.pending.append(pending)
+        self.appends_in_flight += 1
+        self.append_bytes_in_flight += pending.size
+        self._batch.append(pending)
 
     def _enqueue_failed(
         self,
@@ -356,42 +365,69 @@ class WireConnection(asyncio.BufferedProtocol):
         request_id: int,
         exc: BaseException,
     ) -> None:
-        pending = _PendingAppend(_failed_future(exc), writer_id, event_number, request_id, False)
-        self._track(writer, pending)
-
-    def _track(self, writer: _Writer, pending: _PendingAppend) -> None:
-        future = pending.future
-        if future.done() and _is_gap_failure(pending):
-            writer.failure = _exception_of(future)
+        pending = _PendingAppend(
+            writer.segment, b"", writer_id, event_number, request_id=request_id, writer=writer
+        )
+        pending.error = exc
+        pending.done = True
+        if _is_gap_failure(pending):
+            writer.failure = exc
         writer.pending.append(pending)
         self.appends_in_flight += 1
-        self.append_bytes_in_flight += pending.size
-        future.add_done_callback(functools.partial(self._append_done, writer))
+        self._send_replies(writer)
+
+    def _submit_batch(self) -> None:
+        """Hand the appends collected from one received buffer to the store, together."""
+        batch, self._batch = self._batch, []
+        try:
+            parts = self.store.append_group_nowait(batch)
+        except Exception as exc:
+            log.exception("append_group_nowait failed")
+            self._part_done(batch, _failed_future(exc))
+        else:
+            for part, future in parts:
+                future.add_done_callback(functools.partial(self._part_done, part))
         self._update_reading()
 
-    def _append_done(self, writer: _Writer, _future: object) -> None:
+    def _part_done(self, part: list[_PendingAppend], future: asyncio.Future[object]) -> None:
+        failure = _exception_of(future)
+        writers: dict[int, _Writer] = {}
+        for pending in part:
+            if failure is not None:
+                pending.error = failure
+            elif pending.error is None and pending.result is None:  # pragma: no cover
+                pending.error = ContainerOfflineError("append has no outcome")
+            pending.done = True
+            writer = pending.writer
+            assert writer is not None
+            writers[id(writer)] = writer
+        for writer in writers.values():
+            self._send_replies(writer)
+        self._update_reading()
+
+    def _send_replies(self, writer: _Writer) -> None:
+        """Reply to the writer's blocks that are answered, in the order they arrived."""
         pending = writer.pending
-        while pending and pending[0].future.done():
+        while pending and pending[0].done:
             done = pending.popleft()
             self.appends_in_flight -= 1
             self.append_bytes_in_flight -= done.size
             if _is_gap_failure(done):
-                writer.failure = writer.failure or _exception_of(done.future)
+                writer.failure = writer.failure or done.error
             self.send(_append_reply(writer, done))
-        self._update_reading()
 
 
 def _ignore(cmd: object) -> None:
     return None
 
 
-def _failed_future(exc: BaseException) -> asyncio.Future[AppendResult]:
-    future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+def _failed_future(exc: BaseException) -> asyncio.Future[object]:
+    future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
     future.set_exception(exc)
     return future
 
 
-def _exception_of(future: asyncio.Future[AppendResult]) -> BaseException | None:
+def _exception_of(future: asyncio.Future[object]) -> BaseException | None:
     if future.cancelled():
         return ContainerOfflineError("append cancelled: the segment store is stopping")
     return future.exception()
@@ -399,16 +435,17 @@ def _exception_of(future: asyncio.Future[AppendResult]) -> BaseException | None:
 
 def _is_gap_failure(pending: _PendingAppend) -> bool:
     """A failed append after which later ones of the writer must not be applied."""
-    exc = _exception_of(pending.future)
+    exc = pending.error
     if exc is None:
         return False
     return not (pending.conditional and isinstance(exc, BadOffsetError))
 
 
 def _append_reply(writer: _Writer, pending: _PendingAppend) -> object:
-    exc = _exception_of(pending.future)
+    exc = pending.error
     if exc is None:
-        result = pending.future.result()
+        result = pending.result
+        assert result is not None
         return wire.DataAppended(
             pending.writer_id,
             pending.event_number,

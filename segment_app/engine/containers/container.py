@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from segment_app.engine.api import (
     NULL_ATTRIBUTE_VALUE,
+    AppendItem,
     AppendResult,
     AttributeUpdate,
     ReadResult,
@@ -295,6 +297,39 @@ class SegmentContainer:
         )
         return self._submit(op, name)  # type: ignore[return-value]
 
+    def append_group_nowait(self, items: Sequence[AppendItem]) -> asyncio.Future[object]:
+        """Queue the appends as one durable log group (see ``SegmentStoreAPI``); raises
+        ContainerOfflineError when the container is not running."""
+        self._check_running()
+        assert self.durable_log is not None
+        limit = self.config.append_bytes_max
+        requests: list[Request] = []
+        submitted: list[AppendItem] = []
+        refused: dict[tuple[str, uuid.UUID | None], BaseException] | None = None
+        for item in items:
+            if refused is not None and (item.segment, item.writer_id) in refused:
+                item.error = refused[(item.segment, item.writer_id)]
+                continue
+            if len(item.data) > limit:
+                item.error = TooLargeError(
+                    f"append of {len(item.data)} bytes exceeds {limit}", segment=item.segment
+                )
+                refused = refused if refused is not None else {}
+                refused[(item.segment, item.writer_id)] = item.error
+                continue
+            op = Append(
+                -1,
+                item.data,
+                writer_id=item.writer_id,
+                event_number=item.event_number if item.event_number is not None else 0,
+                expected_offset=item.expected_offset,
+            )
+            requests.append(Request(op, (item.segment,)))
+            submitted.append(item)
+        future = self.durable_log.add_group(requests)
+        future.add_done_callback(functools.partial(_fill_items, requests, submitted))
+        return future
+
     async def append(self, name: str, data: bytes | memoryview, **kwargs: object) -> AppendResult:
         return await self.append_nowait(name, data, **kwargs)  # type: ignore[arg-type]
 
@@ -350,6 +385,20 @@ class SegmentContainer:
         if segment is None:
             raise SegmentNotFoundError(f"segment {name} does not exist", segment=name)
         return segment
+
+
+def _fill_items(
+    requests: list[Request], items: list[AppendItem], future: asyncio.Future[object]
+) -> None:
+    """Copy each request's outcome to its item once the group is answered (a failed group is
+    the caller's to report: every item failed)."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    for request, item in zip(requests, items, strict=True):
+        if request.error is not None:
+            item.error = request.error
+        else:
+            item.result = cast(AppendResult, request.result)
 
 
 def _check_name(name: str) -> None:

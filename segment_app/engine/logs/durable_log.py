@@ -1,8 +1,10 @@
 """The durable log: operation queue, processor, group commit to tier-1, checkpoints, truncation.
 
-Callers ``add`` a request and get a future. One processor task drains the whole queue at a time,
-validates every operation (``MetadataUpdater``), packs the accepted ones into data frames and
-hands the frames to tier-1 without waiting, up to ``frames_in_flight_max`` at once. A completer
+Callers ``add`` a request and get a future, or ``add_group`` many requests and get one future
+completed once all of them are answered (the wire server's appends of one read buffer). One
+processor task drains the whole queue at a time, validates every operation
+(``MetadataUpdater``), packs the accepted ones into data frames and hands the frames to tier-1
+without waiting, up to ``frames_in_flight_max`` at once. A completer
 task awaits the frames in order; only when a frame is durable are its operations applied to the
 metadata, passed to ``on_commit`` (read index, storage writer) and their futures completed.
 
@@ -33,13 +35,15 @@ __all__ = ["DurableLog"]
 log = logging.getLogger(__name__)
 
 CommitCallback = Callable[[Operation], None]
+#: A queued request and its future; ``None`` for the requests of a group but its last.
+_Entry = tuple[Request, "asyncio.Future[object] | None"]
 
 
 @dataclasses.dataclass(slots=True)
 class _Frame:
     task: asyncio.Future[LogAddress] | None
     ops: list[Operation]
-    requests: list[tuple[Request, asyncio.Future[object]]]
+    requests: list[_Entry]
     checkpoint: bool = False
 
 
@@ -72,7 +76,7 @@ class DurableLog:
         self.updater = MetadataUpdater(metadata, deduplicate=deduplicate)
         self.failure: BaseException | None = None
         self.last_address: LogAddress | None = None
-        self._queue: list[tuple[Request, asyncio.Future[object]]] = []
+        self._queue: list[_Entry] = []
         self._wakeup = asyncio.Event()
         self._in_flight: collections.deque[_Frame] = collections.deque()
         self._frame_done = asyncio.Event()
@@ -122,6 +126,26 @@ class DurableLog:
         self._wakeup.set()
         return future
 
+    def add_group(self, requests: list[Request]) -> asyncio.Future[object]:
+        """Queue ``requests`` in order with one future, completed (result ``None``) once every
+        one of them is durable or rejected: each request's outcome is then in its ``result``
+        or, if it was rejected, its ``error``. The future fails if the log fails (then none of
+        the group's outcomes can be trusted)."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self.failure is not None or self._stopping:
+            future.set_exception(ContainerOfflineError(f"container is offline: {self.failure}"))
+            return future
+        if not requests:
+            future.set_result(None)
+            return future
+        queue = self._queue
+        for request in requests:
+            request.grouped = True
+            queue.append((request, None))
+        queue[-1] = (requests[-1], future)
+        self._wakeup.set()
+        return future
+
     async def truncate_before(self, lowest_unapplied_sequence: int) -> bool:
         """Truncate tier-1 at the newest checkpoint below ``lowest_unapplied_sequence``."""
         eligible = [c for c in self._checkpoints if c.sequence < lowest_unapplied_sequence]
@@ -158,7 +182,7 @@ class DurableLog:
             log.exception("durable log processor failed")
             self._fail(error)
 
-    def _take_batch(self) -> list[tuple[Request, asyncio.Future[object]]]:
+    def _take_batch(self) -> list[_Entry]:
         """The next requests to process; only internal ones while the cache is over budget."""
         if self.over_budget():
             batch = [item for item in self._queue if item[0].internal]
@@ -177,14 +201,18 @@ class DurableLog:
         if int(self.throttled_seconds / 5) > int(before / 5):
             log.warning("appends held back %.0f s so far: tier-2 is behind", self.throttled_seconds)
 
-    async def _process_batch(self, batch: list[tuple[Request, asyncio.Future[object]]]) -> None:
+    async def _process_batch(self, batch: list[_Entry]) -> None:
         builder = FrameBuilder(self.config.frame_bytes_max)
         frame = _Frame(None, [], [])
-        for request, future in batch:
+        for index, (request, future) in enumerate(batch):
             try:
                 accepted = self.updater.accept(request)
             except EngineError as error:
-                future.set_exception(error)
+                if request.grouped:  # answered in order, with the rest of its group
+                    request.error = error
+                    frame.requests.append((request, future))
+                elif future is not None:
+                    future.set_exception(error)
                 continue
             if accepted is NO_WRITE:
                 frame.requests.append((request, future))
@@ -196,7 +224,12 @@ class DurableLog:
             size = builder.encoded_size(parts)
             if size + FRAME_HEADER_SIZE > self.config.frame_bytes_max:
                 self._fail(TooLargeError(f"operation of {size} bytes exceeds a frame"))
-                future.set_exception(TooLargeError("operation exceeds the frame size"))
+                if future is not None:
+                    future.set_exception(TooLargeError("operation exceeds the frame size"))
+                offline = ContainerOfflineError("an operation exceeded the frame size")
+                for _, waiting in [*frame.requests, *batch[index + 1 :]]:
+                    if waiting is not None and not waiting.done():
+                        waiting.set_exception(offline)
                 return
             if not builder.fits(size) and not builder.empty:
                 await self._send(builder, frame)
@@ -216,7 +249,7 @@ class DurableLog:
             self._in_flight[-1].requests.extend(frame.requests)
             return
         for request, future in frame.requests:
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(request.result)
 
     async def _send(self, builder: FrameBuilder, frame: _Frame) -> None:
@@ -257,7 +290,7 @@ class DurableLog:
         builder.add(op)
         request = Request(op)
         waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
-        requests = [(request, w) for w in waiters]
+        requests: list[_Entry] = [(request, w) for w in waiters]
         await self._send(builder, _Frame(None, [op], requests, checkpoint=True))
         self._ops_since_checkpoint = 0
         self._bytes_since_checkpoint = 0
@@ -297,7 +330,7 @@ class DurableLog:
             self.on_commit(op)
         self.last_address = address
         for request, future in frame.requests:
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(request.result)
 
     # -- failure ----------------------------------------------------------------------------------
@@ -320,11 +353,11 @@ class DurableLog:
             if frame.task is not None:  # its own error is known already: do not log it again
                 frame.task.add_done_callback(_retrieve)
             for _, future in frame.requests:
-                if not future.done():
+                if future is not None and not future.done():
                     future.set_exception(error)
         queue, self._queue = self._queue, []
         waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
-        for future in [f for _, f in queue] + waiters:
+        for future in [f for _, f in queue if f is not None] + waiters:
             if not future.done():
                 future.set_exception(error)
 

@@ -1,0 +1,83 @@
+"""Append groups (``append_group_nowait``): many appends, one durable log group, one future."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from segment_app.engine.api import AppendItem
+from segment_app.engine.errors import (
+    ContainerOfflineError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+    TooLargeError,
+)
+
+from .conftest import Tiers
+
+
+async def read_all(container, name: str) -> bytes:
+    info = await container.get_info(name)
+    return (await container.read(name, 0, info.length)).data if info.length else b""
+
+
+async def test_group_outcomes_in_order_and_no_gap_after_a_refused_append(tiers: Tiers) -> None:
+    c = await tiers.start()
+    for name in ("a", "b", "s"):
+        await c.create_segment(name)
+    await c.seal("s")
+    wa, wb, ws = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    too_big = b"x" * (tiers.config.append_bytes_max + 1)
+    items = [
+        AppendItem("a", b"a1;", wa, 1),
+        AppendItem("b", b"b1;", wb, 1),
+        AppendItem("a", too_big, wa, 2),
+        AppendItem("a", b"a3;", wa, 3),  # after a refused append of its writer: refused too
+        AppendItem("b", b"b2;", wb, 2),
+        AppendItem("nope", b"n1;", uuid.uuid4(), 1),
+        AppendItem("s", b"s1;", ws, 1),
+        AppendItem("b", b"b2;", wb, 2),  # a duplicate: acknowledged, not written
+        AppendItem("b", b"b3;", wb, 3),
+    ]
+    await c.append_group_nowait(items)
+    assert [type(i.error) for i in items] == [
+        type(None),
+        type(None),
+        TooLargeError,
+        TooLargeError,
+        type(None),
+        SegmentNotFoundError,
+        SegmentSealedError,
+        type(None),
+        type(None),
+    ]
+    assert [i.result.length for i in items if i.result] == [3, 3, 6, 6, 9]
+    assert items[7].result is not None and items[7].result.duplicate
+    assert await read_all(c, "a") == b"a1;"
+    assert await read_all(c, "b") == b"b1;b2;b3;"
+    assert await c.last_event_number("b", wb) == 3
+    await c.stop()
+    c = await tiers.start()  # what was acknowledged is in tier-1
+    assert await read_all(c, "b") == b"b1;b2;b3;"
+    await c.stop()
+
+
+async def test_group_fails_as_a_whole_when_tier1_fails(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment("a")
+    await c.append("a", b"kept;")
+    tiers.log_faults.fail_next("append_batch")
+    items = [AppendItem("a", b"lost%d;" % i) for i in range(5)]
+    with pytest.raises(ContainerOfflineError):
+        await c.append_group_nowait(items)
+    await c.stop()
+    c = await tiers.start()
+    assert await read_all(c, "a") == b"kept;"
+    await c.stop()
+
+
+async def test_empty_group(tiers: Tiers) -> None:
+    c = await tiers.start()
+    assert await c.append_group_nowait([]) is None
+    await c.stop()
