@@ -248,6 +248,11 @@ class AppendLimits:
     blocks_in_flight_max: int = 16
     #: How long a non-full block waits for more events before it is sent (0 = next loop turn).
     linger_ms: float = 0.0
+    #: A block smaller than this is held while its writer has a block in flight, until an ack
+    #: comes (Nagle's rule; Pravega's writer likewise sizes blocks by its appends outstanding).
+    #: Many writers on one connection, each with a trickle of events, then send blocks of what
+    #: arrived in one round trip instead of one block per event. 0 = never hold.
+    small_block_bytes: int = 1024
     #: Largest event accepted (Pravega's limit).
     event_bytes_max: int = 8 * 1024 * 1024
 
@@ -656,7 +661,7 @@ class SegmentStoreClient:
         """Send the open block now, waiting for room in flight when needed."""
         session.send_due = True
         while session.open_events:
-            self._pump(session)
+            self._pump(session, hold_small=False)
             if session.open_events:
                 session.room.clear()
                 await session.room.wait()
@@ -671,6 +676,8 @@ class SegmentStoreClient:
         if full:
             session.send_due = True
             self._pump(session)
+        elif session.in_flight and session.open_bytes < self.limits.small_block_bytes:
+            session.send_due = True  # held: the next ack sends it (see ``_pump``)
         elif session.linger is None and session.open_events:
             loop = asyncio.get_running_loop()
             delay = self.limits.linger_ms / 1000
@@ -684,13 +691,22 @@ class SegmentStoreClient:
         session.send_due = True
         self._pump(session)
 
-    def _pump(self, session: _Session) -> None:
-        """Send the open block if it is due and there is room in flight."""
+    def _pump(self, session: _Session, *, hold_small: bool = True) -> None:
+        """Send the open block if it is due and there is room in flight. A small block that is
+        not full waits while the writer has a block in flight (``hold_small``)."""
         if session.failure is not None or self._lost is not None:
             return
         if not (session.open_events and session.send_due):
             return
-        if len(session.in_flight) >= self.limits.blocks_in_flight_max:
+        in_flight = len(session.in_flight)
+        if in_flight >= self.limits.blocks_in_flight_max:
+            return
+        if (
+            hold_small
+            and in_flight
+            and session.open_bytes < self.limits.small_block_bytes
+            and len(session.open_events) < self.limits.block_events_max
+        ):
             return
         first, events, parts = session.open_first(), session.open_events, session.open_parts
         session.open_events, session.open_parts, session.open_bytes = [], [], 0
@@ -757,6 +773,7 @@ class SegmentStoreClient:
                 if not entry[1].done():
                     entry[1].set_exception(error)
         session.room.set()
+        self._pump(session)  # a block held for this one's answer goes now
 
     def _fail_session(self, session: _Session, error: SegmentStoreError | None) -> None:
         """Fail every pending append of the session (``None``: the connection was lost)."""
