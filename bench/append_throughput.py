@@ -91,6 +91,11 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
                      step_events=20_000, burst=100),
             Scenario(f"diag-{many}-segments-10KiB", "millrace", 10 * KIB, segments=many,
                      step_events=25),
+            # the same round-robin over the segments, handed in steps of 4 events per segment:
+            # each segment's share of a step is one append_block call (as the event writer's
+            # shipping task hands a segment's queued events), not one call per event
+            Scenario(f"diag-{many}-segments-calls-of-4", "millrace", 100, segments=many,
+                     step_events=4 * many),
         ]  # fmt: skip
     if args.only:
         all_ = [s for s in all_ if any(word in s.name for word in args.only)]
@@ -409,6 +414,7 @@ def format_table(report: dict[str, Any]) -> str:
         ("diag-1-event-blocks", "diag: 1-event blocks 100B"),
         (f"diag-{many}-segments-burst-100", f"diag: {many} seg, bursts 100"),
         (f"diag-{many}-segments-10KiB", f"diag: {many} seg, 10KiB"),
+        (f"diag-{many}-segments-calls-of-4", f"diag: {many} seg, calls of 4"),
     ):
         if name in med:
             lines.append(_row(label, med[name]))

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import struct
 import threading
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -71,6 +72,11 @@ WIRE = wire.WIRE_VERSION
 NULL_ATTRIBUTE_VALUE = -(2**63)
 _EVENT_HEADER = wire.EVENT_HEADER
 _EVENT_HEADER_BYTES = _EVENT_HEADER.size
+#: DataAppended's payload as this version sends it (writer id, event number, previous event
+#: number, request id, segment write offset), decoded without the generic codec.
+_DATA_APPENDED = struct.Struct(">16sqqqq")
+_DATA_APPENDED_TYPE = wire.DataAppended.TYPE
+_BYTES_LIKE = (bytes, bytearray, memoryview)
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
 
@@ -314,9 +320,14 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         return self.assembler.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        client = self.client
         try:
             for type_code, payload in self.assembler.buffer_updated(nbytes):
-                self.client._on_reply(wire.decode_frame(type_code, payload, lenient=True))
+                if type_code == _DATA_APPENDED_TYPE and len(payload) == _DATA_APPENDED.size:
+                    writer, number, previous, _rid, offset = _DATA_APPENDED.unpack(payload)
+                    client._data_appended(wire.uuid_from_bytes(writer), number, previous, offset)
+                    continue
+                client._on_reply(wire.decode_frame(type_code, payload, lenient=True))
         except wire.ProtocolError as exc:
             self.client._abort(ConnectionLostError(f"undecodable reply: {exc}"))
 
@@ -574,8 +585,11 @@ class SegmentStoreClient:
         ``raw``: the bytes are appended as they are, without event headers."""
         session = self._session(writer_id)
         batch: Sequence[bytes | bytearray | memoryview]
-        batch = [events] if isinstance(events, bytes | bytearray | memoryview) else events
-        await self._add_events(session, batch, raw)
+        batch = [events] if isinstance(events, _BYTES_LIKE) else events
+        added = self._fill_open(session, batch, raw, 0)
+        while added < len(batch):  # the open block is full: send it, then go on
+            await self._drain_open(session)
+            added = self._fill_open(session, batch, raw, added)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
         if batch or session.calls:
@@ -632,14 +646,21 @@ class SegmentStoreClient:
             raise self._lost
         return session
 
-    async def _add_events(
-        self, session: _Session, events: Sequence[bytes | bytearray | memoryview], raw: bool
-    ) -> None:
-        """Put events in the open block (the hot loop of the client: keep it lean)."""
+    def _fill_open(
+        self,
+        session: _Session,
+        events: Sequence[bytes | bytearray | memoryview],
+        raw: bool,
+        start: int,
+    ) -> int:
+        """Put ``events[start:]`` in the open block until one does not fit (the block is then
+        full and must be sent first); returns the index of the first event not added. The hot
+        loop of the client: keep it lean."""
         limits = self.limits
         header = _EVENT_HEADER.pack
         overhead = 0 if raw else _EVENT_HEADER_BYTES
-        for event in events:
+        for index in range(start, len(events)):
+            event = events[index]
             if type(event) is not bytes:
                 event = bytes(event)
             n = len(event)
@@ -649,13 +670,14 @@ class SegmentStoreClient:
                 session.open_bytes + n + overhead > limits.block_bytes_max
                 or len(session.open_events) >= limits.block_events_max
             ):
-                await self._drain_open(session)
+                return index
             if overhead:
                 session.open_parts.append(header(0, n))
             session.open_parts.append(event)
             session.open_events.append(event)
             session.open_bytes += n + overhead
             session.next_event_number += 1
+        return len(events)
 
     async def _drain_open(self, session: _Session) -> None:
         """Send the open block now, waiting for room in flight when needed."""
@@ -732,17 +754,21 @@ class SegmentStoreClient:
         self._send(cmd)
 
     def _on_data_appended(self, reply: wire.DataAppended) -> None:
-        session = self._sessions.get(reply.writer_id)
-        if session is None:
-            return
-        while session.in_flight and session.in_flight[0].last_event_number <= reply.event_number:
-            self._blocks.pop(session.in_flight.popleft().request_id, None)
-        self._ack_calls(
-            session,
+        self._data_appended(
+            reply.writer_id,
             reply.event_number,
             reply.previous_event_number,
             reply.current_segment_write_offset,
         )
+
+    def _data_appended(self, writer_id: uuid.UUID, number: int, previous: int, offset: int) -> None:
+        session = self._sessions.get(writer_id)
+        if session is None:
+            return
+        in_flight = session.in_flight
+        while in_flight and in_flight[0].last_event_number <= number:
+            self._blocks.pop(in_flight.popleft().request_id, None)
+        self._ack_calls(session, number, previous, offset)
         session.room.set()
         self._pump(session)
 
