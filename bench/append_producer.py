@@ -11,7 +11,9 @@ Targets:
 * ``millrace``: the async segment store client over the wire protocol. Events are handed to the
   client in steps (``append_block`` with a list of events; the client batches them into
   AppendBlockEnd blocks); with several segments the events go round-robin over the segments,
-  one writer per segment. Ack latency = from handing an event to the client to its ack.
+  one writer per segment, a step handed in one ``append_many`` call (or, with ``api: block``,
+  one ``append_block`` call per writer per step). Ack latency = from handing an event to the
+  client to its ack.
 * ``redis``: redis-py pipelines of ``pipeline`` XADD commands (no MULTI) on one stream; ack
   latency = from building the pipeline to its last reply.
 """
@@ -141,6 +143,7 @@ async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) 
     size, step = spec["event_bytes"], spec["step_events"]
     rate = spec.get("rate")  # events/s, or None: as fast as possible
     burst = spec.get("burst", 1)
+    api = spec.get("api", "many")
     pool = payloads(size)
     begin = time.perf_counter()
     window = Window(begin + spec["warmup"], begin + spec["warmup"] + spec["duration"])
@@ -156,7 +159,7 @@ async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) 
         if n <= 0:
             await asyncio.sleep(spec.get("tick_s", 0.0005))
             continue
-        cursor = await _hand(client, writers, pool, sent, n, cursor, burst, window.ack)
+        cursor = await _hand(client, writers, pool, sent, n, cursor, burst, window.ack, api)
         sent += n
         await asyncio.sleep(0)
     window.tick(time.perf_counter())
@@ -175,9 +178,12 @@ async def _hand(
     cursor: int,
     burst: int,
     on_ack: Callable[[float, int], None],
+    api: str = "many",
 ) -> int:
     """Hand events ``first .. first+n-1`` to the client, round-robin over the writers from
-    ``cursor``, ``burst`` consecutive events to a writer; returns the next cursor."""
+    ``cursor``, ``burst`` consecutive events to a writer; returns the next cursor. ``api``:
+    ``many`` hands a whole step in one ``append_many`` call; ``block`` makes one
+    ``append_block`` call per writer per step (one per event when the writers outnumber it)."""
     k = len(writers)
     handed_at = time.perf_counter()
     events = [pool[(first + i) % PAYLOAD_POOL] for i in range(n)]
@@ -185,6 +191,11 @@ async def _hand(
         future = await client.append_block(writers[0], events)
         future.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
         return 0
+    if api == "many" and burst == 1:  # one call for the whole step, whatever the writers
+        ids = [writers[(cursor + i) % k] for i in range(n)]
+        done = await client.append_many(ids, events)
+        done.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
+        return (cursor + n) % k
     chunks = [events[i : i + burst] for i in range(0, n, burst)] if burst > 1 else []
     visits = len(chunks) if burst > 1 else n
     for j in range(min(k, visits)):

@@ -64,6 +64,9 @@ class Scenario:
     burst: int = 1
     #: Client AppendLimits.block_events_max (None: the default).
     block_events_max: int | None = None
+    #: How the producer hands a step to the client: ``many`` (one append_many call) or
+    #: ``block`` (one append_block call per writer per step).
+    api: str = "many"
 
     def spec(self, host: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
         spec = dataclasses.asdict(self)
@@ -91,11 +94,15 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
                      step_events=20_000, burst=100),
             Scenario(f"diag-{many}-segments-10KiB", "millrace", 10 * KIB, segments=many,
                      step_events=25),
+            # the round-robin of the headline case, but one append_block call per event (each
+            # writer gets one event of a step): the cost of a call, a future and an ack per event
+            Scenario(f"diag-{many}-segments-call-per-event", "millrace", 100, segments=many,
+                     api="block"),
             # the same round-robin over the segments, handed in steps of 4 events per segment:
             # each segment's share of a step is one append_block call (as the event writer's
             # shipping task hands a segment's queued events), not one call per event
             Scenario(f"diag-{many}-segments-calls-of-4", "millrace", 100, segments=many,
-                     step_events=4 * many),
+                     step_events=4 * many, api="block"),
         ]  # fmt: skip
     if args.only:
         all_ = [s for s in all_ if any(word in s.name for word in args.only)]
@@ -415,6 +422,7 @@ def format_table(report: dict[str, Any]) -> str:
         (f"diag-{many}-segments-burst-100", f"diag: {many} seg, bursts 100"),
         (f"diag-{many}-segments-10KiB", f"diag: {many} seg, 10KiB"),
         (f"diag-{many}-segments-calls-of-4", f"diag: {many} seg, calls of 4"),
+        (f"diag-{many}-segments-call-per-event", f"diag: {many} seg, call/event"),
     ):
         if name in med:
             lines.append(_row(label, med[name]))

@@ -34,7 +34,9 @@ Contract of ``ChunkStorage`` (tier-2, long-term storage of segment data in chunk
   exists); ``write(name, offset, data)`` appends at ``offset``, which must equal the chunk's
   current length (``BadChunkOffsetError`` otherwise); backends without native append
   (``supports_append = False``) only accept one write, at offset 0, into a new chunk, through
-  ``create_with_data``. ``read`` returns exactly the requested bytes or raises; ``delete`` removes
+  ``create_with_data``. ``write_many`` applies several such creates and appends in one call
+  (each item durable on return, its own outcome reported; backends may share one sync among
+  them). ``read`` returns exactly the requested bytes or raises; ``delete`` removes
   a chunk; ``concat`` (only when ``supports_concat``) appends whole chunks to a target chunk.
 * Segment-level logic (which chunks make a segment, truncation, relinking on merge, fencing)
   lives in the engine, not here.
@@ -54,6 +56,7 @@ __all__ = [
     "ChunkInfo",
     "ChunkNotFoundError",
     "ChunkStorage",
+    "ChunkWrite",
     "DataLogClosedError",
     "DataLogCorruptionError",
     "DataLogError",
@@ -129,6 +132,17 @@ class ChunkInfo:
 
     name: str
     length: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChunkWrite:
+    """One item of ``ChunkStorage.write_many``: create chunk ``name`` holding ``data``
+    (``create``), or append ``data`` at ``offset`` (= the chunk's length)."""
+
+    name: str
+    offset: int
+    data: bytes | memoryview
+    create: bool = False
 
 
 def _check_name(name: str) -> None:
@@ -367,6 +381,23 @@ class ChunkStorage(abc.ABC):
             return offset
         await self._call(self._do_write, name, offset, data)
         return offset + len(data)
+
+    async def write_many(self, writes: Sequence[ChunkWrite]) -> list[StorageError | None]:
+        """Apply several creates-with-data and appends; each item succeeds or fails on its own
+        (the errors of ``create_with_data`` and ``write``): returns ``None`` or the error, per
+        item. Default: one by one; a backend may override it to share one sync among them."""
+        outcomes: list[StorageError | None] = []
+        for item in writes:
+            try:
+                if item.create:
+                    await self.create_with_data(item.name, item.data)
+                else:
+                    await self.write(item.name, item.offset, item.data)
+            except StorageError as error:
+                outcomes.append(error)
+            else:
+                outcomes.append(None)
+        return outcomes
 
     async def read(self, name: str, offset: int, length: int) -> bytes:
         _check_name(name)

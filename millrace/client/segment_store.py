@@ -294,7 +294,8 @@ class _Session:
     send_due: bool = False
     linger: asyncio.Handle | None = None
     in_flight: collections.deque[_Block] = dataclasses.field(default_factory=collections.deque)
-    calls: collections.deque[tuple[int, asyncio.Future[AppendAck]]] = dataclasses.field(
+    #: What waits for acks: (last event number it covers, future or shared countdown).
+    calls: collections.deque[tuple[int, _Waiter]] = dataclasses.field(
         default_factory=collections.deque
     )
     room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -306,6 +307,32 @@ class _Session:
 
     def open_first(self) -> int:
         return self.next_event_number - len(self.open_events)
+
+
+class _AllAcked:
+    """One future for the events an ``append_many`` call gave to several writers: each writer's
+    share counts down once acknowledged; the first failure fails the whole."""
+
+    __slots__ = ("future", "left")
+
+    def __init__(self, future: asyncio.Future[None], writers: int) -> None:
+        self.future = future
+        self.left = writers
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, _ack: AppendAck) -> None:
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+_Waiter = asyncio.Future[AppendAck] | _AllAcked
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
@@ -599,6 +626,49 @@ class SegmentStoreClient:
             future.set_result(AppendAck(last, -1, -1))
         return future
 
+    async def append_many(
+        self, writer_ids: Sequence[uuid.UUID], events: Sequence[bytes]
+    ) -> asyncio.Future[None]:
+        """Queue ``events[i]`` for writer ``writer_ids[i]`` (events of one writer keep their order
+        here); returns one future completed when all are acknowledged, or failed with the first
+        error. For a producer spreading events over many segments: the cost per event does not
+        grow with the number of writers (no call, future or block per event); each writer's
+        events go out in its blocks as ``append_block``'s do. Nothing is queued if an event is
+        too large or a writer is unknown or failed."""
+        if len(writer_ids) != len(events):
+            raise InvalidArgumentError(f"{len(writer_ids)} writer ids for {len(events)} events")
+        limits = self.limits
+        if events and max(map(len, events)) > limits.event_bytes_max:
+            biggest = max(map(len, events))
+            raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limits.event_bytes_max}")
+        touched = {w: self._session(w) for w in set(writer_ids)}
+        header = _EVENT_HEADER.pack
+        bytes_max, events_max = limits.block_bytes_max, limits.block_events_max
+        for writer_id, event in zip(writer_ids, events, strict=True):
+            session = touched[writer_id]
+            if type(event) is not bytes:
+                event = bytes(event)
+            n = len(event) + _EVENT_HEADER_BYTES
+            open_events = session.open_events
+            if open_events and (
+                session.open_bytes + n > bytes_max or len(open_events) >= events_max
+            ):  # the open block is full: send it (waiting for room in flight), then go on
+                await self._drain_open(session)
+                open_events = session.open_events
+            session.open_parts += (header(0, n - _EVENT_HEADER_BYTES), event)
+            open_events.append(event)
+            session.open_bytes += n
+            session.next_event_number += 1
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not touched:
+            future.set_result(None)
+            return future
+        countdown = _AllAcked(future, len(touched))
+        for session in touched.values():
+            session.calls.append((session.next_event_number - 1, countdown))
+            self._schedule(session)
+        return future
+
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""
         return await self.append_block(writer_id, [event])
@@ -609,10 +679,11 @@ class SegmentStoreClient:
             sessions = [self._session(writer_id)]
         else:
             sessions = [s for s in self._sessions.values() if s.failure is None]
-        waits: list[asyncio.Future[AppendAck]] = []
+        waits: set[asyncio.Future[Any]] = set()
         for session in sessions:
             await self._drain_open(session)
-            waits.extend(future for _, future in session.calls)
+            for _, waiter in session.calls:
+                waits.add(waiter.future if isinstance(waiter, _AllAcked) else waiter)
         if waits:
             await asyncio.gather(*waits)
 

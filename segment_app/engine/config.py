@@ -47,6 +47,8 @@ class StorageWriterConfig:
     write_bytes_max: int = 16 * 1024 * 1024
     #: A chunk is closed and a new one started past this length.
     chunk_bytes_max: int = 128 * 1024 * 1024
+    #: Segments with only appends to flush are written together, this many per tier-2 call.
+    flush_batch_max: int = 256
     #: Pause between passes when there is nothing to do.
     idle_delay_ms: int = 50
     #: Back-off after a failed tier-2 operation.

@@ -31,7 +31,13 @@ from segment_app.engine.logs.operations import (
     UpdateStorage,
 )
 from segment_app.engine.reading.read_index import ReadIndex
-from tiers.base import BadChunkOffsetError, ChunkExistsError, ChunkNotFoundError, ChunkStorage
+from tiers.base import (
+    BadChunkOffsetError,
+    ChunkExistsError,
+    ChunkNotFoundError,
+    ChunkStorage,
+    ChunkWrite,
+)
 
 __all__ = ["StorageWriter"]
 
@@ -144,10 +150,15 @@ class StorageWriter:
             return await self._pass_locked()
 
     async def _pass_locked(self) -> bool:
-        worked = False
-        for segment_id in list(self.dirty):
-            if self._due(segment_id):
-                worked = True
+        due = [segment_id for segment_id in list(self.dirty) if self._due(segment_id)]
+        worked = bool(due)
+        plain = [segment_id for segment_id in due if self._plain_append(segment_id)]
+        batch_max = self.config.flush_batch_max
+        for start in range(0, len(plain), batch_max):
+            await self._flush_batch(plain[start : start + batch_max])
+        done = set(plain)
+        for segment_id in due:
+            if segment_id not in done:
                 await self._process(segment_id)
         lowest = min(self.dirty.values(), default=self.metadata.sequence + 1)
         if await self.truncate_log(lowest):
@@ -164,6 +175,92 @@ class StorageWriter:
         unflushed = segment.length - segment.storage_length
         return unflushed >= self.config.flush_bytes_min or age_ms >= self.config.flush_delay_ms
 
+    def _plain_append(self, segment_id: int) -> bool:
+        """Only appended bytes to flush, in one write, and nothing else to do: such segments
+        are flushed many at a time (``_flush_batch``)."""
+        segment = self.metadata.segments.get(segment_id)
+        return (
+            segment is not None
+            and not (segment.deleted or segment.merged or segment.sealed)
+            and not segment.pending_merges
+            and 0 < segment.length - segment.storage_length <= self.config.write_bytes_max
+            and not (segment.chunks and segment.chunks[0].end <= segment.start_offset)
+        )
+
+    async def _flush_batch(self, segment_ids: list[int]) -> None:
+        """Flush the appended bytes of several segments with one tier-2 ``write_many`` (one
+        sync for all, where the backend can) and record the new layouts with concurrent
+        ``UpdateStorage`` operations (one group commit in tier-1). A segment whose write failed
+        goes the one-by-one way, which knows how to recover a chunk that is not as recorded."""
+        await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
+        epoch = self.metadata.epoch
+        plans: list[tuple[SegmentMetadata, int, int, ChunkRecord | None]] = []
+        writes: list[ChunkWrite] = []
+        seen: dict[int, int] = {}
+        for segment_id in segment_ids:
+            segment = self.metadata.segments.get(segment_id)  # (reads below may wait)
+            if segment is None or not self._plain_append(segment_id):
+                continue  # changed meanwhile: the next pass sees to it
+            seen[segment_id] = segment.last_storage_op
+            offset, length = segment.storage_length, segment.length - segment.storage_length
+            data = await self.read_index.read_unflushed(segment, offset, length)
+            last = self._appendable_chunk(segment, offset, length)
+            if last is not None:
+                writes.append(ChunkWrite(last.name, last.length, data))
+            else:
+                name = f"{segment.name}.E{epoch}.O{offset}"
+                writes.append(ChunkWrite(name, 0, data, create=True))
+            plans.append((segment, offset, length, last))
+        outcomes = await self.storage.write_many(writes)
+        records = []
+        retry: list[int] = []
+        for (segment, offset, length, last), write, error in zip(
+            plans, writes, outcomes, strict=True
+        ):
+            if error is not None:
+                retry.append(segment.segment_id)
+                continue
+            if last is not None:
+                chunk = dataclasses.replace(last, length=last.length + length)
+                keep = len(segment.chunks) - 1
+            else:
+                chunk = ChunkRecord(write.name, offset, length, epoch)
+                keep = len(segment.chunks)
+            records.append(self._record(segment, offset + length, keep=keep, chunks=[chunk]))
+            self.bytes_flushed += length
+        await asyncio.gather(*records)
+        for segment_id, last_op in seen.items():
+            if segment_id not in retry:
+                self._settle(segment_id, last_op)
+        for segment_id in retry:
+            await self._process(segment_id)
+
+    def _appendable_chunk(
+        self, segment: SegmentMetadata, offset: int, length: int
+    ) -> ChunkRecord | None:
+        """The segment's last chunk if this instance may append ``length`` bytes at ``offset``
+        to it (made by this epoch, ends there, stays under the chunk size limit)."""
+        last = segment.chunks[-1] if segment.chunks else None
+        if (
+            self.storage.supports_append
+            and last is not None
+            and last.epoch == self.metadata.epoch
+            and last.end == offset
+            and last.length + length <= self.config.chunk_bytes_max
+        ):
+            return last
+        return None
+
+    def _settle(self, segment_id: int, seen: int) -> None:
+        """After work on a segment: clean if nothing changed meanwhile, else dirty again (not
+        urgent, its age restarts)."""
+        current = self.metadata.segments.get(segment_id)
+        if current is None or (current.last_storage_op == seen and not _needs_work(current)):
+            self._clean(segment_id)
+        else:
+            self._urgent.discard(segment_id)
+            self._dirty_since[segment_id] = self.now()
+
     async def _process(self, segment_id: int) -> None:
         segment = self.metadata.segments.get(segment_id)
         if segment is None:
@@ -179,12 +276,7 @@ class StorageWriter:
                 return
             await self._seal(segment)
             await self._drop_truncated(segment)
-        current = self.metadata.segments.get(segment_id)
-        if current is None or (current.last_storage_op == seen and not _needs_work(current)):
-            self._clean(segment_id)
-        else:
-            self._urgent.discard(segment_id)
-            self._dirty_since[segment_id] = self.now()
+        self._settle(segment_id, seen)
 
     def _clean(self, segment_id: int) -> None:
         self.dirty.pop(segment_id, None)
@@ -210,16 +302,9 @@ class StorageWriter:
         await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
         data = await self.read_index.read_unflushed(segment, offset, length)
         epoch = self.metadata.epoch
-        last = segment.chunks[-1] if segment.chunks else None
-        can_append = (
-            self.storage.supports_append
-            and last is not None
-            and last.epoch == epoch
-            and last.end == offset
-            and last.length + length <= self.config.chunk_bytes_max
-        )
-        if can_append:
-            assert last is not None
+        last = self._appendable_chunk(segment, offset, length)
+        can_append = last is not None
+        if last is not None:
             try:
                 await self.storage.write(last.name, last.length, data)
             except (BadChunkOffsetError, ChunkNotFoundError):
