@@ -192,8 +192,8 @@ async def _hand(
         future.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
         return 0
     if api == "many" and burst == 1:  # one call for the whole step, whatever the writers
-        ids = [writers[(cursor + i) % k] for i in range(n)]
-        done = await client.append_many(ids, events)
+        shares = [(writers[(cursor + j) % k], events[j::k]) for j in range(min(k, n))]
+        done = await client.append_many(shares)
         done.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
         return (cursor + n) % k
     chunks = [events[i : i + burst] for i in range(0, n, burst)] if burst > 1 else []

@@ -32,7 +32,7 @@ import logging
 import struct
 import threading
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from segment_app.server import protocol as wire
@@ -322,7 +322,7 @@ class _AllAcked:
     def done(self) -> bool:
         return self.future.done()
 
-    def set_result(self, _ack: AppendAck) -> None:
+    def set_result(self, _ack: AppendAck | None) -> None:
         self.left -= 1
         if self.left == 0 and not self.future.done():
             self.future.set_result(None)
@@ -627,46 +627,32 @@ class SegmentStoreClient:
         return future
 
     async def append_many(
-        self, writer_ids: Sequence[uuid.UUID], events: Sequence[bytes]
+        self, batches: Iterable[tuple[uuid.UUID, Sequence[bytes]]]
     ) -> asyncio.Future[None]:
-        """Queue ``events[i]`` for writer ``writer_ids[i]`` (events of one writer keep their order
-        here); returns one future completed when all are acknowledged, or failed with the first
-        error. For a producer spreading events over many segments: the cost per event does not
-        grow with the number of writers (no call, future or block per event); each writer's
-        events go out in its blocks as ``append_block``'s do. Nothing is queued if an event is
-        too large or a writer is unknown or failed."""
-        if len(writer_ids) != len(events):
-            raise InvalidArgumentError(f"{len(writer_ids)} writer ids for {len(events)} events")
-        limits = self.limits
-        if events and max(map(len, events)) > limits.event_bytes_max:
-            biggest = max(map(len, events))
-            raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limits.event_bytes_max}")
-        touched = {w: self._session(w) for w in set(writer_ids)}
-        header = _EVENT_HEADER.pack
-        bytes_max, events_max = limits.block_bytes_max, limits.block_events_max
-        for writer_id, event in zip(writer_ids, events, strict=True):
-            session = touched[writer_id]
-            if type(event) is not bytes:
-                event = bytes(event)
-            n = len(event) + _EVENT_HEADER_BYTES
-            open_events = session.open_events
-            if open_events and (
-                session.open_bytes + n > bytes_max or len(open_events) >= events_max
-            ):  # the open block is full: send it (waiting for room in flight), then go on
-                await self._drain_open(session)
-                open_events = session.open_events
-            session.open_parts += (header(0, n - _EVENT_HEADER_BYTES), event)
-            open_events.append(event)
-            session.open_bytes += n
-            session.next_event_number += 1
+        """Queue several writers' events in one call: ``(writer_id, events)`` pairs, each as
+        ``append_block`` takes them; returns one future completed when all are acknowledged, or
+        failed with the first error. For a producer spreading events over many segments: no
+        coroutine, future or callback per writer. Nothing is queued if an event is too large
+        or a writer is unknown or failed."""
+        limit = self.limits.event_bytes_max
+        items = [(self._session(writer_id), events) for writer_id, events in batches]
+        for _, events in items:
+            if events and max(map(len, events)) > limit:
+                biggest = max(map(len, events))
+                raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limit}")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not touched:
-            future.set_result(None)
-            return future
-        countdown = _AllAcked(future, len(touched))
-        for session in touched.values():
+        countdown = _AllAcked(future, 1)  # the 1 is this call's own, given up at the end
+        for session, events in items:
+            if not events:
+                continue
+            added = self._fill_open(session, events, False, 0)
+            while added < len(events):  # the open block is full: send it, then go on
+                await self._drain_open(session)
+                added = self._fill_open(session, events, False, added)
+            countdown.left += 1
             session.calls.append((session.next_event_number - 1, countdown))
             self._schedule(session)
+        countdown.set_result(None)
         return future
 
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:

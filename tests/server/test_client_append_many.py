@@ -37,7 +37,9 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
         w = (n * 3) % len(writers)
         ids.append(writers[w])
         events.append(b"w%d-%02d" % (w, n))
-    done = await client.append_many(ids, events)
+    # Pairs as a producer hands them: a writer may come more than once in one call.
+    pairs = [(i, [e]) for i, e in zip(ids, events, strict=True)]
+    done = await client.append_many(pairs)
     assert await asyncio.wait_for(done, 30) is None
     for w, segment in enumerate(segments):
         mine = [e for i, e in zip(ids, events, strict=True) if i == writers[w]]
@@ -51,7 +53,9 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
 async def test_flush_waits_for_append_many(server, store) -> None:
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 3)
-    done = await client.append_many(writers * 2, [b"a", b"b", b"c", b"d", b"e", b"f"])
+    done = await client.append_many(
+        [(writers[0], [b"a", b"d"]), (writers[1], [b"b", b"e"]), (writers[2], [b"c", b"f"])]
+    )
     await asyncio.wait_for(client.flush(), 30)
     assert done.done() and done.exception() is None
     assert (await client.read_segment(segments[2], 0, 1 << 20)).data == framed(b"c", b"f")
@@ -62,14 +66,13 @@ async def test_bad_calls_queue_nothing(server, store) -> None:
     limits = dataclasses.replace(AppendLimits(), event_bytes_max=10)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
     segments, writers = await _writers(client, 2)
-    with pytest.raises(c.InvalidArgumentError, match="2 writer ids for 1 events"):
-        await client.append_many(writers, [b"x"])
     with pytest.raises(c.InvalidArgumentError, match="exceeds 10"):
-        await client.append_many(writers, [b"ok", b"x" * 11])
+        await client.append_many([(writers[0], [b"ok"]), (writers[1], [b"x" * 11])])
     with pytest.raises(c.InvalidArgumentError, match="no setup_append"):
-        await client.append_many([writers[0], uuid.uuid4()], [b"a", b"b"])
-    empty = await client.append_many([], [])
+        await client.append_many([(writers[0], [b"a"]), (uuid.uuid4(), [b"b"])])
+    empty = await client.append_many([(writers[0], [])])
     assert empty.done()
+    assert (await client.append_many([])).done()
     await client.flush()
     for segment in segments:
         assert (await client.get_info(segment)).write_offset == 0
@@ -80,7 +83,7 @@ async def test_a_failed_writer_fails_the_call(server, store) -> None:
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
     await client.seal(segments[1])  # appends to it are refused
-    done = await client.append_many(writers, [b"a", b"b"])
+    done = await client.append_many([(writers[0], [b"a"]), (writers[1], [b"b"])])
     with pytest.raises(c.SegmentSealedError):
         await asyncio.wait_for(done, 30)
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a")
