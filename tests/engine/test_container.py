@@ -321,3 +321,39 @@ async def test_appends_wait_for_a_slow_tier2_so_the_cache_stays_bounded(tiers: T
     assert highest <= budget + len(payload)
     assert await read_all(c, SEG) == payload * 200
     await c.stop()
+
+
+async def test_many_segments_are_flushed_together_and_failures_retried_alone(tiers: Tiers) -> None:
+    """Segments with only appends to flush go to tier-2 in batches (``write_many``) with their
+    layouts recorded together; a failed item of a batch is retried on the one-by-one path."""
+    c = await tiers.start()
+    names = [f"scope/many/{i}.#epoch.0" for i in range(40)]
+    for name in names:
+        await c.create_segment(name)
+    batches: list[int] = []
+    write_many = c.storage.write_many
+
+    async def spy(writes):  # type: ignore[no-untyped-def]
+        batches.append(len(writes))
+        return await write_many(writes)
+
+    c.storage.write_many = spy  # type: ignore[method-assign]
+    tiers.chunk_faults.fail_next("create_with_data", 2)  # two items of the first batch fail
+    for round_ in range(3):
+        await asyncio.gather(*(c.append(n, b"%s:%d;" % (n.encode(), round_)) for n in names))
+    deadline = asyncio.get_running_loop().time() + 5
+    for name in names:
+        while (info := await c.get_info(name)).storage_length < info.length:
+            assert asyncio.get_running_loop().time() < deadline, "storage writer never caught up"
+            await asyncio.sleep(0.02)
+    assert max(batches) > 1  # several segments per tier-2 call
+    assert tiers.chunk_faults.failures["create_with_data"] == 2
+    c.read_index.evict()
+    for name in names:
+        expected = b"".join(b"%s:%d;" % (name.encode(), r) for r in range(3))
+        assert await read_all(c, name) == expected
+    await c.stop()
+    again = await tiers.start()  # the recorded layouts survive a restart
+    for name in names:
+        assert (await again.get_info(name)).storage_length == len(await read_all(again, name))
+    await again.stop()

@@ -3,7 +3,7 @@
 Responsibility: map chunk names to file paths safely and implement the tier-2 primitives with
 plain file I/O: append at the current length, positional reads, in-kernel concat
 (``copy_file_range``), fsync before a write returns (unless ``fsync=False``, for tests);
-``write_many`` of several chunks makes them durable with one ``syncfs`` of the file system.
+``write_many`` runs several writes in one worker-thread call.
 
 Name mapping: a chunk name is split at ``/`` into directories (so one stream's chunks share a
 directory); each component keeps ``[A-Za-z0-9._-#:=,+@]`` and percent-encodes every other byte of
@@ -15,12 +15,10 @@ never collide. Empty, ``.`` and ``..`` components are rejected.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import string
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tiers.base import (
     BadChunkOffsetError,
@@ -38,8 +36,6 @@ _SAFE = frozenset(string.ascii_letters + string.digits + "._-#:=,+@")
 _SUFFIX = "~c"
 #: Longest encoded component (file systems allow 255 bytes per name, the suffix needs 2).
 _COMPONENT_BYTES_MAX = 250
-#: ``write_many`` of at least this many items syncs the file system once instead of each file.
-SYNCFS_BATCH_MIN = 4
 #: Bytes copied per step when concat falls back to reading and writing.
 _COPY_BYTES = 8 * 1024 * 1024
 
@@ -77,10 +73,8 @@ class FileSystemChunkStorage(ChunkStorage):
     def __init__(self, *, root: str | os.PathLike[str], fsync: bool = True) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.fsync = fsync
-        #: fsync/fdatasync/syncfs calls made by this instance.
+        #: fsync/fdatasync calls made by this instance.
         self.fsync_count = 0
-        #: ``deferred`` is true on a thread running ``write_many``: one syncfs at its end.
-        self._batch = _BatchState()
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -88,12 +82,12 @@ class FileSystemChunkStorage(ChunkStorage):
         return chunk_path(self.root, name)
 
     def _sync(self, fd: int) -> None:
-        if self.fsync and not self._batch.deferred:
+        if self.fsync:
             os.fdatasync(fd)
             self.fsync_count += 1
 
     def _sync_dir(self, path: str) -> None:
-        if self.fsync and not self._batch.deferred:
+        if self.fsync:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(fd)
@@ -151,13 +145,9 @@ class FileSystemChunkStorage(ChunkStorage):
         self._sync_dir(os.path.dirname(path))
 
     async def write_many(self, writes: Sequence[ChunkWrite]) -> list[StorageError | None]:
-        """Every item written without a sync of its own, in one worker-thread call, then one
-        ``syncfs`` of the file system makes them all (data, new files, their directory entries)
-        durable: flushing thousands of small segments costs one journal commit, not one per
-        chunk. If that sync fails, every item counts as failed."""
+        """The items in one worker-thread call instead of one each (each still synced before
+        the call returns): flushing hundreds of small segments costs one thread hop."""
         items = list(writes)
-        if not self.fsync or len(items) < SYNCFS_BATCH_MIN or _syncfs is None:
-            return await super().write_many(items)
         for item in items:
             _check_name(item.name)
             if item.offset < 0 or (item.create and item.offset != 0):
@@ -167,35 +157,24 @@ class FileSystemChunkStorage(ChunkStorage):
 
     def _write_batch(self, items: list[ChunkWrite]) -> list[StorageError | None]:
         outcomes: list[StorageError | None] = []
-        self._batch.deferred = True
-        try:
-            for item in items:
-                try:
-                    if item.create:
-                        self._do_create_with_data(item.name, item.data)
-                    elif len(item.data) == 0:
-                        length = self._do_length(item.name)
-                        if length != item.offset:
-                            raise BadChunkOffsetError(
-                                f"chunk {item.name!r} has length {length}, not {item.offset}"
-                            )
-                    else:
-                        self._do_write(item.name, item.offset, item.data)
-                except StorageError as error:
-                    outcomes.append(error)
-                except OSError as error:
-                    outcomes.append(StorageError(f"chunk {item.name!r}: {error}"))
+        for item in items:
+            try:
+                if item.create:
+                    self._do_create_with_data(item.name, item.data)
+                elif len(item.data) == 0:
+                    length = self._do_length(item.name)
+                    if length != item.offset:
+                        raise BadChunkOffsetError(
+                            f"chunk {item.name!r} has length {length}, not {item.offset}"
+                        )
                 else:
-                    outcomes.append(None)
-        finally:
-            self._batch.deferred = False
-        try:
-            assert _syncfs is not None
-            _syncfs(self.root)
-        except OSError as error:
-            failed = StorageError(f"sync of {self.root!r} after {len(items)} writes: {error}")
-            return [failed] * len(items)
-        self.fsync_count += 1
+                    self._do_write(item.name, item.offset, item.data)
+            except StorageError as error:
+                outcomes.append(error)
+            except OSError as error:
+                outcomes.append(StorageError(f"chunk {item.name!r}: {error}"))
+            else:
+                outcomes.append(None)
         return outcomes
 
     def _do_write(self, name: str, offset: int, data: bytes | memoryview) -> None:
@@ -270,33 +249,6 @@ class FileSystemChunkStorage(ChunkStorage):
         finally:
             for fd in fds:
                 os.close(fd)
-
-
-class _BatchState(threading.local):
-    deferred = False
-
-
-def _load_syncfs() -> Callable[[str], None] | None:
-    """Linux ``syncfs(2)`` (not in ``os``): write back and commit one file system's changes."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syncfs = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-
-    def sync(path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            if syncfs(fd) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, os.strerror(code))
-        finally:
-            os.close(fd)
-
-    return sync
-
-
-_syncfs = _load_syncfs()
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

@@ -32,6 +32,7 @@ from tiers.base import (
     ChunkExistsError,
     ChunkNotFoundError,
     ChunkStorage,
+    ChunkWrite,
     DataLogClosedError,
     DataLogError,
     DataLogFencedError,
@@ -458,6 +459,35 @@ class ChunkStorageContract:
         with pytest.raises(BadChunkOffsetError):
             await storage.write("c", -1, b"x")
         assert await storage.read("c", 0, 3) == b"abc"
+
+    @pytest.mark.asyncio
+    async def test_write_many_reports_each_item(self, storage: ChunkStorage) -> None:
+        await _put(storage, "old", b"abc")
+        writes = [
+            ChunkWrite("new/1", 0, b"one", create=True),
+            ChunkWrite("old", 0, b"x", create=True),  # exists
+            ChunkWrite("new/2", 0, memoryview(b"two"), create=True),
+        ]
+        if storage.supports_append:
+            writes += [
+                ChunkWrite("old", 3, b"def"),
+                ChunkWrite("old", 1, b"zz"),  # not at the end
+                ChunkWrite("missing", 0, b"q"),
+            ]
+        outcomes = await storage.write_many(writes)
+        assert len(outcomes) == len(writes)
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], ChunkExistsError)
+        assert await storage.read("new/1", 0, 3) == b"one"
+        assert await storage.read("new/2", 0, 3) == b"two"
+        if storage.supports_append:
+            assert outcomes[3] is None
+            assert isinstance(outcomes[4], BadChunkOffsetError)
+            assert isinstance(outcomes[5], ChunkNotFoundError)
+            assert await storage.read("old", 0, 6) == b"abcdef"
+        else:
+            assert await storage.read("old", 0, 3) == b"abc"
+        assert await storage.write_many([]) == []
 
     @pytest.mark.asyncio
     async def test_no_append_backend_refuses_write(self, storage: ChunkStorage) -> None:
