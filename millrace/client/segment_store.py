@@ -77,6 +77,8 @@ _EVENT_HEADER_BYTES = _EVENT_HEADER.size
 _DATA_APPENDED = struct.Struct(">16sqqqq")
 _DATA_APPENDED_TYPE = wire.DataAppended.TYPE
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+#: Bytes queued in the transport before appends wait for the server to read them.
+SEND_BUFFER_BYTES = 8 * 1024 * 1024
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
 
@@ -342,6 +344,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.client._transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES)  # type: ignore[attr-defined]
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.assembler.get_buffer()
@@ -359,7 +362,16 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.client._abort(ConnectionLostError(f"undecodable reply: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.client._writable.set()
         self.client._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's send buffer is over its high-water mark (the server reads slower
+        than we append): appends wait in ``_room_to_send`` instead of growing it without bound."""
+        self.client._writable.clear()
+
+    def resume_writing(self) -> None:
+        self.client._writable.set()
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,6 +402,9 @@ class SegmentStoreClient:
         self._hello: asyncio.Future[wire.Hello] | None = None
         self._lost: SegmentStoreError | None = None
         self._closed = asyncio.get_running_loop().create_future()
+        #: Clear while the transport's send buffer is full (see ``_ClientProtocol``).
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     @classmethod
     async def connect(cls, host: str, port: int, **kwargs: Any) -> SegmentStoreClient:
@@ -610,6 +625,8 @@ class SegmentStoreClient:
         """Queue events (one ``bytes`` or a sequence) for the writer; returns a future completed
         when all of them are acknowledged. Waits while ``blocks_in_flight_max`` blocks are out.
         ``raw``: the bytes are appended as they are, without event headers."""
+        if not self._writable.is_set():
+            await self._writable.wait()
         session = self._session(writer_id)
         batch: Sequence[bytes | bytearray | memoryview]
         batch = [events] if isinstance(events, _BYTES_LIKE) else events
@@ -634,6 +651,8 @@ class SegmentStoreClient:
         failed with the first error. For a producer spreading events over many segments: no
         coroutine, future or callback per writer. Nothing is queued if an event is too large
         or a writer is unknown or failed."""
+        if not self._writable.is_set():
+            await self._writable.wait()
         limit = self.limits.event_bytes_max
         items = [(self._session(writer_id), events) for writer_id, events in batches]
         for _, events in items:
