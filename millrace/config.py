@@ -214,7 +214,7 @@ class SegmentStoreSettings:
     token_secret: str = dataclasses.field(default="", repr=False)
     #: A segment's data goes to tier-2 once this old (MILLRACE_TIER2_FLUSH_DELAY_MS, Pravega's
     #: flushThresholdMillis) or this large (MILLRACE_TIER2_FLUSH_BYTES, flushThresholdBytes).
-    tier2_flush_delay_ms: int = 1000
+    tier2_flush_delay_ms: int = 10_000
     tier2_flush_bytes: int = 4 * 1024 * 1024
     #: Bytes of segment data each container's cache holds (MILLRACE_CACHE_BYTES); data not yet
     #: in tier-2 cannot be evicted, and appends are held back while it fills the cache.

@@ -60,7 +60,7 @@ class NodeConfig:
     #: How long a read at the tail of an open segment waits for data (under 30 s).
     read_tail_wait_seconds: float = 5.0
     #: Tier-2 flush thresholds (age, size) and the per-container cache size.
-    tier2_flush_delay_ms: int = 1000
+    tier2_flush_delay_ms: int = 10_000
     tier2_flush_bytes: int = 4 * 1024 * 1024
     cache_bytes: int = 512 * 1024 * 1024
     #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
