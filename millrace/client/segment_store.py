@@ -302,6 +302,8 @@ class _Session:
     )
     room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     failure: SegmentStoreError | None = None
+    #: The ``append_many`` call filling this session right now (it registers once per call).
+    waiter: _AllAcked | None = None
 
     def unacked(self) -> list[tuple[int, bytes]]:
         blocks = [*self.in_flight, _Block(-1, self.open_first(), self.open_events)]
@@ -355,7 +357,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             for type_code, payload in self.assembler.buffer_updated(nbytes):
                 if type_code == _DATA_APPENDED_TYPE and len(payload) == _DATA_APPENDED.size:
                     writer, number, previous, _rid, offset = _DATA_APPENDED.unpack(payload)
-                    client._data_appended(wire.uuid_from_bytes(writer), number, previous, offset)
+                    client._data_appended(int.from_bytes(writer), number, previous, offset)
                     continue
                 client._on_reply(wire.decode_frame(type_code, payload, lenient=True))
         except wire.ProtocolError as exc:
@@ -397,8 +399,10 @@ class SegmentStoreClient:
         self._out_scheduled = False
         self._request_ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._sessions: dict[uuid.UUID, _Session] = {}
-        self._blocks: dict[int, uuid.UUID] = {}
+        #: Append sessions by ``writer_id.int`` (an int hashes in C; a UUID in Python).
+        self._sessions: dict[int, _Session] = {}
+        #: Request id of a block in flight -> its writer's ``writer_id.int``.
+        self._blocks: dict[int, int] = {}
         self._hello: asyncio.Future[wire.Hello] | None = None
         self._lost: SegmentStoreError | None = None
         self._closed = asyncio.get_running_loop().create_future()
@@ -612,11 +616,11 @@ class SegmentStoreClient:
         def make(rid: int) -> Any:
             return wire.SetupAppend(rid, writer_id, segment, self._token(token))
 
-        old = self._sessions.get(writer_id)
+        old = self._sessions.get(writer_id.int)
         if old is not None and (old.calls or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
-        self._sessions[writer_id] = _Session(segment, writer_id, max(last, 0) + 1)
+        self._sessions[writer_id.int] = _Session(segment, writer_id, max(last, 0) + 1)
         return last
 
     async def append_block(
@@ -647,32 +651,68 @@ class SegmentStoreClient:
         self, batches: Iterable[tuple[uuid.UUID, Sequence[bytes]]]
     ) -> asyncio.Future[None]:
         """Queue several writers' events in one call: ``(writer_id, events)`` pairs, each as
-        ``append_block`` takes them; returns one future completed when all are acknowledged, or
-        failed with the first error. For a producer spreading events over many segments: no
-        coroutine, future or callback per writer. Nothing is queued if an event is too large
-        or a writer is unknown or failed."""
+        ``append_block`` takes them (a writer may come more than once; its events keep their
+        order); returns one future completed when all are acknowledged, or failed with the
+        first error. For a producer spreading events over many segments: no coroutine, future
+        or callback per writer, and each writer's blocks are scheduled once per call. Nothing
+        is queued if an event is too large or a writer is unknown or failed."""
         if not self._writable.is_set():
             await self._writable.wait()
+        sessions = self._sessions
+        items: list[tuple[_Session, Sequence[bytes]]] = []
+        for writer_id, events in batches:
+            session = sessions.get(writer_id.int)
+            if session is None or session.failure is not None or self._lost is not None:
+                session = self._session(writer_id)  # raises the reason
+            items.append((session, events))
         limit = self.limits.event_bytes_max
-        items = [(self._session(writer_id), events) for writer_id, events in batches]
-        for _, events in items:
-            if events and max(map(len, events)) > limit:
-                biggest = max(map(len, events))
-                raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limit}")
+        sizes = map(len, itertools.chain.from_iterable(events for _, events in items))
+        biggest = max(sizes, default=0)
+        if biggest > limit:
+            raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limit}")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         countdown = _AllAcked(future, 1)  # the 1 is this call's own, given up at the end
-        for session, events in items:
-            if not events:
-                continue
-            added = self._fill_open(session, events, False, 0)
-            while added < len(events):  # the open block is full: send it, then go on
-                await self._drain_open(session)
-                added = self._fill_open(session, events, False, added)
-            countdown.left += 1
+        touched: list[_Session] = []
+        header = _EVENT_HEADER.pack
+        bytes_max, events_max = self.limits.block_bytes_max, self.limits.block_events_max
+        try:
+            for session, events in items:
+                if len(events) == 1 and type(events[0]) is bytes:  # the common case, inline
+                    event = events[0]
+                    size = len(event) + _EVENT_HEADER_BYTES
+                    open_events = session.open_events
+                    if not open_events or (
+                        session.open_bytes + size <= bytes_max and len(open_events) < events_max
+                    ):
+                        session.open_parts += (header(0, size - _EVENT_HEADER_BYTES), event)
+                        open_events.append(event)
+                        session.open_bytes += size
+                        session.next_event_number += 1
+                    else:
+                        await self._fill_all(session, events)
+                elif events:
+                    await self._fill_all(session, events)
+                else:
+                    continue
+                if session.waiter is not countdown:
+                    session.waiter = countdown
+                    countdown.left += 1
+                    touched.append(session)
+        finally:
+            for session in touched:
+                session.waiter = None
+        for session in touched:
             session.calls.append((session.next_event_number - 1, countdown))
             self._schedule(session)
         countdown.set_result(None)
         return future
+
+    async def _fill_all(self, session: _Session, events: Sequence[bytes]) -> None:
+        """Put all ``events`` in the session's open blocks, sending full ones on the way."""
+        added = self._fill_open(session, events, False, 0)
+        while added < len(events):  # the open block is full: send it, then go on
+            await self._drain_open(session)
+            added = self._fill_open(session, events, False, added)
 
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""
@@ -713,7 +753,7 @@ class SegmentStoreClient:
         return await future
 
     def _session(self, writer_id: uuid.UUID) -> _Session:
-        session = self._sessions.get(writer_id)
+        session = self._sessions.get(writer_id.int)
         if session is None:
             raise InvalidArgumentError(f"no setup_append for writer {writer_id}")
         if session.failure is not None:
@@ -826,19 +866,20 @@ class SegmentStoreClient:
 
     def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
         session.in_flight.append(block)
-        self._blocks[block.request_id] = session.writer_id
+        self._blocks[block.request_id] = session.writer_id.int
         self._send(cmd)
 
     def _on_data_appended(self, reply: wire.DataAppended) -> None:
         self._data_appended(
-            reply.writer_id,
+            reply.writer_id.int,
             reply.event_number,
             reply.previous_event_number,
             reply.current_segment_write_offset,
         )
 
-    def _data_appended(self, writer_id: uuid.UUID, number: int, previous: int, offset: int) -> None:
-        session = self._sessions.get(writer_id)
+    def _data_appended(self, writer: int, number: int, previous: int, offset: int) -> None:
+        """An ack for the writer whose ``writer_id.int`` is ``writer``."""
+        session = self._sessions.get(writer)
         if session is None:
             return
         in_flight = session.in_flight

@@ -88,6 +88,10 @@ class StorageWriter:
             return
         segment_id: int = op.segment_id  # type: ignore[attr-defined]
         urgent = type(op).__name__ != "Append"
+        if not urgent:  # an append makes its segment due once enough bytes wait
+            segment = self.metadata.segments.get(segment_id)
+            unflushed = segment.length - segment.storage_length if segment is not None else 0
+            urgent = unflushed >= self.config.flush_bytes_min
         self._mark(segment_id, op.sequence, urgent)
 
     def _mark(self, segment_id: int, sequence: int, urgent: bool) -> None:
@@ -150,7 +154,7 @@ class StorageWriter:
             return await self._pass_locked()
 
     async def _pass_locked(self) -> bool:
-        due = [segment_id for segment_id in list(self.dirty) if self._due(segment_id)]
+        due = self._due_now()
         worked = bool(due)
         plain = [segment_id for segment_id in due if self._plain_append(segment_id)]
         batch_max = self.config.flush_batch_max
@@ -165,15 +169,20 @@ class StorageWriter:
             worked = True
         return worked
 
-    def _due(self, segment_id: int) -> bool:
-        if segment_id in self._urgent:
-            return True
-        segment = self.metadata.segments.get(segment_id)
-        if segment is None:
-            return True
-        age_ms = (self.now() - self._dirty_since.get(segment_id, 0.0)) * 1000
-        unflushed = segment.length - segment.storage_length
-        return unflushed >= self.config.flush_bytes_min or age_ms >= self.config.flush_delay_ms
+    def _due_now(self) -> list[int]:
+        """The dirty segments to work on now: the urgent ones (changes other than appends,
+        ``flush_bytes_min`` unflushed bytes, a hurry), then those dirty for ``flush_delay_ms``.
+        ``_dirty_since`` is kept in time order, so only the due ones are looked at, however
+        many segments are dirty."""
+        urgent = self._urgent
+        due = [segment_id for segment_id in urgent if segment_id in self.dirty]
+        oldest_allowed = self.now() - self.config.flush_delay_ms / 1000
+        for segment_id, since in self._dirty_since.items():
+            if since > oldest_allowed:
+                break
+            if segment_id not in urgent:
+                due.append(segment_id)
+        return due
 
     def _plain_append(self, segment_id: int) -> bool:
         """Only appended bytes to flush, in one write, and nothing else to do: such segments
@@ -259,6 +268,7 @@ class StorageWriter:
             self._clean(segment_id)
         else:
             self._urgent.discard(segment_id)
+            self._dirty_since.pop(segment_id, None)  # to the end: the order stays by time
             self._dirty_since[segment_id] = self.now()
 
     async def _process(self, segment_id: int) -> None:
