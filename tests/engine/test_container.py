@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
@@ -357,3 +358,28 @@ async def test_many_segments_are_flushed_together_and_failures_retried_alone(tie
     for name in names:
         assert (await again.get_info(name)).storage_length == len(await read_all(again, name))
     await again.stop()
+
+
+async def test_segments_are_flushed_by_size_at_once_and_by_age_only_when_old(
+    tiers: Tiers,
+) -> None:
+    """The storage writer's two triggers: ``flush_bytes_min`` unflushed bytes make a segment due
+    at once; a trickle waits for ``flush_delay_ms`` (here a minute, so it stays in tier-1)."""
+    writer = dataclasses.replace(
+        tiers.config.storage_writer, flush_delay_ms=60_000, flush_bytes_min=8192
+    )
+    tiers.config = dataclasses.replace(tiers.config, storage_writer=writer)
+    c = await tiers.start()
+    big, small = "scope/s/big.#epoch.0", "scope/s/small.#epoch.0"
+    await c.create_segment(big)
+    await c.create_segment(small)
+    await c.append(small, b"x" * 100)
+    for _ in range(3):
+        await c.append(big, b"y" * 4096)
+    deadline = asyncio.get_running_loop().time() + 5
+    while (await c.get_info(big)).storage_length < 8192:
+        assert asyncio.get_running_loop().time() < deadline, "size trigger never fired"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    assert (await c.get_info(small)).storage_length == 0
+    await c.stop()

@@ -88,3 +88,22 @@ async def test_a_failed_writer_fails_the_call(server, store) -> None:
         await asyncio.wait_for(done, 30)
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a")
     await client.close()
+
+
+async def test_appends_wait_while_the_transport_is_full(server, store) -> None:
+    """When the transport says its send buffer is full (pause_writing), append_block and
+    append_many wait for resume_writing instead of queueing more bytes."""
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    segments, writers = await _writers(client, 2)
+    assert client._transport is not None
+    protocol = client._transport.get_protocol()
+    protocol.pause_writing()  # as the transport does above its high-water mark
+    one = asyncio.ensure_future(client.append_block(writers[0], b"a"))
+    many = asyncio.ensure_future(client.append_many([(writers[1], [b"b"])]))
+    await asyncio.sleep(0.2)
+    assert not one.done() and not many.done()
+    protocol.resume_writing()
+    await asyncio.wait_for(await one, 10)
+    await asyncio.wait_for(await many, 10)
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a")
+    await client.close()
