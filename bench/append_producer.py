@@ -165,7 +165,11 @@ async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) 
     window.tick(time.perf_counter())
     await asyncio.wait_for(client.flush(), DRAIN_TIMEOUT_S)
     return window.result(
-        spec["duration"], size, handed=sent, handed_in_window=window.handed_in_window
+        spec["duration"],
+        size,
+        handed=sent,
+        handed_in_window=window.handed_in_window,
+        events_per_block=round(sent / max(1, client.blocks_sent), 1),
     )
 
 

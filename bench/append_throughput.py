@@ -312,7 +312,7 @@ def machine_info(tmp_dir: str | None, load: tuple[float, float, float]) -> dict[
 
 
 METRICS = ("events_per_s", "mb_per_s", "latency_p50_ms", "latency_p99_ms", "server_cores",
-           "producer_cores", "disk_write_mb_per_s")  # fmt: skip
+           "producer_cores", "disk_write_mb_per_s", "events_per_block")  # fmt: skip
 
 
 def medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -370,6 +370,7 @@ COLUMNS = (  # (heading, metric, width, format)
     ("srv cpu", "server_cores", 8, ".2f"),
     ("prod cpu", "producer_cores", 9, ".2f"),
     ("disk MB/s", "disk_write_mb_per_s", 10, ".0f"),
+    ("ev/block", "events_per_block", 9, ",.0f"),
 )
 LABEL_WIDTH = 26
 
@@ -434,7 +435,8 @@ def format_table(report: dict[str, Any]) -> str:
             lines.append(f"  {verdict:<8} {row['target']:<42} {row['measured']}")
     lines.append(
         "srv/prod cpu: CPU cores used by the server / producer process in the measured window;"
-        "\ndisk MB/s: written to the data directory's block device in it (by anyone)."
+        "\ndisk MB/s: written to the data directory's block device in it (by anyone);"
+        "\nev/block: events per append block the client sent (Millrace)."
     )
     return "\n".join(lines)
 

@@ -406,6 +406,8 @@ class SegmentStoreClient:
         self._hello: asyncio.Future[wire.Hello] | None = None
         self._lost: SegmentStoreError | None = None
         self._closed = asyncio.get_running_loop().create_future()
+        #: Append blocks sent on this connection (diagnostics: events per block).
+        self.blocks_sent = 0
         #: Clear while the transport's send buffer is full (see ``_ClientProtocol``).
         self._writable = asyncio.Event()
         self._writable.set()
@@ -865,6 +867,7 @@ class SegmentStoreClient:
         self._send_block(session, block, cmd)
 
     def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
+        self.blocks_sent += 1
         session.in_flight.append(block)
         self._blocks[block.request_id] = session.writer_id.int
         self._send(cmd)
