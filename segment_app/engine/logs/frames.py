@@ -49,7 +49,7 @@ class FrameBuilder:
 
     @staticmethod
     def encoded_size(parts: list[bytes | memoryview]) -> int:
-        return _LEN.size + sum(len(p) for p in parts)
+        return _LEN.size + sum(map(len, parts))
 
     def fits(self, size: int) -> bool:
         """Whether a record of ``size`` bytes (``encoded_size``) still fits in this frame."""
