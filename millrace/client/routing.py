@@ -9,6 +9,7 @@ has its top 52 bits read as a binary fraction. Events without a key get a random
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import random
 import struct
 from collections.abc import Sequence
@@ -62,3 +63,24 @@ class KeySpace:
     def segment_for(self, point: float) -> SegmentRange:
         index = bisect.bisect_right(self._starts, point) - 1
         return self.segments[max(index, 0)]
+
+
+def replace_sealed(
+    keyspace: KeySpace, sealed: SegmentRange, successors: Sequence[SegmentRange]
+) -> KeySpace:
+    """``keyspace`` with the sealed segment's key range handed to its successors, each clipped
+    to that range. A successor of a merge also covers its other predecessors' ranges; those
+    stay with the predecessors until they are found sealed too, so a key's later events
+    cannot reach the successor before its earlier ones, still pending on a predecessor, are
+    sent again there (Pravega's writer replaces only the sealed segment's range likewise)."""
+    kept = [s for s in keyspace.segments if s.segment_id != sealed.segment_id]
+    clipped = [
+        dataclasses.replace(
+            s,
+            key_start=max(s.key_start, sealed.key_start),
+            key_end=min(s.key_end, sealed.key_end),
+        )
+        for s in successors
+        if s.key_start < sealed.key_end and s.key_end > sealed.key_start
+    ]
+    return KeySpace(kept + clipped)

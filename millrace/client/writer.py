@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.pool import SegmentStorePool
-from millrace.client.routing import KeySpace, SegmentRange, key_point
+from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_sealed
 
 #: How long a writer keeps trying to reach a segment store that went away before its
 #: unacknowledged events fail.
@@ -259,16 +259,24 @@ class AsyncEventWriter:
                         payload.append(item.data)
                     else:
                         payload.extend(item.group)
+                client = writer.client
                 try:
-                    ack = await writer.client.append_block(writer.writer_id, payload)
+                    ack = await client.append_block(writer.writer_id, payload)
                 except ssc.SegmentSealedError:
                     if not writer.sealed:
                         writer.sealed = True
                         await self._reroute_locked(writer)
                     return
                 except ssc.ConnectionLostError:
-                    self._schedule_reconnect(writer)
-                    return
+                    if writer.client is client:
+                        self._schedule_reconnect(writer)
+                        return
+                    # A reconnect replaced the connection while this call waited on the old
+                    # one; it queued every pending event again (renumbered, in order): go on
+                    # with those on the new connection. Reconnecting a second time here would
+                    # renumber them again while the new connection may already have sent
+                    # some, and a later event could be stored before an earlier one.
+                    continue
                 ack.add_done_callback(lambda f, b=batch: self._acked(writer, b, f))  # type: ignore[misc]
         finally:
             writer.shipping = False
@@ -358,8 +366,7 @@ class AsyncEventWriter:
                 return
             await asyncio.sleep(0.1)
         assert self._keyspace is not None
-        replaced = [s for s in self._keyspace.segments if s.segment_id != writer.segment.segment_id]
-        self._keyspace = KeySpace(replaced + [s for s, _ in successors])
+        self._keyspace = replace_sealed(self._keyspace, writer.segment, [s for s, _ in successors])
         items, writer.pending, writer.unsent = list(writer.pending), deque(), []
         for item in items:
             if not item.done.done():

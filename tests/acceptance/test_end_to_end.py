@@ -128,8 +128,12 @@ def run(standalone: Standalone, tmp_path: Path) -> Iterator[Run]:
     manager = StreamManager(standalone.base, token=standalone.token)
     manager.create_scope(scope)
     manager.create_stream(scope, "st", initial_segments=4)
+    # The lease must outlast a live reader's slowest sync: on SQLite a sync can wait seconds
+    # for the database lock while the worker commits transactions and scales (3 s was seen
+    # to expire live readers on a loaded 2-core machine); the killed reader's segments are
+    # handed on once it has lapsed.
     manager.create_reader_group(
-        scope, "rg", [f"{scope}/st"], reader_timeout_ms=3000, group_refresh_time_ms=200
+        scope, "rg", [f"{scope}/st"], reader_timeout_ms=10_000, group_refresh_time_ms=200
     )
     manager.close()
     running = Run(standalone, scope, tmp_path)

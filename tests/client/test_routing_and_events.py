@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from millrace.client.events import EventFormatError, EventSplitter, encode_event
-from millrace.client.routing import KeySpace, SegmentRange, key_point
+from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_sealed
 
 
 @given(st.text())
@@ -58,3 +58,21 @@ def test_splitter_rejects_bytes_that_are_not_events() -> None:
         EventSplitter(5).feed(5, b"\x00\x00\x00\x07garbage!")
     with pytest.raises(EventFormatError, match="expected 0"):
         EventSplitter(0).feed(3, b"")
+
+
+def test_a_merge_successor_takes_only_the_sealed_segments_range() -> None:
+    """Scale down merges A and C into M. When the writer finds C sealed first, keys of A must
+    still go to A (sealed too, so its pending events are sent on to M in order) and not
+    straight to M, where they would overtake the key's earlier events pending on A."""
+    a = SegmentRange(1, "s/st/1", 0.0, 0.5)
+    c = SegmentRange(2, "s/st/2", 0.5, 1.0)
+    m = SegmentRange(3, "s/st/3.#epoch.1", 0.0, 1.0)
+    after_c = replace_sealed(KeySpace([a, c]), c, [m])
+    assert after_c.segment_for(0.25).segment_id == 1
+    assert after_c.segment_for(0.75).segment_id == 3
+    after_a = replace_sealed(after_c, a, [m])
+    assert {after_a.segment_for(p).segment_id for p in (0.0, 0.25, 0.5, 0.99)} == {3}
+    # A split: each successor gets its part.
+    a1, a2 = SegmentRange(4, "s/st/4", 0.0, 0.25), SegmentRange(5, "s/st/5", 0.25, 0.5)
+    split = replace_sealed(KeySpace([a, c]), a, [a1, a2])
+    assert [split.segment_for(p).segment_id for p in (0.1, 0.3, 0.6)] == [4, 5, 2]
