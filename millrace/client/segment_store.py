@@ -369,7 +369,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         """The transport's send buffer is over its high-water mark (the server reads slower
-        than we append): appends wait in ``_room_to_send`` instead of growing it without bound."""
+        than we append): ``append_block`` and ``append_many`` wait on ``_writable`` instead of
+        growing it without bound."""
         self.client._writable.clear()
 
     def resume_writing(self) -> None:
@@ -636,10 +637,7 @@ class SegmentStoreClient:
         session = self._session(writer_id)
         batch: Sequence[bytes | bytearray | memoryview]
         batch = [events] if isinstance(events, _BYTES_LIKE) else events
-        added = self._fill_open(session, batch, raw, 0)
-        while added < len(batch):  # the open block is full: send it, then go on
-            await self._drain_open(session)
-            added = self._fill_open(session, batch, raw, added)
+        await self._fill_all(session, batch, raw)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
         if batch or session.calls:
@@ -675,27 +673,11 @@ class SegmentStoreClient:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         countdown = _AllAcked(future, 1)  # the 1 is this call's own, given up at the end
         touched: list[_Session] = []
-        header = _EVENT_HEADER.pack
-        bytes_max, events_max = self.limits.block_bytes_max, self.limits.block_events_max
         try:
             for session, events in items:
-                if len(events) == 1 and type(events[0]) is bytes:  # the common case, inline
-                    event = events[0]
-                    size = len(event) + _EVENT_HEADER_BYTES
-                    open_events = session.open_events
-                    if not open_events or (
-                        session.open_bytes + size <= bytes_max and len(open_events) < events_max
-                    ):
-                        session.open_parts += (header(0, size - _EVENT_HEADER_BYTES), event)
-                        open_events.append(event)
-                        session.open_bytes += size
-                        session.next_event_number += 1
-                    else:
-                        await self._fill_all(session, events)
-                elif events:
-                    await self._fill_all(session, events)
-                else:
+                if not events:
                     continue
+                await self._fill_all(session, events)
                 if session.waiter is not countdown:
                     session.waiter = countdown
                     countdown.left += 1
@@ -709,12 +691,17 @@ class SegmentStoreClient:
         countdown.set_result(None)
         return future
 
-    async def _fill_all(self, session: _Session, events: Sequence[bytes]) -> None:
+    async def _fill_all(
+        self,
+        session: _Session,
+        events: Sequence[bytes | bytearray | memoryview],
+        raw: bool = False,
+    ) -> None:
         """Put all ``events`` in the session's open blocks, sending full ones on the way."""
-        added = self._fill_open(session, events, False, 0)
+        added = self._fill_open(session, events, raw, 0)
         while added < len(events):  # the open block is full: send it, then go on
             await self._drain_open(session)
-            added = self._fill_open(session, events, False, added)
+            added = self._fill_open(session, events, raw, added)
 
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""

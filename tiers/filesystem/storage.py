@@ -138,9 +138,8 @@ class FileSystemChunkStorage(ChunkStorage):
         self._do_create_with_data(name, b"")
 
     def _do_create_with_data(self, name: str, data: bytes | memoryview) -> None:
-        path, fd = self._create_file(name)
+        path, fd = self._create_unsynced(name, data)
         try:
-            _pwrite_all(fd, data, 0)
             self._sync(fd)
         except BaseException:
             os.close(fd)
@@ -149,6 +148,39 @@ class FileSystemChunkStorage(ChunkStorage):
             raise
         os.close(fd)
         self._sync_dir(os.path.dirname(path))
+
+    def _create_unsynced(self, name: str, data: bytes | memoryview) -> tuple[str, int]:
+        """Create chunk ``name`` holding ``data``, not synced; its path and open fd."""
+        path, fd = self._create_file(name)
+        try:
+            _pwrite_all(fd, data, 0)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return path, fd
+
+    def _append_unsynced(self, name: str, offset: int, data: bytes | memoryview) -> int:
+        """Append ``data`` at ``offset`` (= the chunk's length), not synced; the open fd. A
+        failed write leaves the chunk as it was."""
+        fd = self._open(name, os.O_WRONLY)
+        try:
+            length = os.fstat(fd).st_size
+            if length != offset:
+                raise BadChunkOffsetError(
+                    f"chunk {name!r}: write at {offset} but its length is {length}"
+                )
+            try:
+                _pwrite_all(fd, data, offset)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, offset)
+                raise StorageError(f"chunk {name!r}: write failed: {error}") from error
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     async def write_many(self, writes: Sequence[ChunkWrite]) -> list[StorageError | None]:
         """The items in one worker-thread call: every item written first, then all the files
@@ -201,32 +233,9 @@ class FileSystemChunkStorage(ChunkStorage):
     def _write_unsynced(self, item: ChunkWrite) -> tuple[int, str | None]:
         """Write one item without syncing; returns its open fd and its path if created."""
         if item.create:
-            path, fd = self._create_file(item.name)
-            try:
-                _pwrite_all(fd, item.data, 0)
-            except BaseException:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                raise
+            path, fd = self._create_unsynced(item.name, item.data)
             return fd, path
-        fd = self._open(item.name, os.O_WRONLY)
-        try:
-            length = os.fstat(fd).st_size
-            if length != item.offset:
-                raise BadChunkOffsetError(
-                    f"chunk {item.name!r}: write at {item.offset} but its length is {length}"
-                )
-            try:
-                _pwrite_all(fd, item.data, item.offset)
-            except OSError as error:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, item.offset)
-                raise StorageError(f"chunk {item.name!r}: write failed: {error}") from error
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, None
+        return self._append_unsynced(item.name, item.offset, item.data), None
 
     def _undo(
         self, item: ChunkWrite, fd: int, created: str | None, error: BaseException
@@ -254,15 +263,9 @@ class FileSystemChunkStorage(ChunkStorage):
             return self._pool
 
     def _do_write(self, name: str, offset: int, data: bytes | memoryview) -> None:
-        fd = self._open(name, os.O_WRONLY)
+        fd = self._append_unsynced(name, offset, data)
         try:
-            length = os.fstat(fd).st_size
-            if length != offset:
-                raise BadChunkOffsetError(
-                    f"chunk {name!r}: write at {offset} but its length is {length}"
-                )
             try:
-                _pwrite_all(fd, data, offset)
                 self._sync(fd)
             except OSError as error:
                 with contextlib.suppress(OSError):

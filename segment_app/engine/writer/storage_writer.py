@@ -202,7 +202,6 @@ class StorageWriter:
         ``UpdateStorage`` operations (one group commit in tier-1). A segment whose write failed
         goes the one-by-one way, which knows how to recover a chunk that is not as recorded."""
         await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
-        epoch = self.metadata.epoch
         plans: list[tuple[SegmentMetadata, int, int, ChunkRecord | None]] = []
         writes: list[ChunkWrite] = []
         seen: dict[int, int] = {}
@@ -217,8 +216,7 @@ class StorageWriter:
             if last is not None:
                 writes.append(ChunkWrite(last.name, last.length, data))
             else:
-                name = f"{segment.name}.E{epoch}.O{offset}"
-                writes.append(ChunkWrite(name, 0, data, create=True))
+                writes.append(ChunkWrite(self._new_chunk_name(segment, offset), 0, data, True))
             plans.append((segment, offset, length, last))
         outcomes = await self.storage.write_many(writes)
         records = []
@@ -229,14 +227,7 @@ class StorageWriter:
             if error is not None:
                 retry.append(segment.segment_id)
                 continue
-            if last is not None:
-                chunk = dataclasses.replace(last, length=last.length + length)
-                keep = len(segment.chunks) - 1
-            else:
-                chunk = ChunkRecord(write.name, offset, length, epoch)
-                keep = len(segment.chunks)
-            records.append(self._record(segment, offset + length, keep=keep, chunks=[chunk]))
-            self.bytes_flushed += length
+            records.append(self._record_write(segment, offset, length, last, write.name))
         await asyncio.gather(*records)
         for segment_id, last_op in seen.items():
             if segment_id not in retry:
@@ -311,27 +302,43 @@ class StorageWriter:
     async def _write(self, segment: SegmentMetadata, offset: int, length: int) -> None:
         await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
         data = await self.read_index.read_unflushed(segment, offset, length)
-        epoch = self.metadata.epoch
         last = self._appendable_chunk(segment, offset, length)
-        can_append = last is not None
         if last is not None:
             try:
                 await self.storage.write(last.name, last.length, data)
             except (BadChunkOffsetError, ChunkNotFoundError):
-                can_append = False  # the chunk is not as recorded: start a new one
+                last = None  # the chunk is not as recorded: start a new one
             else:
-                grown = dataclasses.replace(last, length=last.length + length)
-                keep = len(segment.chunks) - 1
-                await self._record(segment, offset + length, keep=keep, chunks=[grown])
-        if not can_append:
-            name = f"{segment.name}.E{epoch}.O{offset}"
-            try:
-                await self.storage.create_with_data(name, data)
-            except ChunkExistsError:  # left by an earlier failed attempt of this epoch
-                await self.storage.delete(name)
-                await self.storage.create_with_data(name, data)
-            chunk = ChunkRecord(name, offset, length, epoch)
-            await self._record(segment, offset + length, keep=len(segment.chunks), chunks=[chunk])
+                await self._record_write(segment, offset, length, last, last.name)
+                return
+        name = self._new_chunk_name(segment, offset)
+        try:
+            await self.storage.create_with_data(name, data)
+        except ChunkExistsError:  # left by an earlier failed attempt of this epoch
+            await self.storage.delete(name)
+            await self.storage.create_with_data(name, data)
+        await self._record_write(segment, offset, length, None, name)
+
+    def _new_chunk_name(self, segment: SegmentMetadata, offset: int) -> str:
+        return f"{segment.name}.E{self.metadata.epoch}.O{offset}"
+
+    async def _record_write(
+        self,
+        segment: SegmentMetadata,
+        offset: int,
+        length: int,
+        appended_to: ChunkRecord | None,
+        name: str,
+    ) -> None:
+        """Record ``length`` bytes written at ``offset``: appended to the segment's last chunk
+        ``appended_to``, or in a new chunk ``name``."""
+        if appended_to is not None:
+            chunk = dataclasses.replace(appended_to, length=appended_to.length + length)
+            keep = len(segment.chunks) - 1
+        else:
+            chunk = ChunkRecord(name, offset, length, self.metadata.epoch)
+            keep = len(segment.chunks)
+        await self._record(segment, offset + length, keep=keep, chunks=[chunk])
         self.bytes_flushed += length
 
     async def _relink(self, target: SegmentMetadata, source_id: int) -> None:
