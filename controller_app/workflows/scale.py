@@ -18,7 +18,12 @@ from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.choices import EPOCH_TRANSITION_PENDING, EpochTransitionState, StreamState
-from controller_app.errors import EpochChangedError, InvalidArgumentError, PreconditionFailedError
+from controller_app.errors import (
+    EpochChangedError,
+    InvalidArgumentError,
+    PreconditionFailedError,
+    SegmentNotFoundError,
+)
 from controller_app.models import Epoch, EpochTransition, SegmentRecord, Stream, transition
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments
@@ -93,6 +98,17 @@ def scale_stream(
     current = {s.id: s for s in sel.current_segments(stream)}
     wanted = list(dict.fromkeys(int(i) for i in sealed_segment_ids))
     unknown = [i for i in wanted if i not in current]
+    for segment_id in unknown:
+        try:
+            sel.segment_record(stream, segment_id)
+        except SegmentNotFoundError:
+            continue
+        # It was current once: the stream moved on (a scale or a rolling transaction commit)
+        # since the caller read its segments. A conflict, as when that happens mid-request.
+        raise EpochChangedError(
+            f"segment {segment_id} of {scope}/{name} is no longer current (the stream is at"
+            f" epoch {stream.current_epoch}); read its current segments and ask again"
+        )
     if unknown:
         raise InvalidArgumentError(
             f"segment {unknown[0]} is not a current segment of {scope}/{name}"

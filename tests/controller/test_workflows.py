@@ -175,6 +175,10 @@ def test_scale_splits_and_merges(stream: Stream, wire, sc: str) -> None:
     assert sorted(s.number for s in successors) == [2, 3]
     assert check_stream(scaled) == []
 
+    # The sealed segment again (a caller that read the segments before the scale): conflict.
+    with pytest.raises(EpochChangedError, match="no longer current"):
+        scale.scale_stream(sc, "st", [high.id], [(0.5, 1.0)], wait=None)
+
     a, b = sel.current_segments(scaled)[1:]
     scale.scale_stream(sc, "st", [a.id, b.id], [(0.5, 1.0)], wait=None)
     scale.run_scale(stream.pk)
