@@ -73,14 +73,16 @@ def replace_sealed(
     stay with the predecessors until they are found sealed too, so a key's later events
     cannot reach the successor before its earlier ones, still pending on a predecessor, are
     sent again there (Pravega's writer replaces only the sealed segment's range likewise)."""
+    # The sealed segment may hold several ranges here (it took over two predecessors' ranges
+    # one at a time): its successors take every one of them.
+    held = [s for s in keyspace.segments if s.segment_id == sealed.segment_id] or [sealed]
     kept = [s for s in keyspace.segments if s.segment_id != sealed.segment_id]
     clipped = [
         dataclasses.replace(
-            s,
-            key_start=max(s.key_start, sealed.key_start),
-            key_end=min(s.key_end, sealed.key_end),
+            s, key_start=max(s.key_start, part.key_start), key_end=min(s.key_end, part.key_end)
         )
+        for part in held
         for s in successors
-        if s.key_start < sealed.key_end and s.key_end > sealed.key_start
+        if s.key_start < part.key_end and s.key_end > part.key_start
     ]
     return KeySpace(kept + clipped)

@@ -72,6 +72,12 @@ def test_a_merge_successor_takes_only_the_sealed_segments_range() -> None:
     assert after_c.segment_for(0.75).segment_id == 3
     after_a = replace_sealed(after_c, a, [m])
     assert {after_a.segment_for(p).segment_id for p in (0.0, 0.25, 0.5, 0.99)} == {3}
+    # M now holds two ranges; sealed by a split (the writer's record of M is one of them),
+    # its successors take both.
+    m1, m2 = SegmentRange(6, "s/st/6", 0.0, 0.5), SegmentRange(7, "s/st/7", 0.5, 1.0)
+    clipped_m = after_a.segment_for(0.75)
+    after_m = replace_sealed(after_a, clipped_m, [m1, m2])
+    assert [after_m.segment_for(p).segment_id for p in (0.0, 0.25, 0.6, 0.99)] == [6, 6, 7, 7]
     # A split: each successor gets its part.
     a1, a2 = SegmentRange(4, "s/st/4", 0.0, 0.25), SegmentRange(5, "s/st/5", 0.25, 0.5)
     split = replace_sealed(KeySpace([a, c]), a, [a1, a2])
