@@ -15,12 +15,15 @@ group and logs every event it hands out, one unbuffered line each
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from millrace.client.manager import StreamManager
 from millrace.client.reader_group import TruncatedDataError
@@ -29,9 +32,40 @@ KEYS_PER_WRITER = 8
 TXN_EVENTS = 10
 
 
+def dump_on_sigusr1(manager: StreamManager, *inspected: Any) -> None:
+    """On SIGUSR1 print the stacks of the client's asyncio tasks and the state of
+    ``inspected`` (the async objects behind the blocking facades) to stderr: what a test that
+    finds this process stuck shows of it."""
+    loop = manager._loop.loop
+
+    def dump() -> None:
+        print(f"--- SIGUSR1 dump at {time.time():.3f} ---", file=sys.stderr)
+        for thing in inspected:
+            print(f"{type(thing).__name__}: {_state(thing)}", file=sys.stderr)
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+
+    signal.signal(signal.SIGUSR1, lambda *_: loop.call_soon_threadsafe(dump))
+
+
+def _state(thing: Any) -> str:
+    fields = {k: v for k, v in vars(thing).items() if not k.startswith("__")}
+    writers = fields.pop("_writers", None)
+    lines = [repr({k: v for k, v in fields.items() if isinstance(v, int | float | str | bool)})]
+    for segment_id, w in (writers or {}).items():
+        lines.append(
+            f"  segment {segment_id}: pending={len(w.pending)} unsent={len(w.unsent)} "
+            f"shipping={w.shipping} sealed={w.sealed} reconnecting={w.reconnecting} "
+            f"next_number={w.next_number} client_lost={w.client._lost!r}"
+        )
+    return "\n".join(lines)
+
+
 def writer(base: str, token: str, scope: str, wid: str, count: int, rate: float, out: str) -> None:
     manager = StreamManager(base, token)
     writer = manager.create_writer(scope, "st")
+    dump_on_sigusr1(manager, writer._writer)
     counts = dict.fromkeys((f"w{wid}k{j}" for j in range(KEYS_PER_WRITER)), 0)
     keys = list(counts)
     progress = Path(out + ".progress")
@@ -55,6 +89,7 @@ def writer(base: str, token: str, scope: str, wid: str, count: int, rate: float,
 def txn(base: str, token: str, scope: str, out: str, stopfile: str) -> None:
     manager = StreamManager(base, token)
     writer = manager.create_transaction_writer(scope, "st")
+    dump_on_sigusr1(manager)
     log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     n = 0
     while not Path(stopfile).exists():
@@ -87,6 +122,7 @@ def txn(base: str, token: str, scope: str, out: str, stopfile: str) -> None:
 def reader(base: str, token: str, scope: str, group: str, rid: str, out: str) -> None:
     manager = StreamManager(base, token)
     reader = manager.reader_group(scope, group).create_reader(rid)
+    dump_on_sigusr1(manager)
     log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     while True:
         try:

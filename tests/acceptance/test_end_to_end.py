@@ -36,7 +36,12 @@ from millrace.client.manager import StreamManager
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
-pytestmark = pytest.mark.slow
+RUN_TIMEOUT_SECONDS = 600.0
+#: Writers that write nothing for this long are stuck: the test fails with what they show.
+STALL_SECONDS = 90.0
+
+# (pytest-timeout's 300 s would cut a slow run short without the roles' diagnostics)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_SECONDS + 240)]
 
 EVENTS = int(os.environ.get("MILLRACE_E2E_EVENTS", "200000"))
 WRITERS = 4
@@ -44,7 +49,6 @@ READERS = 3
 #: Events per second each writer aims at (the run lasts long enough for the scales and kills).
 WRITER_RATE = 5000.0
 ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_SECONDS = 600.0
 
 
 class Run:
@@ -75,12 +79,37 @@ class Run:
         try:
             code = self.procs[name].wait(timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{name} did not finish:\n{self.stderr(name)}")
+            self.fail_stuck([name], "did not finish")
         assert code == 0 or name == "r1", f"{name} exited {code}:\n{self.stderr(name)}"
         return code
 
-    def stderr(self, name: str) -> str:
-        return (self.where / f"{name}.stderr").read_text(errors="replace")[-4000:]
+    def wait_writers(self, deadline: float) -> None:
+        """Until every writer has finished; fails early when they all stop making progress."""
+        last, since = -1, time.monotonic()
+        while True:
+            running = [f"w{i}" for i in range(WRITERS) if self.procs[f"w{i}"].poll() is None]
+            if not running:
+                break
+            written, now = self.written(), time.monotonic()
+            if written != last:
+                last, since = written, now
+            if now - since > STALL_SECONDS or now > deadline:
+                self.fail_stuck(running, f"wrote nothing for {now - since:.0f} s at {written}")
+            time.sleep(0.2)
+        for i in range(WRITERS):
+            self.wait(f"w{i}", timeout=1)
+
+    def fail_stuck(self, names: list[str], what: str) -> None:
+        """Fail with the stuck roles' asyncio tasks and state (they dump them on SIGUSR1)."""
+        for name in names:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.procs[name].pid, signal.SIGUSR1)
+        time.sleep(2)
+        shown = "\n".join(f"--- {name}:\n{self.stderr(name, 20_000)}" for name in names)
+        pytest.fail(f"{', '.join(names)} {what}:\n{shown}")
+
+    def stderr(self, name: str, tail: int = 4000) -> str:
+        return (self.where / f"{name}.stderr").read_text(errors="replace")[-tail:]
 
     def kill_all(self) -> None:
         for proc in self.procs.values():
@@ -164,7 +193,8 @@ def test_writers_readers_scaling_transactions_and_kills(run: Run) -> None:
     done: list[str] = []
     for fraction, action, split in steps:
         while run.written() < fraction * EVENTS:
-            assert time.monotonic() < deadline, f"writers stuck at {run.written()}"
+            if time.monotonic() > deadline:
+                run.fail_stuck([f"w{i}" for i in range(WRITERS)], f"stuck at {run.written()}")
             for i in range(WRITERS):
                 assert run.procs[f"w{i}"].poll() in (None, 0), run.stderr(f"w{i}")
             time.sleep(0.05)
@@ -180,8 +210,7 @@ def test_writers_readers_scaling_transactions_and_kills(run: Run) -> None:
             os.kill(run.node.child_running("segmentstore"), signal.SIGKILL)
             run.node.wait_for("segmentstore is back", timeout=60, after=mark)
         done.append(action)
-    for i in range(WRITERS):
-        run.wait(f"w{i}", timeout=max(deadline - time.monotonic(), 1))
+    run.wait_writers(deadline)
     txn_log = where / "txn.log"
     while len(txn_log.read_text().splitlines()) < 6:  # some commits and an abort at least
         assert time.monotonic() < deadline, "the transaction writer is stuck"
