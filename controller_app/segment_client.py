@@ -31,8 +31,6 @@ from millrace.tokens import delegation_token
 
 T = TypeVar("T")
 
-#: Lifetime of the delegation tokens the controller mints for its own requests.
-TOKEN_TTL_SECONDS = 600.0
 #: Seconds one request to the segment store may take before it fails.
 REQUEST_TIMEOUT_SECONDS = 30.0
 
@@ -81,7 +79,7 @@ def _token(segment: str) -> str:
     from segment_app.server.auth import READ_UPDATE
 
     scope, stream, _ = segment.split("/", 2)
-    return delegation_token(f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
+    return delegation_token(f"{scope}/{stream}/", READ_UPDATE)
 
 
 class SegmentStorePort:

@@ -275,6 +275,10 @@ class WebSettings:
     secret_key: str = dataclasses.field(default="", repr=False)
     #: Whether REST endpoints require an authenticated user (MILLRACE_AUTH, default on).
     auth_enabled: bool = True
+    #: Lifetime of the segment store delegation tokens this node issues
+    #: (MILLRACE_TOKEN_TTL_SECONDS; Pravega's delegation token TTL is 600 s as well). Clients
+    #: ask for a new one when theirs expires.
+    token_ttl_seconds: int = 600
     #: Django debug mode (MILLRACE_DEBUG, default off); never on in production.
     debug: bool = False
     #: Host names the HTTP server answers to (MILLRACE_ALLOWED_HOSTS, comma-separated).
@@ -292,6 +296,9 @@ class WebSettings:
             redis_url=parse_redis_url(env),
             secret_key=_secret(env, "MILLRACE_SECRET_KEY", data_dir, "django-secret-key"),
             auth_enabled=parse_bool(env, "MILLRACE_AUTH", True),
+            token_ttl_seconds=parse_int(
+                env, "MILLRACE_TOKEN_TTL_SECONDS", cls.token_ttl_seconds, low=2, high=7 * 86400
+            ),
             debug=parse_bool(env, "MILLRACE_DEBUG", False),
             allowed_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip())
             or cls.allowed_hosts,

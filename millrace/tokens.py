@@ -46,13 +46,15 @@ def _token_secret() -> str:
     return SegmentStoreSettings.from_env().token_secret
 
 
-def delegation_token(resource: str, access: str, ttl_seconds: float) -> str:
+def delegation_token(resource: str, access: str, ttl_seconds: float | None = None) -> str:
     """A segment store delegation token for ``resource`` (``scope/stream/``, a segment, or
-    ``*``), signed with the cluster's token secret; empty when authentication is off."""
+    ``*``), signed with the cluster's token secret, valid ``ttl_seconds`` (default: the
+    node's ``MILLRACE_TOKEN_TTL_SECONDS``); empty when authentication is off."""
     from django.conf import settings
 
     if not settings.MILLRACE.auth_enabled:
         return ""
     from segment_app.server.auth import mint_token
 
-    return mint_token(_token_secret(), resource, access, ttl_seconds)
+    ttl = settings.MILLRACE.token_ttl_seconds if ttl_seconds is None else ttl_seconds
+    return mint_token(_token_secret(), resource, access, ttl)

@@ -222,11 +222,24 @@ def test_bad_segment_store_value_is_one_clear_line(
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [("REDIS_URL", "http://cache:6379"), ("MILLRACE_DEBUG", "loud"), ("MILLRACE_AUTH", "2")],
+    [
+        ("REDIS_URL", "http://cache:6379"),
+        ("MILLRACE_DEBUG", "loud"),
+        ("MILLRACE_AUTH", "2"),
+        ("MILLRACE_TOKEN_TTL_SECONDS", "ten"),
+        ("MILLRACE_TOKEN_TTL_SECONDS", "1"),
+    ],
 )
 def test_bad_web_value_names_the_variable(data_dir: Path, variable: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"^{variable}="):
         WebSettings.from_env({"MILLRACE_DATA_DIR": str(data_dir), variable: value})
+
+
+def test_delegation_token_lifetime(data_dir: Path) -> None:
+    base = {"MILLRACE_DATA_DIR": str(data_dir)}
+    assert WebSettings.from_env(base).token_ttl_seconds == 600  # Pravega's default too
+    ttl = WebSettings.from_env({**base, "MILLRACE_TOKEN_TTL_SECONDS": "30"}).token_ttl_seconds
+    assert ttl == 30
 
 
 def test_data_dir_that_is_a_file_is_rejected(tmp_path: Path) -> None:

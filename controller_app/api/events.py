@@ -64,13 +64,10 @@ class LocalController:
     """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
 
     async def delegation_token(self, scope: str, stream: str) -> str:
-        from controller_app.segment_client import TOKEN_TTL_SECONDS
         from millrace.tokens import delegation_token
         from segment_app.server.auth import READ_UPDATE
 
-        return await _in_thread(delegation_token)(
-            f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS
-        )
+        return await _in_thread(delegation_token)(f"{scope}/{stream}/", READ_UPDATE)
 
     async def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
         def read() -> list[SegmentRange]:

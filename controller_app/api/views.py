@@ -487,13 +487,15 @@ class DelegationTokenView(APIView):
     )
     def post(self, request: Request, scope: str, stream: str) -> Response:
         """A segment store delegation token (read and update) for the stream's segments."""
-        from controller_app.segment_client import TOKEN_TTL_SECONDS
+        from django.conf import settings
+
         from millrace.tokens import delegation_token
         from segment_app.server.auth import READ_UPDATE
 
         get_stream(scope, stream)
-        token = delegation_token(f"{scope}/{stream}/", READ_UPDATE, TOKEN_TTL_SECONDS)
-        return Response({"token": token, "expiresIn": int(TOKEN_TTL_SECONDS) if token else 0})
+        token = delegation_token(f"{scope}/{stream}/", READ_UPDATE)
+        ttl = settings.MILLRACE.token_ttl_seconds
+        return Response({"token": token, "expiresIn": ttl if token else 0})
 
 
 class WriterMarksView(APIView):

@@ -77,8 +77,7 @@ class AsyncByteStream:
         segment_id = current[0]["segmentId"]
         self._segment = current[0]["name"]
         self._node = await controller.segment_uri(scope, stream, segment_id)
-        token = await controller.delegation_token(scope, stream)
-        self._pool = SegmentStorePool(delegation_token=token)
+        self._pool = await SegmentStorePool.for_stream(controller, scope, stream)
         return self
 
     async def _client(self) -> ssc.SegmentStoreClient:

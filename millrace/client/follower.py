@@ -59,9 +59,13 @@ class StreamFollower:
         *,
         successors: Successors | None = None,
         on_truncated: OnTruncated | None = None,
+        token_refresh: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         self.pool = pool
         self.token = token
+        #: Gets a new ``token`` when the segment store says it has expired (else that error
+        #: ends the reading).
+        self.token_refresh = token_refresh
         self.emit = emit
         self.successors = successors
         self.on_truncated = on_truncated
@@ -99,6 +103,14 @@ class StreamFollower:
                 continue
             except (ssc.SegmentNotFoundError, ssc.SegmentSealedError):
                 return  # deleted (stream deleted or truncated away), or sealed at the end
+            except ssc.AuthTokenCheckFailedError as exc:
+                if not exc.expired or self.token_refresh is None:
+                    raise
+                token = await self.token_refresh()
+                if token == self.token:
+                    raise  # (no newer one to be had)
+                self.token = token
+                continue
             delay = RECONNECT_DELAY_SECONDS
             events = splitter.feed(result.offset, result.data)
             if events:

@@ -8,6 +8,7 @@ returns a connected ``SegmentStoreClient``; a closed or lost one is replaced on 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from millrace.client.segment_store import SegmentStoreClient
@@ -18,8 +19,21 @@ class SegmentStorePool:
 
     def __init__(self, **client_options: Any) -> None:
         self.client_options = client_options
+        #: The connections' delegation token as first given, and what renews it on expiry.
+        self.delegation_token: str = client_options.get("delegation_token", "")
+        self.token_refresh = client_options.get("token_refresh")
         self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    @classmethod
+    async def for_stream(
+        cls, controller: Any, scope: str, stream: str, **client_options: Any
+    ) -> SegmentStorePool:
+        """A pool whose connections carry the stream's delegation token from ``controller``,
+        asked for again when the segment store says it has expired (tokens last
+        MILLRACE_TOKEN_TTL_SECONDS; writers and readers live longer)."""
+        fetch = functools.partial(controller.delegation_token, scope, stream)
+        return cls(delegation_token=await fetch(), token_refresh=fetch, **client_options)
 
     async def get(self, host: str, port: int) -> SegmentStoreClient:
         key = (host, port)

@@ -85,8 +85,11 @@ class AsyncEventReader:
 
     async def _run(self) -> None:
         try:
-            follower = StreamFollower(self._pool, self._token, self._emit,  # type: ignore[arg-type]
-                                      successors=self._successors)  # fmt: skip
+            pool = self._pool
+            assert pool is not None
+            follower = StreamFollower(pool, pool.delegation_token, self._emit,
+                                      successors=self._successors,
+                                      token_refresh=pool.token_refresh)  # fmt: skip
             await follower.run(await self._position())
             await self._queue.put(_END)
         except BaseException as exc:  # hand it to read_next
@@ -95,8 +98,7 @@ class AsyncEventReader:
 
     async def _ensure_started(self) -> None:
         if self._task is None:
-            self._token = await self.controller.delegation_token(self.scope, self.stream)
-            self._pool = SegmentStorePool(delegation_token=self._token)
+            self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def read_next(self, timeout: float | None = None) -> EventRead | None:

@@ -32,7 +32,7 @@ import logging
 import struct
 import threading
 import uuid
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from segment_app.server import protocol as wire
@@ -390,8 +390,12 @@ class SegmentStoreClient:
         delegation_token: str = "",
         request_timeout: float = 30.0,
         limits: AppendLimits | None = None,
+        token_refresh: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         self.delegation_token = delegation_token
+        #: Gets a new ``delegation_token`` when the segment store says it has expired (the
+        #: request is then sent once more with it); ``None``: the error is raised.
+        self.token_refresh = token_refresh
         self.request_timeout = request_timeout
         self.limits = limits or AppendLimits()
         self._transport: asyncio.Transport | None = None
@@ -471,8 +475,10 @@ class SegmentStoreClient:
     def _token(self, token: str | None) -> str:
         return self.delegation_token if token is None else token
 
-    async def _call(self, make: Any, expected: type[T]) -> T:
-        """Send ``make(request_id)`` and wait for its reply; error replies are raised."""
+    async def _call(self, make: Any, expected: type[T], *, refreshed: bool = False) -> T:
+        """Send ``make(request_id)`` and wait for its reply; error replies are raised, except
+        an expired default token once: ``token_refresh`` renews it and the request goes again
+        (a token the caller passed is left to the caller)."""
         request_id = next(self._request_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
@@ -483,7 +489,16 @@ class SegmentStoreClient:
             self._pending.pop(request_id, None)
         if isinstance(reply, expected):
             return reply
-        raise error_from_reply(reply)
+        error = error_from_reply(reply)
+        if (
+            isinstance(error, AuthTokenCheckFailedError)
+            and error.expired
+            and self.token_refresh is not None
+            and not refreshed
+        ):
+            self.delegation_token = await self.token_refresh()
+            return await self._call(make, expected, refreshed=True)
+        raise error
 
     def _on_reply(self, reply: Any) -> None:
         if isinstance(reply, wire.DataAppended):

@@ -94,8 +94,7 @@ class AsyncTransactionalWriter:
         """The connection for a shadow segment: the node serving its parent (a transaction
         segment lives in its parent's container)."""
         if self._pool is None:
-            token = await self.controller.delegation_token(self.scope, self.stream)
-            self._pool = SegmentStorePool(delegation_token=token)
+            self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
         node = self._nodes.get(parent_id)
         if node is None:
             node = await self.controller.segment_uri(self.scope, self.stream, parent_id)

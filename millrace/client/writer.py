@@ -14,8 +14,8 @@ meanwhile to the segment store client in one call (one future per batch, not per
 A lost connection to the segment store (the node restarted, say) is re-opened with a growing
 delay; the writer's setup tells the last event number the segment store persisted, the events
 up to it are complete and the rest are sent again, in order, under the same numbers: no loss,
-no duplicate. Delegation tokens are fetched once per writer (10 minutes): a writer living
-longer needs re-creating (not yet refreshed by itself).
+no duplicate. The delegation token (10 minutes) is fetched again from the controller when the
+segment store says it has expired.
 """
 
 from __future__ import annotations
@@ -103,8 +103,7 @@ class AsyncEventWriter:
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        token = await self.controller.delegation_token(self.scope, self.stream)
-        self._pool = SegmentStorePool(delegation_token=token)
+        self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
         segments = await self.controller.current_segments(self.scope, self.stream)
         if not segments:
             raise ssc.SegmentSealedError(f"stream {self.scope}/{self.stream} is sealed")

@@ -42,9 +42,6 @@ from millrace.tokens import delegation_token
 
 log = logging.getLogger(__name__)
 
-#: Lifetime of the delegation tokens the consumer mints for its reads.
-TOKEN_TTL_SECONDS = 3600.0
-
 CLOSE_BAD_REQUEST, CLOSE_UNAUTHENTICATED, CLOSE_NOT_FOUND, CLOSE_FAILED = 4400, 4401, 4404, 4500
 
 
@@ -61,7 +58,7 @@ def read_token(resource: str) -> str:
     """A delegation token for reading ``resource`` (empty when authentication is off)."""
     from segment_app.server.auth import READ
 
-    return delegation_token(resource, READ, TOKEN_TTL_SECONDS)
+    return delegation_token(resource, READ)  # MILLRACE_TOKEN_TTL_SECONDS; renewed on expiry
 
 
 class TailConsumer(AsyncWebsocketConsumer):
@@ -152,8 +149,13 @@ class TailConsumer(AsyncWebsocketConsumer):
     def follower(self, successors: Any = None) -> StreamFollower:
         return StreamFollower(
             self.pool, self.token, self._emit_events, successors=successors,
-            on_truncated=self._truncated,
+            on_truncated=self._truncated, token_refresh=self._new_token,
         )  # fmt: skip
+
+    async def _new_token(self) -> str:
+        """A new read token when the one in use has expired (a subscription outlives it)."""
+        self.token = read_token(self.token_resource)
+        return self.token
 
     async def _emit_events(self, target: Target, events: list[Event], next_offset: int) -> None:
         await self.emit(self._batch(target, events, next_offset))
@@ -194,7 +196,8 @@ class StreamTailConsumer(TailConsumer):
     async def subscribe(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
         self.scope_name, self.stream_name = kwargs["scope"], kwargs["stream"]
-        self.token = read_token(f"{self.scope_name}/{self.stream_name}/")
+        self.token_resource = f"{self.scope_name}/{self.stream_name}/"
+        self.token = read_token(self.token_resource)
         start = self.params.get("from", "tail")
         self.position = await database_sync_to_async(self._start_position)(start)
         if start == "tail":
@@ -296,7 +299,8 @@ class SegmentTailConsumer(TailConsumer):
             scope, stream, segment_id = parse_segment_name(name)
         except ValueError as exc:
             raise SubscriptionError("bad-request", str(exc)) from exc
-        self.token = read_token(f"{scope}/{stream}/")
+        self.token_resource = f"{scope}/{stream}/"
+        self.token = read_token(self.token_resource)
         uri = await database_sync_to_async(_node_for)(name)
         self.target = Target(name, segment_id, uri.host, uri.port)
         start = self.params.get("offset", "head")

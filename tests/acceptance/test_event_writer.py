@@ -283,3 +283,42 @@ def test_write_events_lists_survive_a_segment_store_kill_and_a_scale(
     with pytest.raises(TimeoutError):
         reader.read_next(timeout=1)
     reader.close()
+
+
+def test_writer_and_reader_outlive_their_delegation_tokens(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """With tokens of 3 s (MILLRACE_TOKEN_TTL_SECONDS), a writer and a reader created at the
+    start go on past several lifetimes: the reader's reads and the writer's setups on the
+    segments of a scale meet expired tokens, get new ones and carry on; nothing is lost."""
+    from tests.acceptance.standalone_node import READY_LINE, free_ports
+
+    node = Standalone(
+        tmp_path_factory.mktemp("short-tokens") / "data",
+        *free_ports(2),
+        services={"MILLRACE_TOKEN_TTL_SECONDS": "3"},
+    )
+    try:
+        node.wait_for(READY_LINE)
+        scope = f"s{os.urandom(5).hex()}"
+        manager = StreamManager(node.base, token=node.token)
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        writer = manager.create_writer(scope, "st")
+        reader = manager.create_reader(scope, "st")
+        keyed = Keyed(writer)
+        keyed.write(100)
+        writer.flush()
+        for split in (True, False):
+            threading.Event().wait(4.5)  # every token issued so far has expired
+            _scale(node, node.token, scope, split)
+            keyed.write(100)  # to the new segments: set up with a renewed token
+            writer.flush()
+        writer.close()
+        threading.Event().wait(4.5)
+        assert keyed.read_back(reader) == keyed.expected()  # reads renew the token too
+        reader.close()
+        manager.close()
+        node.stop()
+    finally:
+        node.kill()

@@ -208,3 +208,78 @@ def test_main_mint_token_prints_a_valid_token(capsys, monkeypatch) -> None:
     assert auth.main_mint_token(["sc/st/", "--access", "READ_UPDATE", "--ttl", "30"]) == 0
     printed = capsys.readouterr().out.strip()
     auth.TokenVerifier(SECRET).check(printed, "sc/st/0.#epoch.0", auth.READ_UPDATE)
+
+
+def expired_token() -> str:
+    return auth.mint_token(SECRET, "sc/st/", auth.READ_UPDATE, 60, now=time.time() - 120)
+
+
+async def test_an_expired_default_token_is_renewed_once(auth_server, store) -> None:
+    """A client living longer than its delegation token: when the segment store says the
+    token has expired, ``token_refresh`` gets a new one and the request goes again; without it
+    (or when the new one is expired as well) the error is raised, with nothing changed."""
+    renewals: list[str] = []
+
+    async def renew() -> str:
+        renewals.append("new")
+        return token()
+
+    client = await SegmentStoreClient.connect(
+        "127.0.0.1", auth_server.port, delegation_token=expired_token(), token_refresh=renew
+    )
+    await client.create_segment(SEG)  # the expired token, then a new one
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)  # the new one at once
+    await (await client.append_block(writer, b"event"))
+    assert renewals == ["new"]
+    assert (await store.get_info(SEG)).length > 0
+    await client.close()
+
+    async def stale() -> str:
+        renewals.append("stale")
+        return expired_token()
+
+    other = SEG.replace("0.#", "1.#")
+    client = await SegmentStoreClient.connect(
+        "127.0.0.1", auth_server.port, delegation_token=expired_token(), token_refresh=stale
+    )
+    with pytest.raises(c.AuthTokenCheckFailedError) as info:
+        await client.create_segment(other)
+    assert info.value.expired and renewals == ["new", "stale"]  # one try, no loop
+    await client.close()
+    client = await SegmentStoreClient.connect(
+        "127.0.0.1", auth_server.port, delegation_token=expired_token()
+    )
+    with pytest.raises(c.AuthTokenCheckFailedError):
+        await client.create_segment(other)
+    await client.close()
+    with pytest.raises(engine_errors.SegmentNotFoundError):
+        await store.get_info(other)
+
+
+async def test_a_follower_renews_its_expired_read_token(auth_server, store) -> None:
+    """A tail reader (SDK reader, WebSocket subscription) outliving its read token asks for a
+    new one and goes on reading, instead of ending with an auth error."""
+    from millrace.client.follower import StreamFollower, Target
+    from millrace.client.pool import SegmentStorePool
+
+    await store.create_segment(SEG)
+    await store.append(SEG, wire.EVENT_HEADER.pack(0, 3) + b"abc")
+    await store.seal(SEG)
+    got: list[bytes] = []
+
+    async def emit(target: Target, events: list, next_offset: int) -> None:  # type: ignore[type-arg]
+        got.extend(e.data for e in events)
+
+    async def renew() -> str:
+        return token()
+
+    pool = SegmentStorePool()
+    target = Target(SEG, 0, "127.0.0.1", auth_server.port)
+    follower = StreamFollower(pool, expired_token(), emit, token_refresh=renew)
+    await follower.read_segment(target, 0)
+    assert got == [b"abc"]
+    without = StreamFollower(pool, expired_token(), emit)
+    with pytest.raises(c.AuthTokenCheckFailedError):
+        await without.read_segment(target, 0)
+    await pool.close()

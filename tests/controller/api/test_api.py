@@ -206,3 +206,22 @@ def test_writer_marks(api: APIClient, stream: Stream, sc: str) -> None:
     older = dict(body, timestamp=500)
     assert api.post(url, older, format="json").json()["timestamp"] == 1000  # never goes back
     _error(api.post(url, {"writerId": "w1"}, format="json"), 400, "invalid-argument")
+
+
+def test_delegation_token_lives_as_configured(
+    api: APIClient, stream: Stream, sc: str, settings
+) -> None:
+    """POST .../delegation-token: a token for the stream's segments, valid ``expiresIn``
+    seconds = MILLRACE_TOKEN_TTL_SECONDS (the JWT's own expiry says the same)."""
+    import dataclasses
+
+    import jwt
+
+    settings.MILLRACE = dataclasses.replace(
+        settings.MILLRACE, auth_enabled=True, token_ttl_seconds=45
+    )
+    answer = api.post(f"/v1/scopes/{sc}/streams/st/delegation-token").json()
+    assert answer["expiresIn"] == 45
+    claims = jwt.decode(answer["token"], options={"verify_signature": False})
+    assert claims["exp"] - claims["iat"] == 45
+    assert claims["resource"] == f"{sc}/st/"
