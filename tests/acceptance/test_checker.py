@@ -88,3 +88,23 @@ def test_a_self_consistent_but_different_event_is_corrupt() -> None:
 def test_a_missing_segment_loses_all_its_events() -> None:
     report = judge({"s": None}, ledger_with({0: [1, 2]}))
     assert report.missing == [(0, 1), (0, 2)]
+
+
+def test_resend_list_follows_event_numbers_after_a_lost_replay() -> None:
+    """A replayed block whose ack a kill cut off goes back into ``unacked`` at its end; the
+    next resend still lists the blocks by event number, each once, and a real hole is still
+    an error. (This ordering once failed a crash test: "writer 0: gap 304..209".)"""
+    from tests.acceptance.workload import Workload
+
+    writer = Workload(1, writer_segments=(0,)).writers[0]
+    blocks = [writer.new_block() for _ in range(4)]  # events 1-8, 9-16, 17-24, 25-32
+    writer.recent_acked = blocks[:2]
+    writer.unacked = {b.first: b for b in blocks[2:]}
+    writer.unacked.pop(blocks[1].first, None)
+    writer.unacked.setdefault(blocks[1].first, blocks[1])  # replayed, then its ack was lost
+    resend = writer.blocks_to_resend()
+    assert [b.first for b in resend] in ([1, 9, 17, 25], [9, 17, 25])
+    writer.unacked.pop(blocks[2].first)  # a hole: 17-24 neither acknowledged nor pending
+    writer.recent_acked = blocks[:1]
+    with pytest.raises(AssertionError, match="gap"):
+        writer.blocks_to_resend()

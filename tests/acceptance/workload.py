@@ -187,9 +187,12 @@ class Writer:
         return block
 
     def blocks_to_resend(self) -> list[Block]:
-        """The last acknowledged block or two, then every unacknowledged block, in order."""
+        """The last acknowledged block or two, then every unacknowledged block, in order of
+        their event numbers (not of ``unacked``'s insertion: a replayed block whose ack a kill
+        cut off went back in at its end), each once."""
         replay = self.recent_acked[-self.rng.choice((1, 2)) :]
-        blocks = [*replay, *self.unacked.values()]
+        by_first = {block.first: block for block in [*replay, *self.unacked.values()]}
+        blocks = [by_first[first] for first in sorted(by_first)]
         for before, after in itertools.pairwise(blocks):
             if before.last + 1 != after.first:
                 raise AssertionError(f"writer {self.index}: gap {before.last}..{after.first}")
