@@ -383,3 +383,35 @@ async def test_segments_are_flushed_by_size_at_once_and_by_age_only_when_old(
     await asyncio.sleep(0.2)
     assert (await c.get_info(small)).storage_length == 0
     await c.stop()
+
+
+async def test_large_reads_and_flushes_join_pieces_off_the_event_loop(
+    tiers: Tiers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data spanning many cache entries, over JOIN_IN_THREAD_BYTES, is joined in a worker
+    thread (for reads and for tier-2 flushes) and comes out byte for byte, in order."""
+    from segment_app.engine.reading import read_index
+
+    monkeypatch.setattr(read_index, "JOIN_IN_THREAD_BYTES", 10_000)
+    joins_in_threads: list[int] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting_to_thread(fn, *args):  # type: ignore[no-untyped-def]
+        if fn == b"".join:
+            joins_in_threads.append(sum(map(len, args[0])))
+        return await real_to_thread(fn, *args)
+
+    monkeypatch.setattr(read_index.asyncio, "to_thread", counting_to_thread)
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    chunks = [bytes([i]) * 1000 for i in range(40)]  # 40 kB over 4 kB cache entries
+    for chunk in chunks:
+        await c.append(SEG, chunk)
+    assert (await c.read(SEG, 0, 1 << 20)).data == b"".join(chunks)  # from the cache
+    await c.flush_to_storage()
+    c.read_index.evict()
+    stored = sorted((n, bytes(d)) for n, d in tiers.chunk_store.chunks.items() if SEG in n)
+    assert b"".join(d for _, d in stored) == b"".join(chunks)  # the chunks, by offset...
+    assert await read_all(c, SEG) == b"".join(chunks)  # ...and read back from tier-2
+    assert joins_in_threads and max(joins_in_threads) >= 10_000
+    await c.stop()
