@@ -79,3 +79,40 @@ async def test_failed_write_leaves_chunk_unchanged(
         await storage.write("c", 3, b"def")
     monkeypatch.undo()
     assert await storage.length("c") == 3
+
+
+async def test_large_writes_are_synced_piece_by_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write over ``sync_piece_bytes`` is fdatasync'ed after each piece is written (so a
+    tier-1 sync on the same disk never waits behind a whole large flush), for appends, new
+    chunks and ``write_many``; the bytes land as one write's would."""
+    from tiers.base import ChunkWrite
+
+    storage = FileSystemChunkStorage(root=tmp_path / "a", sync_piece_bytes=4)
+    written: list[int] = []  # file size at each fdatasync
+    real_fdatasync = os.fdatasync
+
+    def spy(fd: int) -> None:
+        written.append(os.fstat(fd).st_size)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    await storage.create_with_data("s/c", b"0123456789")  # pieces 4, 4, 2
+    assert written == [4, 8, 10]
+    written.clear()
+    assert await storage.write("s/c", 10, b"abcdef") == 16  # pieces 4, 2
+    assert written == [14, 16]
+    written.clear()
+    outcomes = await storage.write_many([ChunkWrite("s/c", 16, b"ABCDEFGHI")])
+    assert outcomes == [None] and sorted(written) == [20, 24, 25]
+    assert await storage.read("s/c", 0, 25) == b"0123456789abcdefABCDEFGHI"
+    written.clear()
+    whole = FileSystemChunkStorage(root=tmp_path / "b", sync_piece_bytes=0)
+    await whole.create_with_data("s/c", b"0123456789")
+    assert written == [10]
+
+
+def test_bad_sync_piece_option_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sync_piece_bytes"):
+        FileSystemChunkStorage(root=tmp_path, sync_piece_bytes=-1)

@@ -4,6 +4,9 @@ Responsibility: map chunk names to file paths safely and implement the tier-2 pr
 plain file I/O: append at the current length, positional reads, in-kernel concat
 (``copy_file_range``), fsync before a write returns (unless ``fsync=False``, for tests);
 ``write_many`` writes many chunks, then syncs them concurrently and each directory once.
+A write larger than ``sync_piece_bytes`` is written and synced in pieces of that size: the disk
+then never holds more than one piece of tier-2 data to flush ahead of a tier-1 fdatasync on the
+same device (a 4 MiB flush written whole held the acknowledgements behind it for ~10 ms).
 
 Name mapping: a chunk name is split at ``/`` into directories (so one stream's chunks share a
 directory); each component keeps ``[A-Za-z0-9._-#:=,+@]`` and percent-encodes every other byte of
@@ -40,6 +43,8 @@ _SUFFIX = "~c"
 _COMPONENT_BYTES_MAX = 250
 #: Threads that fdatasync the files of one ``write_many`` concurrently.
 SYNC_THREADS = 16
+#: Default of ``sync_piece_bytes``.
+SYNC_PIECE_BYTES = 1024 * 1024
 #: Bytes copied per step when concat falls back to reading and writing.
 _COPY_BYTES = 8 * 1024 * 1024
 
@@ -65,7 +70,8 @@ def chunk_path(root: str, name: str) -> str:
 class FileSystemChunkStorage(ChunkStorage):
     """Tier-2 on a directory tree: native append and concat, fsync on every change.
 
-    Options: ``root`` (the directory holding every chunk), ``fsync`` (off only in tests).
+    Options: ``root`` (the directory holding every chunk), ``fsync`` (off only in tests),
+    ``sync_piece_bytes`` (larger writes are synced piece by piece; 0: whole).
     """
 
     name = "filesystem"
@@ -74,9 +80,18 @@ class FileSystemChunkStorage(ChunkStorage):
     is_durable = True
     blocking = True
 
-    def __init__(self, *, root: str | os.PathLike[str], fsync: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        root: str | os.PathLike[str],
+        fsync: bool = True,
+        sync_piece_bytes: int = SYNC_PIECE_BYTES,
+    ) -> None:
+        if not isinstance(sync_piece_bytes, int) or sync_piece_bytes < 0:
+            raise ValueError(f"sync_piece_bytes must be an integer >= 0, not {sync_piece_bytes!r}")
         self.root = os.path.abspath(os.fspath(root))
         self.fsync = fsync
+        self.sync_piece_bytes = sync_piece_bytes
         #: fsync/fdatasync calls made by this instance.
         self.fsync_count = 0
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -100,6 +115,19 @@ class FileSystemChunkStorage(ChunkStorage):
                 self.fsync_count += 1
             finally:
                 os.close(fd)
+
+    def _write_synced_pieces(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        """Write ``data`` at ``offset``; with fsync on, every ``sync_piece_bytes`` but the last
+        piece synced as soon as written (the caller syncs the whole at the end)."""
+        piece = self.sync_piece_bytes
+        if not self.fsync or not piece or len(data) <= piece:
+            _pwrite_all(fd, data, offset)
+            return
+        view = memoryview(data)
+        for start in range(0, len(view), piece):
+            _pwrite_all(fd, view[start : start + piece], offset + start)
+            if start + piece < len(view):
+                self._sync(fd)
 
     def _open(self, name: str, flags: int) -> int:
         try:
@@ -153,7 +181,7 @@ class FileSystemChunkStorage(ChunkStorage):
         """Create chunk ``name`` holding ``data``, not synced; its path and open fd."""
         path, fd = self._create_file(name)
         try:
-            _pwrite_all(fd, data, 0)
+            self._write_synced_pieces(fd, data, 0)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -172,7 +200,7 @@ class FileSystemChunkStorage(ChunkStorage):
                     f"chunk {name!r}: write at {offset} but its length is {length}"
                 )
             try:
-                _pwrite_all(fd, data, offset)
+                self._write_synced_pieces(fd, data, offset)
             except OSError as error:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, offset)
