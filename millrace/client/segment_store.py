@@ -77,8 +77,13 @@ _EVENT_HEADER_BYTES = _EVENT_HEADER.size
 _DATA_APPENDED = struct.Struct(">16sqqqq")
 _DATA_APPENDED_TYPE = wire.DataAppended.TYPE
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-#: Bytes queued in the transport before appends wait for the server to read them.
+#: Bytes queued in the transport before it is congested (the server reads slower than we
+#: append): blocks then wait in their writers' open blocks, which grow (fewer, larger blocks
+#: for the server) instead of this buffer.
 SEND_BUFFER_BYTES = 8 * 1024 * 1024
+#: Bytes in open (unsent) blocks, over all writers, beyond which appends wait while the
+#: transport is congested.
+OPEN_BYTES_MAX = 64 * 1024 * 1024
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
 
@@ -269,17 +274,10 @@ class AppendLimits:
 # append sessions
 
 
-@dataclasses.dataclass(slots=True)
-class _Block:
-    """A block in flight: events numbered ``first_event_number`` on, one by one."""
-
-    request_id: int
-    first_event_number: int
-    events: list[bytes]
-
-    @property
-    def last_event_number(self) -> int:
-        return self.first_event_number + len(self.events) - 1
+#: A block in flight: (request id, number of its first event, of its last, its events). A
+#: plain tuple of ints and a tuple of bytes: the garbage collector stops tracking such tuples,
+#: so thousands of blocks in flight cost its full passes nothing (a class instance would).
+_Block = tuple[int, int, int, tuple[bytes, ...]]
 
 
 @dataclasses.dataclass(slots=True)
@@ -290,24 +288,44 @@ class _Session:
     writer_id: uuid.UUID
     next_event_number: int
     #: Events of the block being filled; they are numbered up to ``next_event_number - 1``.
+    #: (Both lists are emptied, not replaced, when the block is sent: no new objects per block.)
     open_events: list[bytes] = dataclasses.field(default_factory=list)
     open_parts: list[bytes] = dataclasses.field(default_factory=list)
     open_bytes: int = 0
     send_due: bool = False
+    #: The timer that sends a non-full block after ``linger_ms`` ...
     linger: asyncio.Handle | None = None
+    #: ... or, with ``linger_ms`` 0, whether it waits in ``SegmentStoreClient._next_turn``.
+    next_turn: bool = False
     in_flight: collections.deque[_Block] = dataclasses.field(default_factory=collections.deque)
-    #: What waits for acks: (last event number it covers, future or shared countdown).
-    calls: collections.deque[tuple[int, _Waiter]] = dataclasses.field(
-        default_factory=collections.deque
-    )
-    room: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    #: What waits for acks: the last event number each covers, and the future or shared
+    #: countdown (two deques rather than one of pairs: no object per entry).
+    call_lasts: collections.deque[int] = dataclasses.field(default_factory=collections.deque)
+    call_waiters: collections.deque[_Waiter] = dataclasses.field(default_factory=collections.deque)
+    #: Set when a block in flight is answered; made when someone first waits for room.
+    room: asyncio.Event | None = None
     failure: SegmentStoreError | None = None
     #: The ``append_many`` call filling this session right now (it registers once per call).
     waiter: _AllAcked | None = None
 
     def unacked(self) -> list[tuple[int, bytes]]:
-        blocks = [*self.in_flight, _Block(-1, self.open_first(), self.open_events)]
-        return [(b.first_event_number + i, e) for b in blocks for i, e in enumerate(b.events)]
+        blocks = [*self.in_flight, (-1, self.open_first(), -1, self.open_events)]
+        return [(first + i, e) for _, first, _, events in blocks for i, e in enumerate(events)]
+
+    def add_call(self, last: int, waiter: _Waiter) -> None:
+        self.call_lasts.append(last)
+        self.call_waiters.append(waiter)
+
+    async def wait_room(self) -> None:
+        """Until a block in flight is answered (or the session fails)."""
+        if self.room is None:
+            self.room = asyncio.Event()
+        self.room.clear()
+        await self.room.wait()
+
+    def wake(self) -> None:
+        if self.room is not None:
+            self.room.set()
 
     def open_first(self) -> int:
         return self.next_event_number - len(self.open_events)
@@ -327,6 +345,9 @@ class _AllAcked:
         return self.future.done()
 
     def set_result(self, _ack: AppendAck | None) -> None:
+        self.count_down()
+
+    def count_down(self) -> None:
         self.left -= 1
         if self.left == 0 and not self.future.done():
             self.future.set_result(None)
@@ -364,17 +385,19 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self.client._abort(ConnectionLostError(f"undecodable reply: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.client._congested = False
         self.client._writable.set()
         self.client._on_lost(exc)
 
     def pause_writing(self) -> None:
         """The transport's send buffer is over its high-water mark (the server reads slower
-        than we append): ``append_block`` and ``append_many`` wait on ``_writable`` instead of
-        growing it without bound."""
-        self.client._writable.clear()
+        than we append): blocks that are not full stay open (see ``SegmentStoreClient._pump``)
+        instead of growing the buffer."""
+        self.client._congested = True
 
     def resume_writing(self) -> None:
-        self.client._writable.set()
+        self.client._congested = False
+        self.client._release_held()
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,7 +436,16 @@ class SegmentStoreClient:
         self._closed = asyncio.get_running_loop().create_future()
         #: Append blocks sent on this connection (diagnostics: events per block).
         self.blocks_sent = 0
-        #: Clear while the transport's send buffer is full (see ``_ClientProtocol``).
+        #: The transport's send buffer is over SEND_BUFFER_BYTES (see ``_ClientProtocol``).
+        self._congested = False
+        #: Writers with a block due but held open while congested, oldest first, by
+        #: ``writer_id.int``; sent in that order when the transport drains.
+        self._held: dict[int, _Session] = {}
+        #: Bytes in open blocks over all writers.
+        self._open_bytes = 0
+        #: Writers whose open block goes on the next loop turn (``linger_ms`` 0).
+        self._next_turn: list[_Session] = []
+        #: Clear while appends must wait: congested with OPEN_BYTES_MAX in open blocks.
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -470,7 +502,23 @@ class SegmentStoreClient:
         self._out_scheduled = False
         out, self._out = self._out, []
         if out and self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(out)
+            self._transport.writelines(out)  # may call pause_writing
+        if self._held and not self._congested:
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """The transport took what it had: send held blocks, oldest first, up to one send
+        buffer's worth per loop turn (the rest go after ``_flush_out`` wrote these)."""
+        budget = SEND_BUFFER_BYTES
+        held = self._held
+        for key in list(held):  # (a snapshot: popping the first again and again is quadratic)
+            if budget <= 0 or self._congested or self._lost is not None:
+                break
+            session = held.pop(key)
+            budget -= session.open_bytes
+            self._pump(session)
+        if not self._congested or self._open_bytes <= OPEN_BYTES_MAX:
+            self._writable.set()
 
     def _token(self, token: str | None) -> str:
         return self.delegation_token if token is None else token
@@ -635,7 +683,7 @@ class SegmentStoreClient:
             return wire.SetupAppend(rid, writer_id, segment, self._token(token))
 
         old = self._sessions.get(writer_id.int)
-        if old is not None and (old.calls or old.open_events):
+        if old is not None and (old.call_lasts or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
         self._sessions[writer_id.int] = _Session(segment, writer_id, max(last, 0) + 1)
@@ -655,31 +703,32 @@ class SegmentStoreClient:
         await self._fill_all(session, batch, raw)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
-        if batch or session.calls:
-            session.calls.append((last, future))
+        if batch or session.call_lasts:
+            session.add_call(last, future)
             self._schedule(session)
         else:
             future.set_result(AppendAck(last, -1, -1))
         return future
 
     async def append_many(
-        self, batches: Iterable[tuple[uuid.UUID, Sequence[bytes]]]
+        self, batches: Iterable[tuple[uuid.UUID, bytes | Sequence[bytes]]]
     ) -> asyncio.Future[None]:
         """Queue several writers' events in one call: ``(writer_id, events)`` pairs, each as
-        ``append_block`` takes them (a writer may come more than once; its events keep their
-        order); returns one future completed when all are acknowledged, or failed with the
-        first error. For a producer spreading events over many segments: no coroutine, future
-        or callback per writer, and each writer's blocks are scheduled once per call. Nothing
-        is queued if an event is too large or a writer is unknown or failed."""
+        ``append_block`` takes them (one ``bytes`` or a sequence; a writer may come more than
+        once; its events keep their order); returns one future completed when all are
+        acknowledged, or failed with the first error. For a producer spreading events over
+        many segments: no coroutine, future or callback per writer, and each writer's blocks
+        are scheduled once per call. Nothing is queued if an event is too large or a writer is
+        unknown or failed."""
         if not self._writable.is_set():
             await self._writable.wait()
         sessions = self._sessions
-        items: list[tuple[_Session, Sequence[bytes]]] = []
-        for writer_id, events in batches:
+        items: list[tuple[_Session, Sequence[bytes | bytearray | memoryview]]] = []
+        for writer_id, given in batches:
             session = sessions.get(writer_id.int)
             if session is None or session.failure is not None or self._lost is not None:
                 session = self._session(writer_id)  # raises the reason
-            items.append((session, events))
+            items.append((session, (given,) if isinstance(given, _BYTES_LIKE) else given))
         limit = self.limits.event_bytes_max
         sizes = map(len, itertools.chain.from_iterable(events for _, events in items))
         biggest = max(sizes, default=0)
@@ -688,11 +737,18 @@ class SegmentStoreClient:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         countdown = _AllAcked(future, 1)  # the 1 is this call's own, given up at the end
         touched: list[_Session] = []
+        fill = self._fill_open
         try:
             for session, events in items:
                 if not events:
                     continue
-                await self._fill_all(session, events)
+                # inline what _fill_all does when everything fits in the open block (a writer's
+                # share of one call, usually): no coroutine per writer
+                before = session.open_bytes
+                added = fill(session, events, False, 0)
+                self._open_bytes += session.open_bytes - before
+                if added < len(events):
+                    await self._fill_all(session, events[added:])
                 if session.waiter is not countdown:
                     session.waiter = countdown
                     countdown.left += 1
@@ -700,8 +756,11 @@ class SegmentStoreClient:
         finally:
             for session in touched:
                 session.waiter = None
+        if self._congested and self._open_bytes > OPEN_BYTES_MAX:
+            self._writable.clear()
         for session in touched:
-            session.calls.append((session.next_event_number - 1, countdown))
+            session.call_lasts.append(session.next_event_number - 1)
+            session.call_waiters.append(countdown)
             self._schedule(session)
         countdown.set_result(None)
         return future
@@ -713,10 +772,18 @@ class SegmentStoreClient:
         raw: bool = False,
     ) -> None:
         """Put all ``events`` in the session's open blocks, sending full ones on the way."""
-        added = self._fill_open(session, events, raw, 0)
-        while added < len(events):  # the open block is full: send it, then go on
-            await self._drain_open(session)
-            added = self._fill_open(session, events, raw, added)
+        before = session.open_bytes
+        try:
+            added = self._fill_open(session, events, raw, 0)
+            while added < len(events):  # the open block is full: send it, then go on
+                self._open_bytes += session.open_bytes - before
+                await self._drain_open(session)
+                before = session.open_bytes
+                added = self._fill_open(session, events, raw, added)
+        finally:
+            self._open_bytes += session.open_bytes - before
+            if self._congested and self._open_bytes > OPEN_BYTES_MAX:
+                self._writable.clear()  # the next append waits for the transport to drain
 
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""
@@ -731,7 +798,7 @@ class SegmentStoreClient:
         waits: set[asyncio.Future[Any]] = set()
         for session in sessions:
             await self._drain_open(session)
-            for _, waiter in session.calls:
+            for waiter in session.call_waiters:
                 waits.add(waiter.future if isinstance(waiter, _AllAcked) else waiter)
         if waits:
             await asyncio.gather(*waits)
@@ -748,10 +815,10 @@ class SegmentStoreClient:
         session.next_event_number += 1
         request_id = next(self._request_ids)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
-        session.calls.append((number, future))
+        session.add_call(number, future)
         self._send_block(
             session,
-            _Block(request_id, number, [bytes(data)]),
+            (request_id, number, number, (bytes(data),)),
             wire.ConditionalBlockEnd(writer_id, number, expected_offset, payload, request_id),
         )
         return await future
@@ -805,8 +872,7 @@ class SegmentStoreClient:
         while session.open_events:
             self._pump(session, hold_small=False)
             if session.open_events:
-                session.room.clear()
-                await session.room.wait()
+                await session.wait_room()
             if session.failure is not None:
                 raise session.failure
 
@@ -820,58 +886,68 @@ class SegmentStoreClient:
             self._pump(session)
         elif session.in_flight and session.open_bytes < self.limits.small_block_bytes:
             session.send_due = True  # held: the next ack sends it (see ``_pump``)
-        elif session.linger is None and session.open_events:
+        elif session.linger is None and not session.next_turn and session.open_events:
             loop = asyncio.get_running_loop()
             delay = self.limits.linger_ms / 1000
             if delay > 0:
                 session.linger = loop.call_later(delay, self._linger_expired, session)
-            else:  # the next loop turn: a plain handle is cheaper than a timer
-                session.linger = loop.call_soon(self._linger_expired, session)
+            else:  # the next loop turn: one callback for all the writers queued in this one
+                session.next_turn = True
+                self._next_turn.append(session)
+                if len(self._next_turn) == 1:
+                    loop.call_soon(self._send_next_turn)
+
+    def _send_next_turn(self) -> None:
+        queued, self._next_turn = self._next_turn, []
+        for session in queued:
+            if session.next_turn:  # (not sent meanwhile)
+                self._linger_expired(session)
 
     def _linger_expired(self, session: _Session) -> None:
         session.linger = None
+        session.next_turn = False
         session.send_due = True
         self._pump(session)
 
     def _pump(self, session: _Session, *, hold_small: bool = True) -> None:
-        """Send the open block if it is due and there is room in flight. A small block that is
-        not full waits while the writer has a block in flight (``hold_small``)."""
+        """Send the open block if it is due and there is room in flight. A block that is not
+        full waits (``hold_small``) while the transport is congested (in ``_held``, until it
+        drains), and a small one while its writer has a block in flight."""
         if session.failure is not None or self._lost is not None:
             return
         if not (session.open_events and session.send_due):
             return
         in_flight = len(session.in_flight)
-        if in_flight >= self.limits.blocks_in_flight_max:
+        limits = self.limits
+        if in_flight >= limits.blocks_in_flight_max:
             return
-        if (
-            hold_small
-            and in_flight
-            and session.open_bytes < self.limits.small_block_bytes
-            and len(session.open_events) < self.limits.block_events_max
-        ):
-            return
-        first, events, parts = session.open_first(), session.open_events, session.open_parts
-        session.open_events, session.open_parts, session.open_bytes = [], [], 0
+        if hold_small and len(session.open_events) < limits.block_events_max:
+            if self._congested and session.open_bytes < limits.block_bytes_max:
+                self._held.setdefault(session.writer_id.int, session)
+                return
+            if in_flight and session.open_bytes < limits.small_block_bytes:
+                return
+        first = session.open_first()
+        events = tuple(session.open_events)
+        data = b"".join(session.open_parts)
+        session.open_events.clear()
+        session.open_parts.clear()
+        self._open_bytes -= session.open_bytes
+        session.open_bytes = 0
         session.send_due = False
+        session.next_turn = False
         if session.linger is not None:
             session.linger.cancel()
             session.linger = None
-        data = b"".join(parts)
-        block = _Block(next(self._request_ids), first, events)
-        cmd = wire.AppendBlockEnd(
-            session.writer_id,
-            len(data),
-            data,
-            len(events),
-            block.last_event_number,
-            block.request_id,
-        )
-        self._send_block(session, block, cmd)
+        request_id = next(self._request_ids)
+        last = first + len(events) - 1
+        cmd = wire.AppendBlockEnd(session.writer_id, len(data), data, len(events), last, request_id)
+        self._send_block(session, (request_id, first, last, events), cmd)
 
     def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
         self.blocks_sent += 1
         session.in_flight.append(block)
-        self._blocks[block.request_id] = session.writer_id.int
+        self._blocks[block[0]] = session.writer_id.int
         self._send(cmd)
 
     def _on_data_appended(self, reply: wire.DataAppended) -> None:
@@ -888,16 +964,21 @@ class SegmentStoreClient:
         if session is None:
             return
         in_flight = session.in_flight
-        while in_flight and in_flight[0].last_event_number <= number:
-            self._blocks.pop(in_flight.popleft().request_id, None)
+        while in_flight and in_flight[0][2] <= number:
+            self._blocks.pop(in_flight.popleft()[0], None)
         self._ack_calls(session, number, previous, offset)
-        session.room.set()
+        if session.room is not None:
+            session.room.set()
         self._pump(session)
 
     def _ack_calls(self, session: _Session, number: int, previous: int, offset: int) -> None:
-        while session.calls and session.calls[0][0] <= number:
-            last, future = session.calls.popleft()
-            if not future.done():
+        lasts, waiters = session.call_lasts, session.call_waiters
+        while lasts and lasts[0] <= number:
+            last = lasts.popleft()
+            future = waiters.popleft()
+            if type(future) is _AllAcked:
+                future.count_down()  # (it needs no AppendAck)
+            elif not future.done():
                 future.set_result(AppendAck(last, previous, offset))
 
     def _on_block_error(self, request_id: int, reply: Any) -> None:
@@ -911,16 +992,18 @@ class SegmentStoreClient:
             self._fail_session(session, error)
 
     def _fail_conditional(self, session: _Session, request_id: int, error: Exception) -> None:
-        block = next((b for b in session.in_flight if b.request_id == request_id), None)
+        block = next((b for b in session.in_flight if b[0] == request_id), None)
         if block is None:
             return
         session.in_flight.remove(block)
-        for entry in list(session.calls):
-            if entry[0] == block.last_event_number:
-                session.calls.remove(entry)
-                if not entry[1].done():
-                    entry[1].set_exception(error)
-        session.room.set()
+        lasts, waiters = session.call_lasts, session.call_waiters
+        for index in reversed(range(len(lasts))):
+            if lasts[index] == block[2]:
+                waiter = waiters[index]
+                del lasts[index], waiters[index]
+                if not waiter.done():
+                    waiter.set_exception(error)
+        session.wake()
         self._pump(session)  # a block held for this one's answer goes now
 
     def _fail_session(self, session: _Session, error: SegmentStoreError | None) -> None:
@@ -934,14 +1017,19 @@ class SegmentStoreClient:
             )
         session.failure = session.failure or error
         for block in session.in_flight:
-            self._blocks.pop(block.request_id, None)
+            self._blocks.pop(block[0], None)
         session.in_flight.clear()
-        while session.calls:
-            _, future = session.calls.popleft()
+        session.call_lasts.clear()
+        while session.call_waiters:
+            future = session.call_waiters.popleft()
             if not future.done():
                 future.set_exception(error)
-        session.open_events, session.open_parts, session.open_bytes = [], [], 0
-        session.room.set()
+        self._open_bytes -= session.open_bytes
+        self._held.pop(session.writer_id.int, None)
+        session.open_events.clear()
+        session.open_parts.clear()
+        session.open_bytes = 0
+        session.wake()
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
         w = (n * 3) % len(writers)
         ids.append(writers[w])
         events.append(b"w%d-%02d" % (w, n))
-    # Pairs as a producer hands them: a writer may come more than once in one call.
-    pairs = [(i, [e]) for i, e in zip(ids, events, strict=True)]
+    # Pairs as a producer hands them: a writer may come more than once in one call; an event
+    # is a list of one or, like append_block takes it, one bytes object.
+    pairs = [(i, [e] if n % 2 else e) for n, (i, e) in enumerate(zip(ids, events, strict=True))]
     done = await client.append_many(pairs)
     assert await asyncio.wait_for(done, 30) is None
     for w, segment in enumerate(segments):
@@ -90,20 +91,76 @@ async def test_a_failed_writer_fails_the_call(server, store) -> None:
     await client.close()
 
 
-async def test_appends_wait_while_the_transport_is_full(server, store) -> None:
-    """When the transport says its send buffer is full (pause_writing), append_block and
-    append_many wait for resume_writing instead of queueing more bytes."""
+async def test_blocks_coalesce_while_the_transport_is_congested(server, store) -> None:
+    """While the transport's send buffer is over its high-water mark (pause_writing), appends
+    are taken but their blocks stay open and grow; when it drains (resume_writing) each writer
+    sends one block of everything it gathered."""
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
     assert client._transport is not None
     protocol = client._transport.get_protocol()
     protocol.pause_writing()  # as the transport does above its high-water mark
-    one = asyncio.ensure_future(client.append_block(writers[0], b"a"))
+    sent = client.blocks_sent
+    acks = [await client.append_block(writers[0], b"a%d" % i) for i in range(3)]
+    many = [await client.append_many([(writers[0], [b"x"]), (writers[1], [b"b%d" % i])])
+            for i in range(2)]  # fmt: skip
+    await asyncio.sleep(0.2)
+    assert client.blocks_sent == sent
+    assert not any(f.done() for f in [*acks, *many])
+    protocol.resume_writing()
+    await asyncio.wait_for(asyncio.gather(*acks, *many), 10)
+    assert client.blocks_sent == sent + 2  # one block per writer
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(
+        b"a0", b"a1", b"a2", b"x", b"x"
+    )
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"b0", b"b1")
+    await client.close()
+
+
+async def test_appends_wait_while_congested_with_open_blocks_full(
+    server, store, monkeypatch
+) -> None:
+    """Open blocks are bounded while congested: beyond OPEN_BYTES_MAX, append_block and
+    append_many wait for the transport to drain."""
+    monkeypatch.setattr(c, "OPEN_BYTES_MAX", 100)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    segments, writers = await _writers(client, 2)
+    assert client._transport is not None
+    protocol = client._transport.get_protocol()
+    protocol.pause_writing()
+    first = await client.append_block(writers[0], [b"a" * 60, b"a" * 60])  # over the limit now
+    one = asyncio.ensure_future(client.append_block(writers[0], b"c"))
     many = asyncio.ensure_future(client.append_many([(writers[1], [b"b"])]))
     await asyncio.sleep(0.2)
-    assert not one.done() and not many.done()
+    assert not one.done() and not many.done() and not first.done()
     protocol.resume_writing()
-    await asyncio.wait_for(await one, 10)
-    await asyncio.wait_for(await many, 10)
-    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a")
+    await asyncio.wait_for(asyncio.gather(first, await one, await many), 10)
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(
+        b"a" * 60, b"a" * 60, b"c"
+    )
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"b")
+    assert client._open_bytes == 0
+    await client.close()
+
+
+async def test_held_blocks_go_a_send_buffer_at_a_time(server, store, monkeypatch) -> None:
+    """When the transport drains, held blocks go oldest first, one send buffer's worth per loop
+    turn (here a few bytes: one writer per turn), until every writer's block went."""
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    segments, writers = await _writers(client, 5)
+    assert client._transport is not None
+    protocol = client._transport.get_protocol()
+    protocol.pause_writing()
+    sent = client.blocks_sent
+    done = await client.append_many([(w, [b"x%d" % i, b"y%d" % i]) for i, w in enumerate(writers)])
+    await asyncio.sleep(0.1)
+    assert client.blocks_sent == sent and len(client._held) == 5
+    monkeypatch.setattr(c, "SEND_BUFFER_BYTES", 1)
+    protocol.resume_writing()
+    assert len(client._held) == 4  # the oldest went at once; the others follow, turn by turn
+    await asyncio.wait_for(done, 10)
+    assert client.blocks_sent == sent + 5 and not client._held
+    for i, segment in enumerate(segments):
+        data = (await client.read_segment(segment, 0, 1 << 20)).data
+        assert data == framed(b"x%d" % i, b"y%d" % i)
     await client.close()

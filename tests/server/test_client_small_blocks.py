@@ -27,7 +27,7 @@ async def test_trickling_writers_send_fewer_blocks_than_events(server, store) ->
     send_block = client._send_block
 
     def spy(session, block, cmd) -> None:  # type: ignore[no-untyped-def]
-        sent.append(len(block.events))
+        sent.append(len(block[3]))  # (request id, first, last, events)
         send_block(session, block, cmd)
 
     client._send_block = spy  # type: ignore[method-assign]
