@@ -71,9 +71,24 @@ class Scenario:
     def spec(self, host: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
         spec = dataclasses.asdict(self)
         spec.update(host=host, port=port, duration=args.duration, warmup=args.warmup)
+        spec.update(client_limits=dict(_assignment(item) for item in args.client_limits))
         if self.target == "redis":
             spec.update(pipeline=self.step_events)
         return spec
+
+
+def _assignment(item: str) -> tuple[str, int]:
+    """``FIELD=INT`` of ``--client-limits``."""
+    from millrace.client.segment_store import AppendLimits
+
+    field, sep, value = item.partition("=")
+    field = field.strip()
+    known = [f.name for f in dataclasses.fields(AppendLimits)]
+    if field not in known:
+        raise SystemExit(f"--client-limits: no field {field!r}; the fields: {', '.join(known)}")
+    if not sep or not value.strip().lstrip("-").isdigit():
+        raise SystemExit(f"--client-limits: {item!r} is not FIELD=INTEGER")
+    return field, int(value)
 
 
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
@@ -469,6 +484,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         metavar="VAR=VALUE",
         help="extra environment of the node (experiments, e.g. MILLRACE_TIER2_OPTIONS=...)",
+    )
+    p.add_argument(
+        "--client-limits",
+        nargs="+",
+        default=[],
+        metavar="FIELD=INT",
+        help="client AppendLimits fields for every Millrace run (e.g. small_block_bytes=8192)",
     )
     p.add_argument("--tmp-dir", help="parent of the temporary data directories")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

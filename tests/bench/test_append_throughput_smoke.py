@@ -34,3 +34,16 @@ def test_quick_run_prints_figures(tmp_path: Path) -> None:
     assert "events/s" in done.stderr and "Millrace" in done.stderr  # the table
     assert [t["target"] for t in report["targets"]]  # every target gets a verdict
     assert list(tmp_path.iterdir()) == []  # temporary data directories removed
+
+
+def test_server_blocks_prints_the_node_cost_per_block() -> None:
+    """``bench/server_blocks.py`` (the node alone, pre-encoded frames): a one-second case
+    prints its table row with blocks and events per second and CPU per block."""
+    cmd = [sys.executable, str(BENCH.with_name("server_blocks.py")),
+           "--writers", "10", "--events", "8", "--seconds", "1"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("8 ")]
+    assert len(rows) == 1, done.stdout
+    blocks, events = (int(figure.replace(",", "")) for figure in rows[0][1:3])
+    assert blocks > 0 and abs(events - 8 * blocks) <= 8  # (each figure rounded)
