@@ -42,6 +42,7 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
     pairs = [(i, [e] if n % 2 else e) for n, (i, e) in enumerate(zip(ids, events, strict=True))]
     done = await client.append_many(pairs)
     assert await asyncio.wait_for(done, 30) is None
+    assert client._open_bytes == 0  # every byte counted into open blocks was counted out
     for w, segment in enumerate(segments):
         mine = [e for i, e in zip(ids, events, strict=True) if i == writers[w]]
         assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*mine)
@@ -69,6 +70,8 @@ async def test_bad_calls_queue_nothing(server, store) -> None:
     segments, writers = await _writers(client, 2)
     with pytest.raises(c.InvalidArgumentError, match="exceeds 10"):
         await client.append_many([(writers[0], [b"ok"]), (writers[1], [b"x" * 11])])
+    with pytest.raises(c.InvalidArgumentError, match="exceeds 10"):
+        await client.append_many([(writers[0], b"ok"), (writers[1], b"x" * 11)])
     with pytest.raises(c.InvalidArgumentError, match="no setup_append"):
         await client.append_many([(writers[0], [b"a"]), (uuid.uuid4(), [b"b"])])
     empty = await client.append_many([(writers[0], [])])
