@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import json
 import sys
 import time
@@ -188,7 +189,8 @@ async def _hand(
 ) -> int:
     """Hand events ``first .. first+n-1`` to the client, round-robin over the writers from
     ``cursor``, ``burst`` consecutive events to a writer; returns the next cursor. ``api``:
-    ``many`` hands a whole step in one ``append_many`` call; ``block`` makes one
+    ``many`` hands a whole step in one ``append_many`` call (a writer's share of it as one
+    pair); ``pairs`` does too, with one ``(writer, event)`` pair per event; ``block`` makes one
     ``append_block`` call per writer per step (one per event when the writers outnumber it)."""
     k = len(writers)
     handed_at = time.perf_counter()
@@ -197,10 +199,13 @@ async def _hand(
         future = await client.append_block(writers[0], events)
         future.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
         return 0
-    if api == "many" and burst == 1:  # one call for the whole step, whatever the writers
+    if api in ("many", "pairs") and burst == 1:  # one call for the step, whatever the writers
         if n <= k:  # one event per writer: pairs of (writer, event), made in C
             ring = writers[cursor:] + writers[:cursor]
             shares: Any = list(zip(ring, events, strict=False))  # (the ring is longer)
+        elif api == "pairs":  # still one pair per event: the writers come round again
+            ring = itertools.islice(itertools.cycle(writers[cursor:] + writers[:cursor]), n)
+            shares = list(zip(ring, events, strict=True))
         else:
             shares = [(writers[(cursor + j) % k], events[j::k]) for j in range(k)]
         done = await client.append_many(shares)

@@ -64,8 +64,10 @@ class Scenario:
     burst: int = 1
     #: Client AppendLimits.block_events_max (None: the default).
     block_events_max: int | None = None
-    #: How the producer hands a step to the client: ``many`` (one append_many call) or
-    #: ``block`` (one append_block call per writer per step).
+    #: How the producer hands a step to the client: ``many`` (one append_many call),
+    #: ``pairs`` (one append_many call of one ``(writer, event)`` pair per event, whatever the
+    #: number of writers: the headline's shape with 5,000 segments) or ``block`` (one
+    #: append_block call per writer per step).
     api: str = "many"
 
     def spec(self, host: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -118,6 +120,11 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
             # shipping task hands a segment's queued events), not one call per event
             Scenario(f"diag-{many}-segments-calls-of-4", "millrace", 100, segments=many,
                      step_events=4 * many, api="block"),
+            # 10 segments handed as the headline hands 5,000: one (writer, event) pair per
+            # event. Against the headline, it tells the cost of the hand-off shape (the same
+            # here) from the cost of open segments and of small blocks
+            Scenario("diag-10-segments-pair-per-event", "millrace", 100, segments=10,
+                     api="pairs"),
         ]  # fmt: skip
     if args.only:
         all_ = [s for s in all_ if any(word in s.name for word in args.only)]
@@ -439,6 +446,7 @@ def format_table(report: dict[str, Any]) -> str:
         (f"diag-{many}-segments-10KiB", f"diag: {many} seg, 10KiB"),
         (f"diag-{many}-segments-calls-of-4", f"diag: {many} seg, calls of 4"),
         (f"diag-{many}-segments-call-per-event", f"diag: {many} seg, call/event"),
+        ("diag-10-segments-pair-per-event", "diag: 10 seg, pair/event"),
     ):
         if name in med:
             lines.append(_row(label, med[name]))
