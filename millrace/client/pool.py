@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from millrace.client.segment_store import SegmentStoreClient
@@ -19,11 +20,18 @@ class SegmentStorePool:
 
     def __init__(self, **client_options: Any) -> None:
         self.client_options = client_options
-        #: The connections' delegation token as first given, and what renews it on expiry.
-        self.delegation_token: str = client_options.get("delegation_token", "")
-        self.token_refresh = client_options.get("token_refresh")
         self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    @property
+    def delegation_token(self) -> str:
+        """The connections' delegation token as first given."""
+        return str(self.client_options.get("delegation_token", ""))
+
+    @property
+    def token_refresh(self) -> Callable[[], Awaitable[str]] | None:
+        """What renews the token when the segment store says it expired (or ``None``)."""
+        return self.client_options.get("token_refresh")
 
     @classmethod
     async def for_stream(

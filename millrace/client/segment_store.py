@@ -784,11 +784,9 @@ class SegmentStoreClient:
             self._open_bytes += added_bytes
             for session in touched:
                 session.waiter = None
-        if self._congested and self._open_bytes > OPEN_BYTES_MAX:
-            self._writable.clear()
+        self._limit_open()
         for session in touched:
-            session.call_lasts.append(session.next_event_number - 1)
-            session.call_waiters.append(countdown)
+            session.add_call(session.next_event_number - 1, countdown)
             self._schedule(session)
         countdown.set_result(None)
         return future
@@ -810,8 +808,13 @@ class SegmentStoreClient:
                 added = self._fill_open(session, events, raw, added)
         finally:
             self._open_bytes += session.open_bytes - before
-            if self._congested and self._open_bytes > OPEN_BYTES_MAX:
-                self._writable.clear()  # the next append waits for the transport to drain
+            self._limit_open()
+
+    def _limit_open(self) -> None:
+        """While congested with OPEN_BYTES_MAX in open blocks, the next append waits for the
+        transport to drain (``_release_held`` lets it go on)."""
+        if self._congested and self._open_bytes > OPEN_BYTES_MAX:
+            self._writable.clear()
 
     async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""
@@ -995,8 +998,7 @@ class SegmentStoreClient:
         while in_flight and in_flight[0][2] <= number:
             self._blocks.pop(in_flight.popleft()[0], None)
         self._ack_calls(session, number, previous, offset)
-        if session.room is not None:
-            session.room.set()
+        session.wake()
         self._pump(session)
 
     def _ack_calls(self, session: _Session, number: int, previous: int, offset: int) -> None:
