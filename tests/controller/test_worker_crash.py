@@ -139,7 +139,15 @@ def _wait(done: Callable[[], bool], worker: Any, what: str) -> None:
 
 
 def _check(case: Case) -> None:
+    # A commit marks its transactions COMMITTED (what ``done`` sees) a step before it returns
+    # the stream to ACTIVE: give the workflow that last step, then demand a settled stream.
+    deadline = time.monotonic() + DONE_TIMEOUT_SECONDS
     stream = case.refresh()
+    while stream is not None and stream.state not in (StreamState.ACTIVE, StreamState.SEALED):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+        stream = case.refresh()
     if stream is None:
         return  # deleted: nothing of it may remain (checked by the delete case itself)
     assert stream.state in (StreamState.ACTIVE, StreamState.SEALED)
