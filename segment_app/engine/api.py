@@ -26,9 +26,12 @@ __all__ = [
 NULL_ATTRIBUTE_VALUE = -(2**63)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class AppendResult:
-    """Outcome of an append: the segment length after it and the writer's previous event number."""
+    """Outcome of an append: the segment length after it and the writer's previous event number.
+
+    (Not frozen: one is made per append, and a frozen dataclass costs three times as much to
+    build. Treat it as read-only.)"""
 
     length: int
     previous_event_number: int

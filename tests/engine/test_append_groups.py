@@ -63,6 +63,53 @@ async def test_group_outcomes_in_order_and_no_gap_after_a_refused_append(tiers: 
     await c.stop()
 
 
+async def test_group_larger_than_a_frame_is_written_in_order_and_recovered(tiers: Tiers) -> None:
+    c = await tiers.start()
+    for name in ("a", "b"):
+        await c.create_segment(name)
+    wa, wb = uuid.uuid4(), uuid.uuid4()
+    piece = 60 * 1024  # 40 of them fill several 1 MiB frames
+    items = [
+        AppendItem(name, bytes([i]) * piece, writer, i // 2 + 1)
+        for i, (name, writer) in enumerate([("a", wa), ("b", wb)] * 20)
+    ]
+    await c.append_group_nowait(items)
+    assert [i.error for i in items] == [None] * 40
+    assert [i.result.length for i in items] == [piece * (n // 2 + 1) for n in range(40)]
+    assert [i.result.previous_event_number for i in items[2:4]] == [1, 1]
+    frames = tiers.log_store.frames  # the appends are records of several frames
+    assert len(frames) > 3
+    await c.append("a", b"tail", writer_id=wa, event_number=21)
+    expected_a = b"".join(i.data for i in items if i.segment == "a") + b"tail"
+    assert await read_all(c, "a") == expected_a
+    await c.stop()
+    c = await tiers.start()
+    assert await read_all(c, "a") == expected_a
+    assert await read_all(c, "b") == b"".join(i.data for i in items if i.segment == "b")
+    assert await c.last_event_number("a", wa) == 21
+    assert await c.last_event_number("b", wb) == 20
+    await c.stop()
+
+
+async def test_conditional_appends_in_a_group(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment("a")
+    w = uuid.uuid4()
+    items = [
+        AppendItem("a", b"one;", w, 1, expected_offset=0),
+        AppendItem("a", b"bad;", w, 2, expected_offset=0),  # the segment is 4 long by now
+        AppendItem("a", b"two;", w, 3, expected_offset=4),
+        AppendItem("a", b"any;", w, 4),
+    ]
+    await c.append_group_nowait(items)
+    assert [type(i.error).__name__ for i in items] == ["NoneType", "BadOffsetError"] + [
+        "NoneType"
+    ] * 2
+    assert [i.result.length for i in items if i.result] == [4, 8, 12]
+    assert await read_all(c, "a") == b"one;two;any;"
+    await c.stop()
+
+
 async def test_group_fails_as_a_whole_when_tier1_fails(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment("a")

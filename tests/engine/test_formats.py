@@ -85,6 +85,19 @@ def test_unknown_operation_version_is_rejected() -> None:
         decode_operation(bytes(raw))
 
 
+def test_append_records_are_the_bytes_of_append_operations() -> None:
+    """``add_append`` (the durable log's path for the wire server's appends) writes exactly
+    what ``add(Append(...))`` writes: the golden frame, rebuilt with it for every Append."""
+    builder = FrameBuilder(1 << 20)
+    for op in OPERATIONS.values():
+        if isinstance(op, Append):
+            args = (op.sequence, op.segment_id, op.offset, op.writer_id, op.event_number)
+            builder.add_append(*args, memoryview(op.data))
+        else:
+            builder.add(op)
+    assert bytes(builder.close()) == fixture("frame_v1")
+
+
 def test_frame_builder_respects_its_limit() -> None:
     builder = FrameBuilder(4096)
     op = Append(1, b"x" * 1000, 0, sequence=1)

@@ -39,6 +39,7 @@ from segment_app.engine.logs.durable_log import DurableLog
 from segment_app.engine.logs.frames import FrameCorruptionError, parse_frame
 from segment_app.engine.logs.operations import (
     Append,
+    AppendRecord,
     Delete,
     MapSegment,
     Merge,
@@ -177,6 +178,7 @@ class SegmentContainer:
             self.metadata,
             self.config.durable_log,
             on_commit=self._on_commit,
+            on_appends=self._on_appends,
             now_ms=lambda: int(self.clock() * 1000),
             deduplicate=self.config.deduplicate,
             over_budget=self._over_budget,
@@ -225,6 +227,11 @@ class SegmentContainer:
             self.read_index.notify(op.source_id)
         if self.storage_writer is not None:
             self.storage_writer.on_commit(op)
+
+    def _on_appends(self, records: list[AppendRecord]) -> None:
+        self.read_index.append_records(records)
+        if self.storage_writer is not None:
+            self.storage_writer.on_appends(records)
 
     async def stop(self) -> None:
         if self.state in (ContainerState.STOPPED, ContainerState.NEW):
@@ -303,31 +310,13 @@ class SegmentContainer:
         self._check_running()
         assert self.durable_log is not None
         limit = self.config.append_bytes_max
-        requests: list[Request] = []
-        submitted: list[AppendItem] = []
-        refused: dict[tuple[str, uuid.UUID | None], BaseException] | None = None
+        submitted = items
         for item in items:
-            if refused is not None and (item.segment, item.writer_id) in refused:
-                item.error = refused[(item.segment, item.writer_id)]
-                continue
             if len(item.data) > limit:
-                item.error = TooLargeError(
-                    f"append of {len(item.data)} bytes exceeds {limit}", segment=item.segment
-                )
-                refused = refused if refused is not None else {}
-                refused[(item.segment, item.writer_id)] = item.error
-                continue
-            op = Append(
-                -1,
-                item.data,
-                writer_id=item.writer_id,
-                event_number=item.event_number if item.event_number is not None else 0,
-                expected_offset=item.expected_offset,
-            )
-            requests.append(Request(op, (item.segment,)))
-            submitted.append(item)
-        future = self.durable_log.add_group(requests)
-        future.add_done_callback(functools.partial(_fill_items, requests, submitted))
+                submitted = _refuse_too_large(items, limit)
+                break
+        future = self.durable_log.add_appends(submitted)
+        future.add_done_callback(functools.partial(_forget_results, submitted))
         return future
 
     async def append(self, name: str, data: bytes | memoryview, **kwargs: object) -> AppendResult:
@@ -387,18 +376,30 @@ class SegmentContainer:
         return segment
 
 
-def _fill_items(
-    requests: list[Request], items: list[AppendItem], future: asyncio.Future[object]
-) -> None:
-    """Copy each request's outcome to its item once the group is answered (a failed group is
-    the caller's to report: every item failed)."""
-    if future.cancelled() or future.exception() is not None:
-        return
-    for request, item in zip(requests, items, strict=True):
-        if request.error is not None:
-            item.error = request.error
+def _refuse_too_large(items: Sequence[AppendItem], limit: int) -> list[AppendItem]:
+    """Fail the appends over ``limit`` bytes, and every later one of the same writer and
+    segment (its data must not have a gap); return the others."""
+    refused: dict[tuple[str, uuid.UUID | None], BaseException] = {}
+    submitted: list[AppendItem] = []
+    for item in items:
+        error = refused.get((item.segment, item.writer_id))
+        if error is None and len(item.data) > limit:
+            error = refused[(item.segment, item.writer_id)] = TooLargeError(
+                f"append of {len(item.data)} bytes exceeds {limit}", segment=item.segment
+            )
+        if error is not None:
+            item.error = error
         else:
-            item.result = cast(AppendResult, request.result)
+            submitted.append(item)
+    return submitted
+
+
+def _forget_results(items: Sequence[AppendItem], future: asyncio.Future[object]) -> None:
+    """A failed group's outcomes cannot be trusted: the caller fails every item (the log
+    filled in ``result`` when it accepted each, before it was durable)."""
+    if future.cancelled() or future.exception() is not None:
+        for item in items:
+            item.result = None
 
 
 def _check_name(name: str) -> None:

@@ -18,6 +18,7 @@ from segment_app.engine.errors import InvariantError
 from segment_app.engine.invariants import check
 from segment_app.engine.logs.operations import (
     Append,
+    AppendRecord,
     ChunkRecord,
     Delete,
     MapSegment,
@@ -108,6 +109,10 @@ class ContainerMetadata:
 
     def apply(self, op: Operation, now_ms: int = 0) -> None:
         """Apply a durable operation. Raises InvariantError if it does not fit the state."""
+        if type(op) is Append:
+            record = (op.sequence, op.segment_id, op.offset, op.data, op.writer_id, op.event_number)
+            self.apply_appends([record], now_ms)
+            return
         check(op.sequence > self.sequence, "sequence %d after %d", op.sequence, self.sequence)
         self.sequence = op.sequence
         handler = _APPLY.get(type(op))
@@ -129,21 +134,34 @@ class ContainerMetadata:
         self.by_name[op.name] = op.segment_id
         self.next_segment_id = max(self.next_segment_id, op.segment_id + 1)
 
-    def _apply_append(self, op: Append, now_ms: int) -> None:
-        segment = self._segment(op.segment_id)
-        check(
-            op.offset == segment.length,
-            "%s: append at %d != length %d",
-            segment.name,
-            op.offset,
-            segment.length,
-        )
-        check(not segment.sealed, "%s: append to a sealed segment", segment.name)
-        segment.length += len(op.data)
-        segment.last_modified_ms = now_ms
-        segment.last_storage_op = op.sequence
-        if op.writer_id is not None:
-            segment.attributes[op.writer_id] = op.event_number
+    def apply_appends(self, records: list[AppendRecord], now_ms: int = 0) -> None:
+        """Apply durable appends, in order (what ``apply`` does for each as an ``Append``, in
+        one loop: the durable log commits many per frame)."""
+        segments = self.segments
+        sequence = self.sequence
+        for record in records:
+            op_sequence, segment_id, offset, data, writer_id, event_number = record
+            segment = segments.get(segment_id)
+            if op_sequence <= sequence or segment is None:
+                check(op_sequence > sequence, "sequence %d after %d", op_sequence, sequence)
+                check(False, "operation on unknown segment id %d", segment_id)
+            assert segment is not None
+            if offset != segment.length or segment.sealed:
+                check(
+                    offset == segment.length,
+                    "%s: append at %d != length %d",
+                    segment.name,
+                    offset,
+                    segment.length,
+                )
+                check(False, "%s: append to a sealed segment", segment.name)
+            sequence = op_sequence
+            segment.length = offset + len(data)
+            segment.last_modified_ms = now_ms
+            segment.last_storage_op = op_sequence
+            if writer_id is not None:
+                segment.attributes[writer_id] = event_number
+            self.sequence = sequence
 
     def _apply_seal(self, op: Seal, _now: int) -> None:
         segment = self._segment(op.segment_id)
@@ -232,7 +250,6 @@ class ContainerMetadata:
 
 _APPLY: dict[type[Operation], Callable[[ContainerMetadata, Any, int], None]] = {
     MapSegment: ContainerMetadata._apply_map,
-    Append: ContainerMetadata._apply_append,
     Seal: ContainerMetadata._apply_seal,
     Truncate: ContainerMetadata._apply_truncate,
     Merge: ContainerMetadata._apply_merge,

@@ -89,12 +89,16 @@ class MetadataUpdater:
         self.deduplicate = deduplicate
         self._segments: dict[int, _Pending] = {}
         self._names: dict[str, int | None] = {}
+        #: Segments appended to by name (``_resolve`` is several lookups); entries become
+        #: ``gone`` when their segment is deleted or merged, and are dropped on remapping.
+        self._by_name: dict[str, _Pending] = {}
         self._next_id: int | None = None
 
     def clear(self) -> None:
         """Forget the overlay (nothing in flight any more, or a rollback)."""
         self._segments.clear()
         self._names.clear()
+        self._by_name.clear()
         self._next_id = None
 
     # -- lookups ----------------------------------------------------------------------------------
@@ -129,29 +133,53 @@ class MetadataUpdater:
         return handler(self, op, request)
 
     def _accept_append(self, op: Append, request: Request) -> object:
-        segment = self._resolve(request.names[0])
+        result, segment_id, offset = self.admit_append(
+            request.names[0], len(op.data), op.writer_id, op.event_number, op.expected_offset
+        )
+        request.result = result
+        if offset < 0:
+            return NO_WRITE
+        op.segment_id = segment_id
+        op.offset = offset
+        return op
+
+    def admit_append(
+        self,
+        name: str,
+        size: int,
+        writer_id: uuid.UUID | None,
+        event_number: int,
+        expected_offset: int | None,
+    ) -> tuple[AppendResult, int, int]:
+        """Validate an append of ``size`` bytes to segment ``name`` and add it to the overlay.
+
+        Returns what the caller will be told, the segment id and the offset to write at; the
+        offset is -1 for a duplicate of an idempotent writer (nothing to write). Raises the
+        EngineError the caller should get."""
+        segment = self._by_name.get(name)
+        if segment is None or segment.gone:
+            segment = self._by_name[name] = self._resolve(name)
+        length = segment.length
         if segment.sealed:
             raise SegmentSealedError(
-                f"segment {segment.name} is sealed", segment=segment.name, length=segment.length
+                f"segment {name} is sealed", segment=segment.name, length=length
             )
-        if op.expected_offset is not None and op.expected_offset != segment.length:
+        if expected_offset is not None and expected_offset != length:
             raise BadOffsetError(
-                f"{segment.name}: expected offset {op.expected_offset}, length {segment.length}",
-                segment=segment.name,
-                length=segment.length,
+                f"{name}: expected offset {expected_offset}, length {length}",
+                segment=name,
+                length=length,
             )
         previous = NULL_ATTRIBUTE_VALUE
-        if op.writer_id is not None:
-            previous = segment.attribute(op.writer_id)
-            if self.deduplicate and op.event_number <= previous:
-                request.result = AppendResult(segment.length, previous, duplicate=True)
-                return NO_WRITE
-            segment.attributes[op.writer_id] = op.event_number
-        op.segment_id = segment.segment_id
-        op.offset = segment.length
-        segment.length += len(op.data)
-        request.result = AppendResult(segment.length, previous)
-        return op
+        if writer_id is not None:
+            attributes = segment.attributes
+            value = attributes.get(writer_id)
+            previous = value if value is not None else segment.committed.get(writer_id, previous)
+            if event_number <= previous and self.deduplicate:
+                return AppendResult(length, previous, True), segment.segment_id, -1
+            attributes[writer_id] = event_number
+        segment.length = length + size
+        return AppendResult(length + size, previous), segment.segment_id, length
 
     def _accept_map(self, op: MapSegment, request: Request) -> object:
         name = op.name
@@ -163,6 +191,7 @@ class MetadataUpdater:
         op.segment_id = self._next_id
         self._next_id += 1
         self._names[name] = op.segment_id
+        self._by_name.pop(name, None)
         self._segments[op.segment_id] = _Pending(op.segment_id, name, 0, 0, False, False, {}, {})
         request.result = None
         return op

@@ -1,12 +1,16 @@
 """The durable log: operation queue, processor, group commit to tier-1, checkpoints, truncation.
 
-Callers ``add`` a request and get a future, or ``add_group`` many requests and get one future
-completed once all of them are answered (the wire server's appends of one read buffer). One
+Callers ``add`` a request and get a future, or ``add_group`` many requests (or ``add_appends``
+many plain appends) and get one future completed once all of them are answered (the wire
+server's appends of one read buffer). One
 processor task drains the whole queue at a time, validates every operation
 (``MetadataUpdater``), packs the accepted ones into data frames and hands the frames to tier-1
 without waiting, up to ``frames_in_flight_max`` at once. A completer
 task awaits the frames in order; only when a frame is durable are its operations applied to the
 metadata, passed to ``on_commit`` (read index, storage writer) and their futures completed.
+Appends queued by ``add_appends`` skip the per-operation objects: each becomes an
+``AppendRecord`` tuple, written with the bytes an ``Append`` would have, and a frame's run of
+them is applied and passed to ``on_appends`` in one call.
 
 A failed frame rolls back the pending view and fails its callers and every later one; the log
 is then failed (``failure``) and the container must restart, recovering from tier-1, which is the
@@ -20,14 +24,22 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
+from segment_app.engine.api import AppendItem
 from segment_app.engine.config import DurableLogConfig
 from segment_app.engine.containers.metadata import ContainerMetadata
 from segment_app.engine.containers.updater import NO_WRITE, MetadataUpdater, Request
 from segment_app.engine.errors import ContainerOfflineError, EngineError, TooLargeError
-from segment_app.engine.logs.frames import FRAME_HEADER_SIZE, FrameBuilder
-from segment_app.engine.logs.operations import MetadataCheckpoint, Operation, encode_operation
+from segment_app.engine.logs.frames import APPEND_RECORD_BYTES, FRAME_HEADER_SIZE, FrameBuilder
+from segment_app.engine.logs.operations import (
+    Append,
+    AppendRecord,
+    MetadataCheckpoint,
+    Operation,
+    encode_operation,
+)
 from tiers.base import DurableDataLog, LogAddress
 
 __all__ = ["DurableLog"]
@@ -35,14 +47,27 @@ __all__ = ["DurableLog"]
 log = logging.getLogger(__name__)
 
 CommitCallback = Callable[[Operation], None]
+AppendsCallback = Callable[[list[AppendRecord]], None]
+
+
+@dataclasses.dataclass(slots=True)
+class _Appends:
+    """Plain appends queued together by ``add_appends``."""
+
+    items: Sequence[AppendItem]
+    internal: ClassVar[bool] = False
+    result: ClassVar[None] = None
+
+
 #: A queued request and its future; ``None`` for the requests of a group but its last.
-_Entry = tuple[Request, "asyncio.Future[object] | None"]
+_Entry = tuple["Request | _Appends", "asyncio.Future[object] | None"]
 
 
 @dataclasses.dataclass(slots=True)
 class _Frame:
     task: asyncio.Future[LogAddress] | None
-    ops: list[Operation]
+    #: Operations, and runs of appends (``add_appends``), in sequence order.
+    ops: list[Operation | list[AppendRecord]]
     requests: list[_Entry]
     checkpoint: bool = False
 
@@ -62,6 +87,7 @@ class DurableLog:
         config: DurableLogConfig,
         *,
         on_commit: CommitCallback,
+        on_appends: AppendsCallback | None = None,
         now_ms: Callable[[], int],
         deduplicate: bool = True,
         over_budget: Callable[[], bool] = lambda: False,
@@ -70,6 +96,7 @@ class DurableLog:
         self.metadata = metadata
         self.config = config
         self.on_commit = on_commit
+        self.on_appends = on_appends or self._appends_one_by_one
         self.now_ms = now_ms
         self.over_budget = over_budget
         self.throttled_seconds = 0.0
@@ -146,6 +173,31 @@ class DurableLog:
         self._wakeup.set()
         return future
 
+    def add_appends(self, items: Sequence[AppendItem]) -> asyncio.Future[object]:
+        """Queue plain appends (``item.data`` at most ``append_bytes_max``) with one future, as
+        ``add_group`` would queue them as ``Append`` requests: once it completes, each item has
+        its ``result`` or ``error``; it fails if the log fails."""
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self.failure is not None or self._stopping:
+            future.set_exception(ContainerOfflineError(f"container is offline: {self.failure}"))
+            return future
+        self._queue.append((_Appends(items), future))
+        self._wakeup.set()
+        return future
+
+    def _appends_one_by_one(self, records: list[AppendRecord]) -> None:
+        for sequence, segment_id, offset, data, writer_id, event_number in records:
+            self.on_commit(
+                Append(
+                    segment_id,
+                    data,
+                    offset,
+                    writer_id,
+                    event_number,
+                    sequence=sequence,
+                )
+            )
+
     async def truncate_before(self, lowest_unapplied_sequence: int) -> bool:
         """Truncate tier-1 at the newest checkpoint below ``lowest_unapplied_sequence``."""
         eligible = [c for c in self._checkpoints if c.sequence < lowest_unapplied_sequence]
@@ -189,8 +241,14 @@ class DurableLog:
             if batch:
                 self._queue = [item for item in self._queue if not item[0].internal]
             return batch
-        batch = self._queue[: self.config.batch_operations_max]
-        del self._queue[: len(batch)]
+        limit, taken, count = self.config.batch_operations_max, 0, 0
+        for request, _ in self._queue:
+            count += len(request.items) if type(request) is _Appends else 1
+            taken += 1
+            if count >= limit:
+                break
+        batch = self._queue[:taken]
+        del self._queue[:taken]
         return batch
 
     async def _hold_back(self) -> None:
@@ -205,6 +263,14 @@ class DurableLog:
         builder = FrameBuilder(self.config.frame_bytes_max)
         frame = _Frame(None, [], [])
         for index, (request, future) in enumerate(batch):
+            if type(request) is _Appends:
+                filled = await self._process_appends(request, future, builder, frame)
+                if filled is None:
+                    self._refuse_rest(batch[index + 1 :])
+                    return
+                frame = filled
+                continue
+            assert isinstance(request, Request)
             try:
                 accepted = self.updater.accept(request)
             except EngineError as error:
@@ -223,13 +289,8 @@ class DurableLog:
             parts = encode_operation(op)
             size = builder.encoded_size(parts)
             if size + FRAME_HEADER_SIZE > self.config.frame_bytes_max:
-                self._fail(TooLargeError(f"operation of {size} bytes exceeds a frame"))
-                if future is not None:
-                    future.set_exception(TooLargeError("operation exceeds the frame size"))
-                offline = ContainerOfflineError("an operation exceeded the frame size")
-                for _, waiting in [*frame.requests, *batch[index + 1 :]]:
-                    if waiting is not None and not waiting.done():
-                        waiting.set_exception(offline)
+                self._too_large(size, future)
+                self._refuse_rest(frame.requests, batch[index + 1 :])
                 return
             if not builder.fits(size) and not builder.empty:
                 await self._send(builder, frame)
@@ -243,6 +304,74 @@ class DurableLog:
             await self._send(builder, frame)
         elif frame.requests:
             self._attach_no_writes(frame)
+
+    async def _process_appends(
+        self,
+        appends: _Appends,
+        future: asyncio.Future[object] | None,
+        builder: FrameBuilder,
+        frame: _Frame,
+    ) -> _Frame | None:
+        """``_process_batch`` for the appends of one ``add_appends``: each is accepted, given
+        its sequence number and added to the frame as a record (no ``Append`` object); the
+        frame being filled is returned (None if an append did not fit a frame: the log failed).
+        """
+        admit = self.updater.admit_append
+        room = self.config.frame_bytes_max - FRAME_HEADER_SIZE
+        run: list[AppendRecord] | None = None
+        count = total = 0
+        for item in appends.items:
+            data, writer_id, event_number = item.data, item.writer_id, item.event_number
+            if event_number is None:
+                event_number = 0
+            try:
+                item.result, segment_id, offset = admit(
+                    item.segment, len(data), writer_id, event_number, item.expected_offset
+                )
+            except EngineError as error:
+                item.error = error
+                continue
+            if offset < 0:
+                continue  # a duplicate: acknowledged, not written
+            size = APPEND_RECORD_BYTES + len(data)
+            if size > room:  # as for ``Append`` requests: the group's future is that of its last
+                self._too_large(size, future if item is appends.items[-1] else None)
+                frame.requests.append((appends, future))
+                self._refuse_rest(frame.requests)
+                return None
+            if not builder.fits(size) and not builder.empty:
+                await self._send(builder, frame)
+                frame, run = _Frame(None, [], []), None
+            if run is None:
+                last = frame.ops[-1] if frame.ops else None
+                if type(last) is list:
+                    run = last
+                else:
+                    run = []
+                    frame.ops.append(run)
+            self._sequence += 1
+            sequence = self._sequence
+            builder.add_append(sequence, segment_id, offset, writer_id, event_number, data)
+            run.append((sequence, segment_id, offset, data, writer_id, event_number))
+            count += 1
+            total += size
+        self._ops_since_checkpoint += count
+        self._bytes_since_checkpoint += total
+        frame.requests.append((appends, future))
+        return frame
+
+    def _too_large(self, size: int, future: asyncio.Future[object] | None) -> None:
+        self._fail(TooLargeError(f"operation of {size} bytes exceeds a frame"))
+        if future is not None:
+            future.set_exception(TooLargeError("operation exceeds the frame size"))
+
+    @staticmethod
+    def _refuse_rest(*waiting: list[_Entry]) -> None:
+        offline = ContainerOfflineError("an operation exceeded the frame size")
+        for entries in waiting:
+            for _, future in entries:
+                if future is not None and not future.done():
+                    future.set_exception(offline)
 
     def _attach_no_writes(self, frame: _Frame) -> None:
         if self._in_flight:
@@ -324,10 +453,17 @@ class DurableLog:
     def _commit(self, frame: _Frame, address: LogAddress) -> None:
         now = self.now_ms()
         if frame.checkpoint:
-            self._checkpoints.append(_Checkpoint(frame.ops[0].sequence, self.last_address))
+            checkpoint = frame.ops[0]
+            assert isinstance(checkpoint, MetadataCheckpoint)
+            self._checkpoints.append(_Checkpoint(checkpoint.sequence, self.last_address))
         for op in frame.ops:
-            self.metadata.apply(op, now)
-            self.on_commit(op)
+            if type(op) is list:
+                self.metadata.apply_appends(op, now)
+                self.on_appends(op)
+            else:
+                assert isinstance(op, Operation)
+                self.metadata.apply(op, now)
+                self.on_commit(op)
         self.last_address = address
         for request, future in frame.requests:
             if future is not None and not future.done():

@@ -12,24 +12,38 @@ operations only; the builder closes a frame before it would pass ``frame_bytes_m
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Iterator
 
 import crc32c
 
 from segment_app.engine.logs.operations import (
+    APPEND_HEAD,
+    NO_WRITER_BYTES,
+    Append,
     Operation,
     OperationFormatError,
     decode_operation,
     encode_operation,
 )
 
-__all__ = ["FRAME_HEADER_SIZE", "FrameBuilder", "FrameCorruptionError", "parse_frame"]
+__all__ = [
+    "APPEND_RECORD_BYTES",
+    "FRAME_HEADER_SIZE",
+    "FrameBuilder",
+    "FrameCorruptionError",
+    "parse_frame",
+]
 
 _MAGIC = b"MRDF"
 _VERSION = 1
 _FRAME_HEADER = struct.Struct(">4sBBHIQII")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
 _LEN = struct.Struct(">I")
+#: The record of an Append up to its data: length prefix, then ``APPEND_HEAD``.
+_APPEND_RECORD = struct.Struct(">I" + APPEND_HEAD.format[1:])
+#: Bytes of an Append's record besides its data (``encoded_size`` = this + data length).
+APPEND_RECORD_BYTES = _APPEND_RECORD.size
 
 
 class FrameCorruptionError(OperationFormatError):
@@ -66,6 +80,34 @@ class FrameBuilder:
         self._buf += _LEN.pack(size - _LEN.size)
         for part in parts:
             self._buf += part
+        self._count += 1
+
+    def add_append(
+        self,
+        sequence: int,
+        segment_id: int,
+        offset: int,
+        writer_id: uuid.UUID | None,
+        event_number: int,
+        data: bytes | memoryview,
+    ) -> None:
+        """Add the record ``add(Append(...))`` would, without an ``Append`` object."""
+        n = len(data)
+        if self._count == 0:
+            self._first = sequence
+        buf = self._buf
+        buf += _APPEND_RECORD.pack(
+            APPEND_HEAD.size + n,
+            Append.TYPE,
+            Append.VERSION,
+            sequence,
+            segment_id,
+            offset,
+            writer_id.bytes if writer_id is not None else NO_WRITER_BYTES,
+            event_number,
+            n,
+        )
+        buf += data
         self._count += 1
 
     @property

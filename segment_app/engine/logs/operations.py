@@ -14,7 +14,10 @@ import uuid
 from typing import ClassVar
 
 __all__ = [
+    "APPEND_HEAD",
+    "NO_WRITER_BYTES",
     "Append",
+    "AppendRecord",
     "ChunkRecord",
     "Delete",
     "MapSegment",
@@ -36,12 +39,20 @@ _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _ATTR = struct.Struct(">16sq")
-_APPEND = struct.Struct(">QQ16sqI")  # segment id, offset, writer id, event number, data length
+#: An Append's bytes before its data: the operation header (type, version, sequence) and
+#: segment id, offset, writer id (16 zero bytes for none), event number, data length.
+APPEND_HEAD = struct.Struct(">BBQQQ16sqI")
+_APPEND_FIXED = struct.Struct(">QQ16sqI")  # APPEND_HEAD after the operation header
 _MERGE = struct.Struct(">QQQQ")
 _TRUNCATE = struct.Struct(">QQ")
 _CHUNK = struct.Struct(">QQQ")  # start, length, epoch (name follows)
 _STORAGE = struct.Struct(">QQIIqB")  # id, storage length, drop head, keep, merged source, flags
-_NO_WRITER = bytes(16)
+#: The writer id bytes of an append without a writer.
+NO_WRITER_BYTES = bytes(16)
+
+#: An accepted append as the durable log commits it without an ``Append`` object (the wire
+#: server's groups): sequence, segment id, offset, data, writer id, event number.
+AppendRecord = tuple[int, int, int, "bytes | memoryview", "uuid.UUID | None", int]
 
 
 class OperationFormatError(ValueError):
@@ -185,12 +196,20 @@ def _attrs(attributes: dict[uuid.UUID, int]) -> bytes:
 
 def encode_operation(op: Operation) -> list[bytes | memoryview]:
     """Serialize ``op`` as a list of buffers (so appended data is not copied here)."""
-    head = _HEADER.pack(op.TYPE, op.VERSION, op.sequence)
     if isinstance(op, Append):
-        writer = op.writer_id.bytes if op.writer_id is not None else _NO_WRITER
-        fixed = _APPEND.pack(op.segment_id, op.offset, writer, op.event_number, len(op.data))
-        return [head + fixed, op.data]
-    return [head + _encode_body(op)]
+        writer = op.writer_id.bytes if op.writer_id is not None else NO_WRITER_BYTES
+        head = APPEND_HEAD.pack(
+            op.TYPE,
+            op.VERSION,
+            op.sequence,
+            op.segment_id,
+            op.offset,
+            writer,
+            op.event_number,
+            len(op.data),
+        )
+        return [head, op.data]
+    return [_HEADER.pack(op.TYPE, op.VERSION, op.sequence) + _encode_body(op)]
 
 
 def _encode_body(op: Operation) -> bytes:
@@ -295,9 +314,9 @@ def _decode_map(r: Reader, _copy: bool) -> Operation:
 
 
 def _decode_append(r: Reader, copy: bool) -> Operation:
-    segment_id, offset, writer, event_number, length = r.unpack(_APPEND)
+    segment_id, offset, writer, event_number, length = r.unpack(_APPEND_FIXED)
     data = r.take(length)
-    writer_id = None if bytes(writer) == _NO_WRITER else uuid.UUID(bytes=bytes(writer))
+    writer_id = None if bytes(writer) == NO_WRITER_BYTES else uuid.UUID(bytes=bytes(writer))
     return Append(segment_id, bytes(data) if copy else data, offset, writer_id, event_number)
 
 

@@ -22,6 +22,7 @@ from segment_app.engine.config import ReadIndexConfig
 from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
 from segment_app.engine.errors import BadOffsetError, SegmentNotFoundError, SegmentTruncatedError
 from segment_app.engine.invariants import check
+from segment_app.engine.logs.operations import AppendRecord
 from tiers.base import ChunkNotFoundError, ChunkStorage
 
 #: Pieces totalling at least this many bytes are joined in a worker thread (bytes.join lets go
@@ -101,6 +102,38 @@ class ReadIndex:
             self._fifo.append((segment_id, entry))
         self.cache_bytes += len(data)
         self._wake(index)
+        if self.cache_bytes > self.config.cache_bytes_max:
+            self.evict()
+
+    def append_records(self, records: list[AppendRecord]) -> None:
+        """``append`` each durable append of a frame (in operation order)."""
+        segments, entry_max = self._segments, self.config.cache_entry_bytes_max
+        added = 0
+        for record in records:
+            segment_id, offset, data = record[1], record[2], record[3]
+            index = segments.get(segment_id)
+            if index is None:
+                index = segments[segment_id] = _SegmentIndex()
+            entries = index.entries
+            last = entries[-1] if entries else None
+            if (
+                last is not None
+                and last.live
+                and not last.frozen
+                and type(last.data) is bytearray
+                and last.offset + len(last.data) == offset
+                and len(last.data) < entry_max
+            ):
+                last.data += data
+            else:
+                entry = _Entry(offset, bytearray(data))
+                index.offsets.append(offset)
+                entries.append(entry)
+                self._fifo.append((segment_id, entry))
+            added += len(data)
+            if index.waiters:
+                self._wake(index)
+        self.cache_bytes += added
         if self.cache_bytes > self.config.cache_bytes_max:
             self.evict()
 

@@ -25,6 +25,7 @@ from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMet
 from segment_app.engine.containers.updater import Request
 from segment_app.engine.errors import ContainerOfflineError
 from segment_app.engine.logs.operations import (
+    AppendRecord,
     ChunkRecord,
     Merge,
     Operation,
@@ -93,6 +94,21 @@ class StorageWriter:
             unflushed = segment.length - segment.storage_length if segment is not None else 0
             urgent = unflushed >= self.config.flush_bytes_min
         self._mark(segment_id, op.sequence, urgent)
+
+    def on_appends(self, records: list[AppendRecord]) -> None:
+        """``on_commit`` for each durable append of a frame (in operation order)."""
+        dirty, since, segments = self.dirty, self._dirty_since, self.metadata.segments
+        flush_min = self.config.flush_bytes_min
+        now: float | None = None
+        for record in records:
+            sequence, segment_id = record[0], record[1]
+            if segment_id not in dirty:
+                dirty[segment_id] = sequence
+                since[segment_id] = now = self.now() if now is None else now
+            segment = segments.get(segment_id)
+            if segment is not None and segment.length - segment.storage_length >= flush_min:
+                self._urgent.add(segment_id)
+                self._wakeup.set()
 
     def _mark(self, segment_id: int, sequence: int, urgent: bool) -> None:
         if segment_id not in self.dirty:
