@@ -114,7 +114,8 @@ def report(kind: str, value: Any) -> None:
 async def run_millrace(spec: dict[str, Any]) -> dict[str, Any]:
     from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 
-    limits = AppendLimits(linger_ms=spec.get("linger_ms", 0.0), **spec.get("client_limits", {}))
+    fields = {"linger_ms": spec.get("linger_ms", 0.0), **spec.get("client_limits", {})}
+    limits = AppendLimits(**fields)
     if spec.get("block_events_max"):  # diagnostics: small blocks, many of them in flight
         limits = dataclasses.replace(
             limits, block_events_max=spec["block_events_max"], blocks_in_flight_max=4096

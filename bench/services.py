@@ -54,7 +54,10 @@ def child_pid(pid: int) -> int | None:
 def py_spy_command(out: Path) -> list[str]:
     """``py-spy record`` writing raw folded stacks to ``out`` (append ``--`` and a command)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return [py_spy, "record", "--format", "raw", "--rate", "250", "--threads", "-o", str(out)]
+    # --nonblocking: sampling does not pause the process (the figures stay close to an
+    # unprofiled run; a stack may now and then be torn)
+    flags = ["--format", "raw", "--rate", "250", "--threads", "--nonblocking"]
+    return [py_spy, "record", *flags, "-o", str(out)]
 
 
 def node_command(data_dir: Path, profile: str | None, profile_out: Path | None) -> list[str]:

@@ -274,10 +274,11 @@ class AppendLimits:
 # append sessions
 
 
-#: A block in flight: (request id, number of its first event, of its last, its events). A
-#: plain tuple of ints and a tuple of bytes: the garbage collector stops tracking such tuples,
-#: so thousands of blocks in flight cost its full passes nothing (a class instance would).
-_Block = tuple[int, int, int, tuple[bytes, ...]]
+#: A block in flight: (request id, number of its first event, of its last, its events, the
+#: first ``append_many`` call that can have events in it). A plain tuple of ints and a tuple of
+#: bytes: the garbage collector stops tracking such tuples, so thousands of blocks in flight
+#: cost its full passes nothing (a class instance would).
+_Block = tuple[int, int, int, tuple[bytes, ...], int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -288,29 +289,36 @@ class _Session:
     writer_id: uuid.UUID
     next_event_number: int
     #: Events of the block being filled; they are numbered up to ``next_event_number - 1``.
-    #: (Both lists are emptied, not replaced, when the block is sent: no new objects per block.)
+    #: (Emptied, not replaced, when the block is sent: no new object per block.) Their event
+    #: headers are made when it is sent (see ``_block_data``) ...
     open_events: list[bytes] = dataclasses.field(default_factory=list)
-    open_parts: list[bytes] = dataclasses.field(default_factory=list)
+    #: ... unless they are ``raw`` (a block holds raw bytes or events, not both).
+    open_raw: bool = False
+    #: The bytes the block will carry (event headers counted).
     open_bytes: int = 0
     send_due: bool = False
     #: The timer that sends a non-full block after ``linger_ms`` ...
     linger: asyncio.Handle | None = None
     #: ... or, with ``linger_ms`` 0, whether it waits in ``SegmentStoreClient._next_turn``.
     next_turn: bool = False
+    #: The request id the open block will be sent under (taken when the block opens, which
+    #: is when the client's completion order counts it, see ``SegmentStoreClient._advance``).
+    open_rid: int = 0
+    #: The first ``append_many`` call that can have events in the open block (calls are
+    #: numbered in order; only a failure of the writer needs this, see ``_fail_calls``).
+    open_call: int = 0
     in_flight: collections.deque[_Block] = dataclasses.field(default_factory=collections.deque)
-    #: What waits for acks: the last event number each covers, and the future or shared
-    #: countdown (two deques rather than one of pairs: no object per entry).
+    #: What waits for acks: the last event number each ``append_block`` call covers, and its
+    #: future (two deques rather than one of pairs: no object per entry).
     call_lasts: collections.deque[int] = dataclasses.field(default_factory=collections.deque)
     call_waiters: collections.deque[_Waiter] = dataclasses.field(default_factory=collections.deque)
     #: Set when a block in flight is answered; made when someone first waits for room.
     room: asyncio.Event | None = None
     failure: SegmentStoreError | None = None
-    #: The ``append_many`` call filling this session right now (it registers once per call).
-    waiter: _AllAcked | None = None
 
     def unacked(self) -> list[tuple[int, bytes]]:
-        blocks = [*self.in_flight, (-1, self.open_first(), -1, self.open_events)]
-        return [(first + i, e) for _, first, _, events in blocks for i, e in enumerate(events)]
+        blocks = [*self.in_flight, (-1, self.open_first(), -1, self.open_events, -1)]
+        return [(b[1] + i, e) for b in blocks for i, e in enumerate(b[3])]
 
     def add_call(self, last: int, waiter: _Waiter) -> None:
         self.call_lasts.append(last)
@@ -331,33 +339,7 @@ class _Session:
         return self.next_event_number - len(self.open_events)
 
 
-class _AllAcked:
-    """One future for the events an ``append_many`` call gave to several writers: each writer's
-    share counts down once acknowledged; the first failure fails the whole."""
-
-    __slots__ = ("future", "left")
-
-    def __init__(self, future: asyncio.Future[None], writers: int) -> None:
-        self.future = future
-        self.left = writers
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def set_result(self, _ack: AppendAck | None) -> None:
-        self.count_down()
-
-    def count_down(self) -> None:
-        self.left -= 1
-        if self.left == 0 and not self.future.done():
-            self.future.set_result(None)
-
-    def set_exception(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-
-_Waiter = asyncio.Future[AppendAck] | _AllAcked
+_Waiter = asyncio.Future[AppendAck]
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
@@ -383,6 +365,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 client._on_reply(wire.decode_frame(type_code, payload, lenient=True))
         except wire.ProtocolError as exc:
             self.client._abort(ConnectionLostError(f"undecodable reply: {exc}"))
+        if client._resolved:
+            client._advance()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client._congested = False
@@ -448,6 +432,30 @@ class SegmentStoreClient:
         #: Clear while appends must wait: congested with OPEN_BYTES_MAX in open blocks.
         self._writable = asyncio.Event()
         self._writable.set()
+        # Completion of ``append_many`` calls, counted per connection rather than per writer
+        # and call: every block gets a place in the order blocks are opened; a call is done
+        # once every block opened before it returned is answered (those hold all its events).
+        #: Request ids of the blocks not yet answered, oldest opened first (answered ones
+        #: leave once they reach the front) ...
+        self._order: collections.deque[int] = collections.deque()
+        #: ... the answered (or failed) ones still in it ...
+        self._resolved: set[int] = set()
+        #: ... and how many have left it (so blocks opened so far: this + len(_order)).
+        self._order_done = 0
+        #: ``append_many`` calls to complete: (blocks opened when the call returned, call
+        #: number), in the order they returned; each call's future and pairs by number.
+        self._calls: collections.deque[tuple[int, int]] = collections.deque()
+        self._call_futures: dict[int, asyncio.Future[None]] = {}
+        self._call_pairs: dict[int, list[tuple[uuid.UUID, Any]]] = {}
+        #: The number of the ``append_many`` call running, or of the next one: no event added
+        #: from now on belongs to an earlier call (calls add theirs one at a time).
+        self._call_floor = 0
+        #: Set while an ``append_many`` call adds its events; the calls waiting for their turn.
+        self._many_busy = False
+        self._many_gate: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: Writers failed since the calls were last checked, by ``writer_id.int``: (the first
+        #: call that can have an unacknowledged event of theirs, the error); see ``_fail_calls``.
+        self._call_failures: dict[int, tuple[int, SegmentStoreError]] = {}
 
     @classmethod
     async def connect(cls, host: str, port: int, **kwargs: Any) -> SegmentStoreClient:
@@ -579,6 +587,7 @@ class SegmentStoreClient:
             self._hello.set_exception(lost)
         for session in list(self._sessions.values()):
             self._fail_session(session, None)
+        self._advance()
         if not self._closed.done():
             self._closed.set_result(None)
 
@@ -683,7 +692,7 @@ class SegmentStoreClient:
             return wire.SetupAppend(rid, writer_id, segment, self._token(token))
 
         old = self._sessions.get(writer_id.int)
-        if old is not None and (old.call_lasts or old.open_events):
+        if old is not None and (old.call_lasts or old.in_flight or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
         self._sessions[writer_id.int] = _Session(segment, writer_id, max(last, 0) + 1)
@@ -717,78 +726,130 @@ class SegmentStoreClient:
         ``append_block`` takes them (one ``bytes`` or a sequence; a writer may come more than
         once; its events keep their order); returns one future completed when all are
         acknowledged, or failed with the first error. For a producer spreading events over
-        many segments: no coroutine, future or callback per writer, and each writer's blocks
-        are scheduled once per call. Nothing is queued if an event is too large or a writer is
-        unknown or failed."""
+        many segments: no coroutine, future or callback per writer, nothing per writer and
+        call but its events, and calls complete in the order they were made. Nothing is
+        queued if an event is too large or a writer is unknown or failed."""
         if not self._writable.is_set():
             await self._writable.wait()
+        if self._lost is not None:
+            raise self._lost
+        pairs = list(batches)  # (kept until the call completes: see _fail_calls)
         sessions = self._sessions
         limit = self.limits.event_bytes_max
         # First every writer and event size is checked (nothing is queued unless all pass) ...
-        items: list[tuple[_Session, bytes | Sequence[bytes | bytearray | memoryview]]] = []
-        for writer_id, given in batches:
+        found: list[_Session] = []
+        for writer_id, given in pairs:
             session = sessions.get(writer_id.int)
-            if session is None or session.failure is not None or self._lost is not None:
+            if session is None or session.failure is not None:
                 session = self._session(writer_id)  # raises the reason
-            if isinstance(given, _BYTES_LIKE):
+            if type(given) is bytes or isinstance(given, _BYTES_LIKE):
                 if len(given) > limit:
                     raise InvalidArgumentError(f"event of {len(given)} bytes exceeds {limit}")
             elif given:
                 biggest = max(map(len, given))
                 if biggest > limit:
                     raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limit}")
-            items.append((session, given))
+            found.append(session)
+        waited = False
+        if self._many_busy or self._many_gate:  # another call waits for room in flight
+            await self._many_turn()
+            waited = True
+        else:
+            self._many_busy = True
+        try:
+            return await self._add_many(pairs, found, waited)
+        finally:
+            self._many_done()
+
+    async def _many_turn(self) -> None:
+        """Wait until the ``append_many`` calls before this one have added their events."""
+        turn = asyncio.get_running_loop().create_future()
+        self._many_gate.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed the turn, then cancelled
+                self._many_done()
+            raise
+
+    def _many_done(self) -> None:
+        """This call added its events: the next waiting one goes on."""
+        gate = self._many_gate
+        while gate:
+            turn = gate.popleft()
+            if not turn.done():
+                turn.set_result(None)  # (_many_busy stays set: handed over)
+                return
+        self._many_busy = False
+
+    async def _add_many(
+        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session], waited: bool
+    ) -> asyncio.Future[None]:
+        """The second half of ``append_many``, one call at a time (so every writer gets the
+        calls' events in the order of the calls' numbers): the events go into their writers'
+        open blocks, a bytes that fits (the common share of a call spread over thousands of
+        writers) inline, anything else through ``_fill_all`` (which may wait for room)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        countdown = _AllAcked(future, 1)  # the 1 is this call's own, given up at the end
-        touched: list[_Session] = []
-        fill = self._fill_open
-        header = _EVENT_HEADER.pack
+        number = self._call_floor
+        self._call_futures[number] = future  # (a writer failing meanwhile fails it)
+        self._call_pairs[number] = pairs
+        opened: list[_Session] = []  # writers whose open block this call started
         limits = self.limits
         block_bytes, block_events = limits.block_bytes_max, limits.block_events_max
-        # ... then the events go into their writers' open blocks (a sequence through
-        # _fill_open; one bytes that fits, the common share of a call spread over thousands of
-        # writers, inline: no call, no tuple per pair).
+        order = self._order
+        request_ids = self._request_ids
         added_bytes = 0
+        added = False
         try:
-            for session, share in items:
-                if type(share) is bytes:
+            for session, (_, share) in zip(found, pairs, strict=True):
+                if waited and session.failure is not None:  # (it failed while we waited)
+                    raise session.failure
+                events = session.open_events
+                if type(share) is bytes and (
+                    not events
+                    or (
+                        session.open_bytes + len(share) + _EVENT_HEADER_BYTES <= block_bytes
+                        and len(events) < block_events
+                        and not session.open_raw
+                    )
+                ):
+                    if not events:  # the block opens (as in _open)
+                        rid = next(request_ids)
+                        session.open_rid = rid
+                        session.open_call = number
+                        session.open_raw = False
+                        order.append(rid)
+                        opened.append(session)
                     n = len(share) + _EVENT_HEADER_BYTES
-                    if not session.open_events or (
-                        session.open_bytes + n <= block_bytes
-                        and len(session.open_events) < block_events
-                    ):
-                        session.open_parts.append(header(0, n - _EVENT_HEADER_BYTES))
-                        session.open_parts.append(share)
-                        session.open_events.append(share)
-                        session.open_bytes += n
-                        session.next_event_number += 1
-                        added_bytes += n
-                    else:
-                        await self._fill_all(session, (share,))
-                elif isinstance(share, _BYTES_LIKE) or share:
-                    events = (share,) if isinstance(share, _BYTES_LIKE) else share
-                    # inline what _fill_all does when everything fits in the open block: no
-                    # coroutine per writer
-                    before = session.open_bytes
-                    added = fill(session, events, False, 0)
-                    added_bytes += session.open_bytes - before
-                    if added < len(events):
-                        await self._fill_all(session, events[added:])
+                    events.append(share)
+                    session.open_bytes += n
+                    added_bytes += n
+                    session.next_event_number += 1
                 else:
-                    continue
-                if session.waiter is not countdown:
-                    session.waiter = countdown
-                    countdown.left += 1
-                    touched.append(session)
+                    many = (share,) if isinstance(share, _BYTES_LIKE) else share
+                    if not many:
+                        continue
+                    waited = True
+                    await self._fill_all(session, many)
+                    opened.append(session)  # (_schedule: its last block is not sent yet)
+                added = True
+        except BaseException:
+            self._call_futures.pop(number, None)
+            self._call_pairs.pop(number, None)
+            raise
         finally:
+            self._call_floor = number + 1
             self._open_bytes += added_bytes
-            for session in touched:
-                session.waiter = None
-        self._limit_open()
-        for session in touched:
-            session.add_call(session.next_event_number - 1, countdown)
-            self._schedule(session)
-        countdown.set_result(None)
+            self._limit_open()
+            for session in opened:
+                self._schedule(session)
+        if added:
+            self._calls.append((len(order) + self._order_done, number))
+            if not order:
+                self._advance()
+        else:
+            del self._call_futures[number], self._call_pairs[number]
+            future.set_result(None)
         return future
 
     async def _fill_all(
@@ -821,7 +882,8 @@ class SegmentStoreClient:
         return await self.append_block(writer_id, [event])
 
     async def flush(self, writer_id: uuid.UUID | None = None) -> None:
-        """Send every open block now and wait until all appends are acknowledged."""
+        """Send every open block now and wait until all appends are acknowledged (of the
+        writer, if one is given; raises its failure, or that of a call waited for)."""
         if writer_id is not None:
             sessions = [self._session(writer_id)]
         else:
@@ -829,10 +891,16 @@ class SegmentStoreClient:
         waits: set[asyncio.Future[Any]] = set()
         for session in sessions:
             await self._drain_open(session)
-            for waiter in session.call_waiters:
-                waits.add(waiter.future if isinstance(waiter, _AllAcked) else waiter)
+            waits.update(session.call_waiters)
+        if writer_id is None:
+            waits.update(self._call_futures.values())
         if waits:
             await asyncio.gather(*waits)
+        for session in sessions:  # (its events handed by append_many)
+            while session.in_flight and session.failure is None:
+                await session.wait_room()
+            if writer_id is not None and session.failure is not None:
+                raise session.failure
 
     async def conditional_append(
         self, writer_id: uuid.UUID, data: bytes, expected_offset: int, *, raw: bool = True
@@ -845,11 +913,12 @@ class SegmentStoreClient:
         number = session.next_event_number
         session.next_event_number += 1
         request_id = next(self._request_ids)
+        self._order.append(request_id)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         session.add_call(number, future)
         self._send_block(
             session,
-            (request_id, number, number, (bytes(data),)),
+            (request_id, number, number, (bytes(data),), self._call_floor),
             wire.ConditionalBlockEnd(writer_id, number, expected_offset, payload, request_id),
         )
         return await future
@@ -872,10 +941,9 @@ class SegmentStoreClient:
         start: int,
     ) -> int:
         """Put ``events[start:]`` in the open block until one does not fit (the block is then
-        full and must be sent first); returns the index of the first event not added. The hot
-        loop of the client: keep it lean."""
+        full, or holds the other kind of ``raw``, and must be sent first); returns the index of
+        the first event not added. The hot loop of the client: keep it lean."""
         limits = self.limits
-        header = _EVENT_HEADER.pack
         overhead = 0 if raw else _EVENT_HEADER_BYTES
         for index in range(start, len(events)):
             event = events[index]
@@ -884,18 +952,66 @@ class SegmentStoreClient:
             n = len(event)
             if n > limits.event_bytes_max:
                 raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")
-            if session.open_events and (
+            if not session.open_events:
+                self._open(session)
+                session.open_raw = raw
+            elif (
                 session.open_bytes + n + overhead > limits.block_bytes_max
                 or len(session.open_events) >= limits.block_events_max
+                or session.open_raw is not raw
             ):
                 return index
-            if overhead:
-                session.open_parts.append(header(0, n))
-            session.open_parts.append(event)
             session.open_events.append(event)
             session.open_bytes += n + overhead
             session.next_event_number += 1
         return len(events)
+
+    def _open(self, session: _Session) -> None:
+        """The session's block opens (its first event goes in): it takes its request id and
+        its place in the completion order (``append_many`` inlines this)."""
+        rid = next(self._request_ids)
+        session.open_rid = rid
+        session.open_call = self._call_floor
+        self._order.append(rid)
+
+    def _advance(self) -> None:
+        """Fail the ``append_many`` calls that failed writers had events of, let answered
+        blocks leave the front of the completion order, then complete the calls that no block
+        still open or in flight can hold events of."""
+        if self._call_failures:
+            self._fail_calls()
+        order, resolved = self._order, self._resolved
+        left = 0
+        while order and order[0] in resolved:
+            resolved.remove(order.popleft())
+            left += 1
+        self._order_done += left
+        done = self._order_done
+        calls, futures = self._calls, self._call_futures
+        while calls and calls[0][0] <= done:
+            number = calls.popleft()[1]
+            self._call_pairs.pop(number, None)
+            future = futures.pop(number, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _fail_calls(self) -> None:
+        """Fail each pending ``append_many`` call that gave a writer failed since the last
+        check an event it has not had acknowledged: a call numbered from the first that can
+        have one in the writer's oldest unacknowledged block (events of a writer are numbered
+        in the order of the calls). One pass over the pending calls' pairs for all the writers
+        that failed together (a lost connection fails them all)."""
+        failures, self._call_failures = self._call_failures, {}
+        first = min(call for call, _ in failures.values())
+        for number, pairs in self._call_pairs.items():
+            future = self._call_futures.get(number)
+            if number < first or future is None or future.done():
+                continue
+            for writer_id, _ in pairs:
+                failure = failures.get(writer_id.int)
+                if failure is not None and number >= failure[0]:
+                    future.set_exception(failure[1])
+                    break
 
     async def _drain_open(self, session: _Session) -> None:
         """Send the open block now, waiting for room in flight when needed."""
@@ -960,9 +1076,8 @@ class SegmentStoreClient:
                 return
         first = session.open_first()
         events = tuple(session.open_events)
-        data = b"".join(session.open_parts)
+        data = _block_data(events, session.open_raw)
         session.open_events.clear()
-        session.open_parts.clear()
         self._open_bytes -= session.open_bytes
         session.open_bytes = 0
         session.send_due = False
@@ -970,10 +1085,10 @@ class SegmentStoreClient:
         if session.linger is not None:
             session.linger.cancel()
             session.linger = None
-        request_id = next(self._request_ids)
+        request_id = session.open_rid
         last = first + len(events) - 1
         cmd = wire.AppendBlockEnd(session.writer_id, len(data), data, len(events), last, request_id)
-        self._send_block(session, (request_id, first, last, events), cmd)
+        self._send_block(session, (request_id, first, last, events, session.open_call), cmd)
 
     def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
         self.blocks_sent += 1
@@ -994,10 +1109,13 @@ class SegmentStoreClient:
         session = self._sessions.get(writer)
         if session is None:
             return
-        in_flight = session.in_flight
+        in_flight, blocks, resolved = session.in_flight, self._blocks, self._resolved
         while in_flight and in_flight[0][2] <= number:
-            self._blocks.pop(in_flight.popleft()[0], None)
-        self._ack_calls(session, number, previous, offset)
+            rid = in_flight.popleft()[0]
+            blocks.pop(rid, None)
+            resolved.add(rid)  # (``_ClientProtocol`` advances the order after the read)
+        if session.call_lasts:
+            self._ack_calls(session, number, previous, offset)
         session.wake()
         self._pump(session)
 
@@ -1006,9 +1124,7 @@ class SegmentStoreClient:
         while lasts and lasts[0] <= number:
             last = lasts.popleft()
             future = waiters.popleft()
-            if type(future) is _AllAcked:
-                future.count_down()  # (it needs no AppendAck)
-            elif not future.done():
+            if not future.done():
                 future.set_result(AppendAck(last, previous, offset))
 
     def _on_block_error(self, request_id: int, reply: Any) -> None:
@@ -1020,12 +1136,15 @@ class SegmentStoreClient:
             self._fail_conditional(session, request_id, error)
         else:
             self._fail_session(session, error)
+            self._advance()
 
     def _fail_conditional(self, session: _Session, request_id: int, error: Exception) -> None:
         block = next((b for b in session.in_flight if b[0] == request_id), None)
         if block is None:
             return
         session.in_flight.remove(block)
+        self._resolved.add(request_id)
+        self._advance()
         lasts, waiters = session.call_lasts, session.call_waiters
         for index in reversed(range(len(lasts))):
             if lasts[index] == block[2]:
@@ -1046,8 +1165,14 @@ class SegmentStoreClient:
                 segment=session.segment,
             )
         session.failure = session.failure or error
+        # the append_many calls that can have unacknowledged events of this writer: from the
+        # first that can have events in its oldest block unacknowledged
+        oldest = session.in_flight[0][4] if session.in_flight else session.open_call
+        if (session.in_flight or session.open_events) and self._call_futures:
+            self._call_failures[session.writer_id.int] = (oldest, session.failure)
         for block in session.in_flight:
             self._blocks.pop(block[0], None)
+            self._resolved.add(block[0])
         session.in_flight.clear()
         session.call_lasts.clear()
         while session.call_waiters:
@@ -1056,10 +1181,24 @@ class SegmentStoreClient:
                 future.set_exception(error)
         self._open_bytes -= session.open_bytes
         self._held.pop(session.writer_id.int, None)
+        if session.open_events:
+            self._resolved.add(session.open_rid)
         session.open_events.clear()
-        session.open_parts.clear()
         session.open_bytes = 0
         session.wake()
+
+
+def _block_data(events: tuple[bytes, ...], raw: bool) -> bytes:
+    """An append block's bytes: the events, each behind its event header unless ``raw``.
+    Events of one size (a common case) share one header, joined in C."""
+    if raw:
+        return b"".join(events)
+    size = len(events[0])
+    if min(map(len, events)) == max(map(len, events)):
+        header = _EVENT_HEADER.pack(0, size)
+        return header + header.join(events)
+    pack = _EVENT_HEADER.pack
+    return b"".join([part for event in events for part in (pack(0, len(event)), event)])
 
 
 # --------------------------------------------------------------------------------------------

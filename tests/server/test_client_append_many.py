@@ -167,3 +167,66 @@ async def test_held_blocks_go_a_send_buffer_at_a_time(server, store, monkeypatch
         data = (await client.read_segment(segment, 0, 1 << 20)).data
         assert data == framed(b"x%d" % i, b"y%d" % i)
     await client.close()
+
+
+async def test_a_failed_writer_fails_only_the_calls_it_had_events_unacknowledged_in(
+    server, store
+) -> None:
+    """Calls complete in order, but a writer's failure fails only the calls with an event of
+    it not yet acknowledged: here call 1's event of writer C was acknowledged before C failed,
+    so call 1 completes (when D's held block is), while call 2, whose C event was refused,
+    fails."""
+    limits = dataclasses.replace(AppendLimits(), block_bytes_max=100)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments, (c_writer, d_writer) = await _writers(client, 2)
+    assert client._transport is not None
+    protocol = client._transport.get_protocol()
+    protocol.pause_writing()  # non-full blocks (D's) wait; full ones (C's, 108 bytes) go
+    big = b"c" * 100
+    call1 = await client.append_many([(c_writer, big), (d_writer, b"d")])
+    await asyncio.wait_for(client.flush(c_writer), 10)  # C's event of call 1 is durable
+    assert not call1.done()  # D's block is still held
+    await client.seal(segments[0])
+    call2 = await client.append_many([(c_writer, big + b"2"), (d_writer, b"e")])
+    with pytest.raises(c.SegmentSealedError):
+        await asyncio.wait_for(call2, 10)
+    assert not call1.done()
+    protocol.resume_writing()
+    assert await asyncio.wait_for(call1, 10) is None
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(big)
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"d", b"e")
+    await client.close()
+
+
+async def test_a_call_waiting_for_room_keeps_later_calls_behind_it(server, store) -> None:
+    """A call that must wait for room in flight (here: one block of one event in flight per
+    writer) holds the calls made meanwhile until it has added its events, so every writer
+    gets the calls' events in the order of the calls."""
+    limits = dataclasses.replace(AppendLimits(), block_events_max=1, blocks_in_flight_max=1)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments, writers = await _writers(client, 2)
+    first = asyncio.ensure_future(client.append_many([(w, [b"1a", b"1b", b"1c"]) for w in writers]))
+    await asyncio.sleep(0)  # the first call is now waiting for room
+    second = asyncio.ensure_future(client.append_many([(w, b"2a") for w in writers]))
+    done = await asyncio.wait_for(asyncio.gather(first, second), 10)
+    await asyncio.wait_for(asyncio.gather(*done), 10)
+    for segment in segments:
+        data = (await client.read_segment(segment, 0, 1 << 20)).data
+        assert data == framed(b"1a", b"1b", b"1c", b"2a")
+    await client.close()
+
+
+async def test_blocks_of_mixed_sizes_and_raw_appends(server, store) -> None:
+    """Events of one size share one event header in the block's making; of several sizes each
+    gets its own; raw bytes never go in a block with events."""
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    (segment,), (writer,) = await _writers(client, 1)
+    futures = [
+        await client.append_block(writer, [b"a", b"bbb", b"cc"]),
+        await client.append_block(writer, b"RAW", raw=True),
+        await client.append_block(writer, [b"dd", b"ee"]),
+    ]
+    await asyncio.wait_for(asyncio.gather(*futures), 10)
+    data = (await client.read_segment(segment, 0, 1 << 20)).data
+    assert data == framed(b"a", b"bbb", b"cc") + b"RAW" + framed(b"dd", b"ee")
+    await client.close()
