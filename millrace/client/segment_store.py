@@ -829,8 +829,12 @@ class SegmentStoreClient:
                     many = (share,) if isinstance(share, _BYTES_LIKE) else share
                     if not many:
                         continue
-                    waited = True
-                    await self._fill_all(session, many)
+                    before = session.open_bytes
+                    put = self._fill_open(session, many, False, 0)  # (no coroutine if it fits)
+                    added_bytes += session.open_bytes - before
+                    if put < len(many):
+                        waited = True
+                        await self._fill_all(session, many[put:])
                     opened.append(session)  # (_schedule: its last block is not sent yet)
                 added = True
         except BaseException:
