@@ -44,6 +44,11 @@ from segment_app.engine.errors import (
 )
 from segment_app.server import protocol as wire
 from segment_app.server.auth import READ_UPDATE, AuthError
+from segment_app.server.protocol.fastpath import (
+    APPEND_BLOCK_END_DATA_START,
+    data_appended_frame,
+    split_append_block_end,
+)
 from segment_app.server.replies import reply_for_error
 
 if TYPE_CHECKING:
@@ -71,6 +76,10 @@ class _Writer:
     """An append session: a writer id bound to a segment on one connection."""
 
     segment: str
+    writer_id: uuid.UUID
+    #: ``writer_id`` as its 16 wire bytes (how plain blocks find their writer, and replies
+    #: name it).
+    raw: bytes
     pending: collections.deque[_PendingAppend] = dataclasses.field(
         default_factory=collections.deque
     )
@@ -87,6 +96,8 @@ class WireConnection(asyncio.BufferedProtocol):
         self.assembler = wire.FrameAssembler(buffer_bytes=self.config.receive_buffer_bytes)
         self.transport: asyncio.Transport | None = None
         self.writers: dict[uuid.UUID, _Writer] = {}
+        #: The same writers by the 16 bytes of their id.
+        self._writers_by_raw: dict[bytes, _Writer] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.appends_in_flight = 0
         self.append_bytes_in_flight = 0
@@ -128,10 +139,12 @@ class WireConnection(asyncio.BufferedProtocol):
         except wire.FramingError as exc:
             self.fail(str(exc))
             return
+        plain = wire.AppendBlockEnd.TYPE
         for type_code, payload in frames:
             if self.closed:
                 break
-            self._on_frame(type_code, payload)
+            if type_code != plain or not self._plain_block(payload):
+                self._on_frame(type_code, payload)
         if self._batch:
             self._submit_batch()
 
@@ -278,7 +291,9 @@ class WireConnection(asyncio.BufferedProtocol):
         except Exception as exc:
             self.send(reply_for_error(exc, request_id=cmd.request_id, segment=cmd.segment))
             return
-        self.writers[cmd.writer_id] = _Writer(cmd.segment)
+        writer = _Writer(cmd.segment, cmd.writer_id, cmd.writer_id.bytes)
+        self.writers[cmd.writer_id] = writer
+        self._writers_by_raw[writer.raw] = writer
         self.send(wire.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
 
     def _check_writer_room(self, writer_id: uuid.UUID, segment: str) -> None:
@@ -295,6 +310,38 @@ class WireConnection(asyncio.BufferedProtocol):
             exc = AuthError(message) if self.config.auth_enabled else InvalidArgumentError(message)
             self.send(reply_for_error(exc, request_id=request_id))
         return writer
+
+    def _plain_block(self, payload: bytes | memoryview) -> bool:
+        """Queue an AppendBlockEnd payload that is well formed, of a writer set up here and
+        without a failure, and passes ``_block_problem``, as ``_append_block_end`` would, but
+        without decoding it into a command. False: the generic path must handle (and answer) it.
+        """
+        fields = split_append_block_end(payload)  # type: ignore[arg-type]
+        if fields is None:
+            return False
+        raw, whole, end, num_events, last, request_id = fields
+        writer = self._writers_by_raw.get(raw)
+        size = end - APPEND_BLOCK_END_DATA_START
+        if (
+            writer is None
+            or writer.failure is not None
+            or num_events <= 0
+            or last < writer.last_event_number
+            or whole != size
+        ):
+            return False
+        writer.last_event_number = last
+        data = memoryview(payload)[APPEND_BLOCK_END_DATA_START:end]
+        pending = _PendingAppend(
+            writer.segment, data, writer.writer_id, last, None, None, None, request_id
+        )
+        pending.size = size
+        pending.writer = writer
+        writer.pending.append(pending)
+        self.appends_in_flight += 1
+        self.append_bytes_in_flight += size
+        self._batch.append(pending)
+        return True
 
     def _append_block_end(self, cmd: wire.AppendBlockEnd) -> None:
         writer = self._writer(cmd.writer_id, cmd.request_id)
@@ -391,6 +438,10 @@ class WireConnection(asyncio.BufferedProtocol):
 
     def _part_done(self, part: list[_PendingAppend], future: asyncio.Future[object]) -> None:
         failure = _exception_of(future)
+        if failure is None and not self.closed:
+            self._replies_of_part(part)
+            self._update_reading()
+            return
         writers: dict[int, _Writer] = {}
         for pending in part:
             if failure is not None:
@@ -404,6 +455,41 @@ class WireConnection(asyncio.BufferedProtocol):
         for writer in writers.values():
             self._send_replies(writer)
         self._update_reading()
+
+    def _replies_of_part(self, part: list[_PendingAppend]) -> None:
+        """``_part_done`` of a part that succeeded: an append that came out well and is its
+        writer's oldest is answered at once; any other goes the ``_send_replies`` way."""
+        out = self._out
+        sent = 0
+        for pending in part:
+            writer = pending.writer
+            assert writer is not None
+            result = pending.result
+            waiting = writer.pending
+            if pending.error is None and result is not None and waiting[0] is pending:
+                waiting.popleft()
+                self.appends_in_flight -= 1
+                self.append_bytes_in_flight -= pending.size
+                out.append(
+                    data_appended_frame(
+                        writer.raw,
+                        pending.event_number,
+                        result.previous_event_number,
+                        pending.request_id,
+                        result.length,
+                    )
+                )
+                sent += 1
+                if waiting and waiting[0].done:  # refused after it, answered in turn
+                    self._send_replies(writer)
+                continue
+            if pending.error is None and result is None:  # pragma: no cover
+                pending.error = ContainerOfflineError("append has no outcome")
+            pending.done = True
+            self._send_replies(writer)
+        if sent and not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
 
     def _send_replies(self, writer: _Writer) -> None:
         """Reply to the writer's blocks that are answered, in the order they arrived."""

@@ -253,6 +253,27 @@ def _spec_strings(cmd: object) -> list[str]:
     return [f"{n} {k}{'?' if o else ''}" for n, k, o in p.field_spec(cmd.TYPE)]  # type: ignore[attr-defined]
 
 
+def test_command_free_append_forms_match_the_codecs() -> None:
+    from segment_app.server.protocol.fastpath import (
+        APPEND_BLOCK_END_DATA_START,
+        data_appended_frame,
+        split_append_block_end,
+    )
+
+    writer = uuid.uuid4()
+    payload = p.encode_frame(p.AppendBlockEnd(writer, 3, b"abc", 2, 9, 77))[8:]
+    raw, whole, end, events, last, request_id = split_append_block_end(payload)  # type: ignore[misc]
+    assert (raw, whole, events, last, request_id) == (writer.bytes, 3, 2, 9, 77)
+    assert payload[APPEND_BLOCK_END_DATA_START:end] == b"abc"
+    assert split_append_block_end(payload[:-8])[5] == -1  # type: ignore[index]
+    for bad in (payload[:-1], payload[:-9], payload + b"x", payload[:30], b""):
+        assert split_append_block_end(bad) is None
+    negative = payload[:20] + struct.pack(">i", -1) + payload[24:]
+    assert split_append_block_end(negative) is None
+    frame = data_appended_frame(writer.bytes, 9, 8, 77, 1000)
+    assert frame == p.encode_frame(p.DataAppended(writer, 9, 8, 77, 1000))
+
+
 def test_data_appended_without_optional_fields() -> None:
     writer = uuid.UUID(int=5)
     payload = frame_of(p.DataAppended(writer, 3))[1][:24]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 
@@ -297,6 +298,47 @@ async def test_invalid_blocks(raw: RawConnection, store) -> None:
     assert isinstance(reply, wire.InvalidEventNumber)
     assert (reply.writer_id, reply.request_id) == (writer, 2)
     assert (await store.get_info(SEG)).length == 0
+
+
+async def test_blocks_refused_behind_a_pending_one_are_answered_after_it(
+    raw: RawConnection, store
+) -> None:
+    """One buffer: a good block, then blocks refused before the store (event number going
+    back, sizes that disagree) and a good one: replies in that order, nothing lost."""
+    await store.create_segment(SEG)
+    writer = uuid.uuid4()
+    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
+    await raw.recv()
+    data = framed(b"x")
+    blocks = [
+        wire.AppendBlockEnd(writer, len(data), data, 1, 5, 10),
+        wire.AppendBlockEnd(writer, len(data), data, 1, 4, 11),  # goes back
+        wire.AppendBlockEnd(writer, len(data) + 1, data, 1, 6, 12),  # a partial event
+        wire.AppendBlockEnd(writer, len(data), data, 1, 7, 13),  # after a gap: refused too
+    ]
+    await raw.send_bytes(b"".join(wire.encode_frame(b) for b in blocks))
+    replies = [await raw.recv() for _ in blocks]
+    assert [r.request_id for r in replies] == [10, 11, 12, 13]
+    assert isinstance(replies[0], wire.DataAppended) and replies[0].event_number == 5
+    assert isinstance(replies[1], wire.InvalidEventNumber)
+    assert [type(r) for r in replies[2:]] == [wire.ErrorMessage] * 2
+    assert (await store.get_info(SEG)).length == len(data)
+
+
+async def test_block_without_request_id(raw: RawConnection, store) -> None:
+    """Old clients leave out AppendBlockEnd's trailing request id (read as -1)."""
+    await store.create_segment(SEG)
+    writer = uuid.uuid4()
+    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
+    await raw.recv()
+    data = framed(b"x")
+    frame = wire.encode_frame(wire.AppendBlockEnd(writer, len(data), data, 1, 1, 7))
+    header = struct.pack(">ii", wire.AppendBlockEnd.TYPE, len(frame) - 16)
+    await raw.send_bytes(header + frame[8:-8])
+    reply = await raw.recv()
+    assert isinstance(reply, wire.DataAppended)
+    assert (reply.writer_id, reply.event_number, reply.request_id) == (writer, 1, -1)
+    assert reply.current_segment_write_offset == len(data)
 
 
 async def test_create_transient_segment(raw: RawConnection, store) -> None:

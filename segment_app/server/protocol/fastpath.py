@@ -4,10 +4,15 @@ Responsibility: the same bytes as the generic codecs, with precompiled ``struct.
 and zero-copy ``memoryview`` slices of the data buffers (the data of a decoded AppendBlockEnd or
 SegmentRead is a view of the received payload; encoding references the data instead of copying
 it). ``tests/server/test_wire_codec.py`` checks both paths produce identical bytes.
+
+For the wire server's hottest loop there are also command-free forms: ``split_append_block_end``
+reads an AppendBlockEnd payload into plain values (the writer id as its 16 bytes) and
+``data_appended_frame`` encodes a DataAppended frame from such values.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 
@@ -22,11 +27,16 @@ from .codec import (
 )
 from .commands import AppendBlockEnd, DataAppended, SegmentRead
 
-__all__: list[str] = []
+__all__ = ["APPEND_BLOCK_END_DATA_START", "data_appended_frame", "split_append_block_end"]
 
 _U64_MASK = (1 << 64) - 1
 
 _ABE_HEAD = struct.Struct(">16xii")  # (writer id), sizeOfWholeEvents, data length
+_ABE_HEAD_RAW = struct.Struct(">16sii")  # writer id bytes, sizeOfWholeEvents, data length
+#: Where an AppendBlockEnd payload's data starts.
+APPEND_BLOCK_END_DATA_START = _ABE_HEAD_RAW.size
+_ABE_TAIL_ID = struct.Struct(">iqq")  # numEvents, lastEventNumber, requestId
+_DA_FRAME_RAW = struct.Struct(">ii16sqqqq")
 _ABE_TAIL = struct.Struct(">iq")  # numEvents, lastEventNumber
 _ABE_FRAME_HEAD = struct.Struct(">iiQQii")
 _ABE_FRAME_TAIL = struct.Struct(">iqq")
@@ -60,6 +70,31 @@ def _decode_append_block_end(r: Reader) -> AppendBlockEnd:
     return AppendBlockEnd(
         _uuid_at(mv, start), whole, mv[data_start:data_end], num_events, last, request_id
     )
+
+
+def split_append_block_end(payload: bytes) -> tuple[bytes, int, int, int, int, int] | None:
+    """(writer id bytes, sizeOfWholeEvents, data end, numEvents, lastEventNumber, requestId)
+    of an AppendBlockEnd payload, whose data is ``payload[APPEND_BLOCK_END_DATA_START:end]``;
+    None if it is not well formed (``decode_frame`` then says how)."""
+    if len(payload) < APPEND_BLOCK_END_DATA_START + _ABE_TAIL.size:
+        return None
+    raw, whole, n = _ABE_HEAD_RAW.unpack_from(payload)
+    if n < 0:
+        return None
+    end = APPEND_BLOCK_END_DATA_START + n
+    rest = len(payload) - end
+    if rest == _ABE_TAIL_ID.size:
+        num_events, last, request_id = _ABE_TAIL_ID.unpack_from(payload, end)
+        return raw, whole, end, num_events, last, request_id
+    if rest == _ABE_TAIL.size:
+        num_events, last = _ABE_TAIL.unpack_from(payload, end)
+        return raw, whole, end, num_events, last, NO_REQUEST_ID
+    return None
+
+
+#: ``data_appended_frame(writer id bytes, eventNumber, previousEventNumber, requestId,
+#: currentSegmentWriteOffset)``: the frame ``encode_frame(DataAppended(...))`` makes.
+data_appended_frame = functools.partial(_DA_FRAME_RAW.pack, DataAppended.TYPE, _DA_FIELDS.size)
 
 
 def _encode_append_block_end(cmd: AppendBlockEnd) -> list[bytes | bytearray | memoryview]:
