@@ -202,8 +202,10 @@ async def _hand(
         return 0
     if api in ("many", "pairs") and burst == 1:  # one call for the step, whatever the writers
         if n <= k:  # one event per writer: pairs of (writer, event), made in C
-            ring = writers[cursor:] + writers[:cursor]
-            shares: Any = list(zip(ring, events, strict=False))  # (the ring is longer)
+            ring = writers[cursor : cursor + n]
+            if len(ring) < n:  # (the round wraps)
+                ring += writers[: n - len(ring)]
+            shares: Any = list(zip(ring, events, strict=True))
         elif api == "pairs":  # still one pair per event: the writers come round again
             ring = itertools.islice(itertools.cycle(writers[cursor:] + writers[:cursor]), n)
             shares = list(zip(ring, events, strict=True))

@@ -31,6 +31,7 @@ import itertools
 import logging
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
@@ -84,6 +85,8 @@ SEND_BUFFER_BYTES = 8 * 1024 * 1024
 #: Bytes in open (unsent) blocks, over all writers, beyond which appends wait while the
 #: transport is congested.
 OPEN_BYTES_MAX = 64 * 1024 * 1024
+#: How often a connection judges whether it is busy (``AppendLimits.busy_blocks``).
+BUSY_WINDOW_S = 0.1
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
 
@@ -268,6 +271,14 @@ class AppendLimits:
     small_block_bytes: int = 1024
     #: Largest event accepted (Pravega's limit).
     event_bytes_max: int = 8 * 1024 * 1024
+    #: A busy connection: at least ``busy_blocks`` blocks open or in flight (that many writers
+    #: at work) and ``busy_events_per_s`` events sent per second. Its non-full blocks wait
+    #: ``busy_linger_ms`` for more events: with thousands of writers each one's share of the
+    #: rate is small, and blocks of what arrives in one round trip (a few events) would cost
+    #: both ends more per block than per event. 0 ms: never.
+    busy_blocks: int = 1000
+    busy_events_per_s: int = 100_000
+    busy_linger_ms: float = 1000.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,6 +440,11 @@ class SegmentStoreClient:
         self._open_bytes = 0
         #: Writers whose open block goes on the next loop turn (``linger_ms`` 0).
         self._next_turn: list[_Session] = []
+        #: Whether the connection is busy (see ``AppendLimits.busy_blocks``), judged each
+        #: BUSY_WINDOW_S from the events sent in it.
+        self._busy = False
+        self._window_start = 0.0
+        self._window_events = 0
         #: Clear while appends must wait: congested with OPEN_BYTES_MAX in open blocks.
         self._writable = asyncio.Event()
         self._writable.set()
@@ -443,17 +459,19 @@ class SegmentStoreClient:
         #: ... and how many have left it (so blocks opened so far: this + len(_order)).
         self._order_done = 0
         #: ``append_many`` calls to complete: (blocks opened when the call returned, call
-        #: number), in the order they returned; each call's future and pairs by number.
+        #: number), in the order they returned; each call's future and writers by number
+        #: (the writers as a list of sessions: the caller's thousands of pairs kept until the
+        #: acks would make the garbage collector's passes cost a third of the producer).
         self._calls: collections.deque[tuple[int, int]] = collections.deque()
         self._call_futures: dict[int, asyncio.Future[None]] = {}
-        self._call_pairs: dict[int, list[tuple[uuid.UUID, Any]]] = {}
+        self._call_writers: dict[int, list[_Session]] = {}
         #: The number of the ``append_many`` call running, or of the next one: no event added
         #: from now on belongs to an earlier call (calls add theirs one at a time).
         self._call_floor = 0
         #: Set while an ``append_many`` call adds its events; the calls waiting for their turn.
         self._many_busy = False
         self._many_gate: collections.deque[asyncio.Future[None]] = collections.deque()
-        #: Writers failed since the calls were last checked, by ``writer_id.int``: (the first
+        #: Writers failed since the calls were last checked, by ``id`` of session: (the first
         #: call that can have an unacknowledged event of theirs, the error); see ``_fail_calls``.
         self._call_failures: dict[int, tuple[int, SegmentStoreError]] = {}
 
@@ -513,6 +531,20 @@ class SegmentStoreClient:
             self._transport.writelines(out)  # may call pause_writing
         if self._held and not self._congested:
             self._release_held()
+        self._judge_busy()
+
+    def _judge_busy(self) -> None:
+        """Each BUSY_WINDOW_S: whether the connection is busy (``AppendLimits.busy_blocks``)."""
+        now = time.monotonic()
+        if now - self._window_start >= BUSY_WINDOW_S:
+            limits = self.limits
+            rate = self._window_events / (now - self._window_start)
+            self._busy = (
+                limits.busy_linger_ms > 0
+                and rate >= limits.busy_events_per_s
+                and len(self._order) >= limits.busy_blocks
+            )
+            self._window_start, self._window_events = now, 0
 
     def _release_held(self) -> None:
         """The transport took what it had: send held blocks, oldest first, up to one send
@@ -733,7 +765,7 @@ class SegmentStoreClient:
             await self._writable.wait()
         if self._lost is not None:
             raise self._lost
-        pairs = list(batches)  # (kept until the call completes: see _fail_calls)
+        pairs = batches if isinstance(batches, list) else list(batches)
         sessions = self._sessions
         limit = self.limits.event_bytes_max
         # First every writer and event size is checked (nothing is queued unless all pass) ...
@@ -792,7 +824,7 @@ class SegmentStoreClient:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         number = self._call_floor
         self._call_futures[number] = future  # (a writer failing meanwhile fails it)
-        self._call_pairs[number] = pairs
+        self._call_writers[number] = found
         opened: list[_Session] = []  # writers whose open block this call started
         limits = self.limits
         block_bytes, block_events = limits.block_bytes_max, limits.block_events_max
@@ -839,7 +871,7 @@ class SegmentStoreClient:
                 added = True
         except BaseException:
             self._call_futures.pop(number, None)
-            self._call_pairs.pop(number, None)
+            self._call_writers.pop(number, None)
             raise
         finally:
             self._call_floor = number + 1
@@ -852,7 +884,7 @@ class SegmentStoreClient:
             if not order:
                 self._advance()
         else:
-            del self._call_futures[number], self._call_pairs[number]
+            del self._call_futures[number], self._call_writers[number]
             future.set_result(None)
         return future
 
@@ -994,7 +1026,7 @@ class SegmentStoreClient:
         calls, futures = self._calls, self._call_futures
         while calls and calls[0][0] <= done:
             number = calls.popleft()[1]
-            self._call_pairs.pop(number, None)
+            self._call_writers.pop(number, None)
             future = futures.pop(number, None)
             if future is not None and not future.done():
                 future.set_result(None)
@@ -1003,16 +1035,16 @@ class SegmentStoreClient:
         """Fail each pending ``append_many`` call that gave a writer failed since the last
         check an event it has not had acknowledged: a call numbered from the first that can
         have one in the writer's oldest unacknowledged block (events of a writer are numbered
-        in the order of the calls). One pass over the pending calls' pairs for all the writers
+        in the order of the calls). One pass over the pending calls' writers for all those
         that failed together (a lost connection fails them all)."""
         failures, self._call_failures = self._call_failures, {}
         first = min(call for call, _ in failures.values())
-        for number, pairs in self._call_pairs.items():
+        for number, writers in self._call_writers.items():
             future = self._call_futures.get(number)
             if number < first or future is None or future.done():
                 continue
-            for writer_id, _ in pairs:
-                failure = failures.get(writer_id.int)
+            for session in writers:
+                failure = failures.get(id(session))
                 if failure is not None and number >= failure[0]:
                     future.set_exception(failure[1])
                     break
@@ -1028,18 +1060,28 @@ class SegmentStoreClient:
                 raise session.failure
 
     def _schedule(self, session: _Session) -> None:
-        full = (
-            session.open_bytes >= self.limits.block_bytes_max
-            or len(session.open_events) >= self.limits.block_events_max
-        )
-        if full:
+        limits = self.limits
+        if (
+            session.open_bytes >= limits.block_bytes_max
+            or len(session.open_events) >= limits.block_events_max
+        ):
             session.send_due = True
             self._pump(session)
-        elif session.in_flight and session.open_bytes < self.limits.small_block_bytes:
+            return
+        if self._busy and session.linger is None and session.open_events:
+            self._judge_busy()  # (stale if nothing was sent for a while)
+            if self._busy:
+                session.send_due = True  # (an ack meanwhile does not send it, see _pump)
+                delay = limits.busy_linger_ms / 1000
+                session.linger = asyncio.get_running_loop().call_later(
+                    delay, self._linger_expired, session
+                )
+                return
+        if session.in_flight and session.open_bytes < limits.small_block_bytes:
             session.send_due = True  # held: the next ack sends it (see ``_pump``)
         elif session.linger is None and not session.next_turn and session.open_events:
             loop = asyncio.get_running_loop()
-            delay = self.limits.linger_ms / 1000
+            delay = limits.linger_ms / 1000
             if delay > 0:
                 session.linger = loop.call_later(delay, self._linger_expired, session)
             else:  # the next loop turn: one callback for all the writers queued in this one
@@ -1073,6 +1115,8 @@ class SegmentStoreClient:
         if in_flight >= limits.blocks_in_flight_max:
             return
         if hold_small and len(session.open_events) < limits.block_events_max:
+            if session.linger is not None and self._busy:
+                return  # (its linger sends it)
             if self._congested and session.open_bytes < limits.block_bytes_max:
                 self._held.setdefault(session.writer_id.int, session)
                 return
@@ -1081,6 +1125,7 @@ class SegmentStoreClient:
         first = session.open_first()
         events = tuple(session.open_events)
         data = _block_data(events, session.open_raw)
+        self._window_events += len(events)
         session.open_events.clear()
         self._open_bytes -= session.open_bytes
         session.open_bytes = 0
@@ -1173,7 +1218,7 @@ class SegmentStoreClient:
         # first that can have events in its oldest block unacknowledged
         oldest = session.in_flight[0][4] if session.in_flight else session.open_call
         if (session.in_flight or session.open_events) and self._call_futures:
-            self._call_failures[session.writer_id.int] = (oldest, session.failure)
+            self._call_failures[id(session)] = (oldest, session.failure)
         for block in session.in_flight:
             self._blocks.pop(block[0], None)
             self._resolved.add(block[0])

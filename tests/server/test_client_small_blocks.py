@@ -1,14 +1,17 @@
-"""The client holds a small block while its writer has one in flight (Nagle's rule)."""
+"""The client holds a small block while its writer has one in flight (Nagle's rule), and every
+non-full block for a while when the connection is busy (many writers, a high event rate)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 import uuid
 
 import pytest
 
 from millrace.client import segment_store as c
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 from segment_app.server import protocol as wire
 
 
@@ -59,4 +62,41 @@ async def test_a_failed_conditional_append_releases_a_held_block(server, store) 
         await conditional
     ack = await asyncio.wait_for(held, 5)
     assert ack.event_number == 2
+    await client.close()
+
+
+async def test_a_busy_connection_lets_blocks_linger(server, store) -> None:
+    """Busy (here: 3 blocks open or in flight, 1,000 events/s), a connection keeps non-full
+    blocks open for ``busy_linger_ms``, acks or not; idle again, it sends them at once."""
+    limits = dataclasses.replace(
+        AppendLimits(), busy_blocks=3, busy_events_per_s=1000, busy_linger_ms=400
+    )
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments = [f"sc/busy/{i}.#epoch.0" for i in range(3)]
+    writers = [uuid.uuid4() for _ in segments]
+    for segment, writer in zip(segments, writers, strict=True):
+        await client.create_segment(segment)
+        await client.setup_append(segment, writer)
+    started = time.monotonic()
+    n = 0
+    while not client._busy:  # ~3,000 events/s: busy after a window of 0.1 s
+        assert time.monotonic() - started < 10, "never judged busy"
+        await client.append_many([(w, b"%05d" % n) for w in writers])
+        n += 1
+        await asyncio.sleep(0.001)
+    sent = client.blocks_sent
+    handed = time.monotonic()
+    last = await client.append_many([(w, b"last") for w in writers])
+    await asyncio.sleep(0.2)
+    assert client.blocks_sent == sent and not last.done()  # lingering (the acks came)
+    await asyncio.wait_for(last, 5)
+    assert time.monotonic() - handed >= 0.35
+    await asyncio.sleep(0.2)  # no events for a while: idle again, judged when next scheduled
+    quick = time.monotonic()
+    await asyncio.wait_for(await client.append_many([(w, b"y") for w in writers]), 5)
+    assert time.monotonic() - quick < 0.3
+    assert not client._busy
+    for segment in segments:
+        data = (await client.read_segment(segment, 0, 1 << 20)).data
+        assert data.endswith(framed(b"last", b"y"))
     await client.close()
