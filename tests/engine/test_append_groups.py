@@ -91,6 +91,29 @@ async def test_group_larger_than_a_frame_is_written_in_order_and_recovered(tiers
     await c.stop()
 
 
+async def test_reads_at_any_offset_of_appends_kept_unjoined(tiers: Tiers) -> None:
+    """Appends of groups are cached as the buffers they came in (``PIECES_MAX`` to an entry,
+    joined on first read): every range reads back exactly, before and after more appends."""
+    c = await tiers.start()
+    await c.create_segment("a")
+    w = uuid.uuid4()
+    written = b""
+    for round_ in range(3):
+        payloads = [bytes([65 + (round_ * 7 + i) % 26]) * (1 + i % 5) for i in range(45)]
+        views = [memoryview(b"hdr" + p)[3:] for p in payloads]  # as the wire server's views
+        items = [AppendItem("a", v, w, round_ * 100 + i + 1) for i, v in enumerate(views)]
+        await c.append_group_nowait(items)
+        written += b"".join(payloads)
+        for start in range(0, len(written), 7):
+            for size in (1, 5, 33, 200):
+                got = (await c.read("a", start, size)).data
+                assert got == written[start : start + size]
+    assert c.read_index.cache_bytes == len(written)
+    await c.flush_to_storage()
+    assert (await c.read("a", 0, len(written))).data == written
+    await c.stop()
+
+
 async def test_conditional_appends_in_a_group(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment("a")

@@ -39,6 +39,7 @@ _MAGIC = b"MRDF"
 _VERSION = 1
 _FRAME_HEADER = struct.Struct(">4sBBHIQII")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
+_NO_HEADER = bytes(FRAME_HEADER_SIZE)  # its place, until the frame is closed
 _LEN = struct.Struct(">I")
 #: The record of an Append up to its data: length prefix, then ``APPEND_HEAD``.
 _APPEND_RECORD = struct.Struct(">I" + APPEND_HEAD.format[1:])
@@ -51,13 +52,18 @@ class FrameCorruptionError(OperationFormatError):
 
 
 class FrameBuilder:
-    """Packs operations into frames of at most ``frame_bytes_max`` bytes."""
+    """Packs operations into frames of at most ``frame_bytes_max`` bytes.
 
-    __slots__ = ("_buf", "_count", "_first", "frame_bytes_max")
+    Records are kept as the list of their parts (data is referenced, not copied) and joined
+    once when the frame is closed: growing one buffer record by record copied each byte
+    several times over as it was reallocated."""
+
+    __slots__ = ("_count", "_first", "_parts", "_size", "frame_bytes_max")
 
     def __init__(self, frame_bytes_max: int) -> None:
         self.frame_bytes_max = frame_bytes_max
-        self._buf = bytearray(FRAME_HEADER_SIZE)
+        self._parts: list[bytes | bytearray | memoryview] = [_NO_HEADER]
+        self._size = FRAME_HEADER_SIZE
         self._count = 0
         self._first = -1
 
@@ -67,7 +73,7 @@ class FrameBuilder:
 
     def fits(self, size: int) -> bool:
         """Whether a record of ``size`` bytes (``encoded_size``) still fits in this frame."""
-        return len(self._buf) + size <= self.frame_bytes_max
+        return self._size + size <= self.frame_bytes_max
 
     def add(
         self, op: Operation, parts: list[bytes | memoryview] | None = None, size: int = -1
@@ -77,9 +83,9 @@ class FrameBuilder:
             size = self.encoded_size(parts)
         if self._count == 0:
             self._first = op.sequence
-        self._buf += _LEN.pack(size - _LEN.size)
-        for part in parts:
-            self._buf += part
+        self._parts.append(_LEN.pack(size - _LEN.size))
+        self._parts.extend(parts)
+        self._size += size
         self._count += 1
 
     def add_append(
@@ -95,19 +101,22 @@ class FrameBuilder:
         n = len(data)
         if self._count == 0:
             self._first = sequence
-        buf = self._buf
-        buf += _APPEND_RECORD.pack(
-            APPEND_HEAD.size + n,
-            Append.TYPE,
-            Append.VERSION,
-            sequence,
-            segment_id,
-            offset,
-            writer_id.bytes if writer_id is not None else NO_WRITER_BYTES,
-            event_number,
-            n,
+        parts = self._parts
+        parts.append(
+            _APPEND_RECORD.pack(
+                APPEND_HEAD.size + n,
+                Append.TYPE,
+                Append.VERSION,
+                sequence,
+                segment_id,
+                offset,
+                writer_id.bytes if writer_id is not None else NO_WRITER_BYTES,
+                event_number,
+                n,
+            )
         )
-        buf += data
+        parts.append(data)
+        self._size += APPEND_RECORD_BYTES + n
         self._count += 1
 
     @property
@@ -116,7 +125,7 @@ class FrameBuilder:
 
     def close(self) -> bytearray:
         """Finish the current frame and start a new one; returns the frame's bytes."""
-        frame = self._buf
+        frame = bytearray().join(self._parts)
         body = memoryview(frame)[FRAME_HEADER_SIZE:]
         checksum = crc32c.crc32c(body)
         body.release()
@@ -132,7 +141,8 @@ class FrameBuilder:
             len(frame) - FRAME_HEADER_SIZE,
             checksum,
         )
-        self._buf = bytearray(FRAME_HEADER_SIZE)
+        self._parts = [_NO_HEADER]
+        self._size = FRAME_HEADER_SIZE
         self._count = 0
         self._first = -1
         return frame

@@ -1,12 +1,16 @@
 """The read index: serves reads at any offset from the cache, tier-2, or a merged source.
 
 Per segment it keeps cache entries sorted by offset. Appends are added once durable, coalesced
-into entries of up to ``cache_entry_bytes_max``. The cache is bounded by ``cache_bytes_max``:
-entries are evicted oldest first, but only once their bytes are in tier-2 (below the segment's
-storage length), so acknowledged data is always readable. Reads that miss the cache below the
-storage length fetch from tier-2 through the segment's chunk list and populate the cache. A read
-at the tail of an unsealed segment waits for data (tail read). A merged transaction's range reads
-from the source segment until the storage writer relinks its chunks into the target.
+into entries of up to ``cache_entry_bytes_max``: an entry keeps the appended buffers as they
+came (no copy) and joins them into one when it is first read, or once it holds ``PIECES_MAX``
+of them; either way it then takes no more appends. (Growing one buffer per segment, append by
+append, copied each byte several times as it was reallocated.) The cache is bounded by
+``cache_bytes_max``: entries are evicted oldest first, but only once their bytes are in tier-2
+(below the segment's storage length), so acknowledged data is always readable. Reads that miss
+the cache below the storage length fetch from tier-2 through the segment's chunk list and
+populate the cache. A read at the tail of an unsealed segment waits for data (tail read). A
+merged transaction's range reads from the source segment until the storage writer relinks its
+chunks into the target.
 """
 
 from __future__ import annotations
@@ -29,20 +33,35 @@ from tiers.base import ChunkNotFoundError, ChunkStorage
 #: of the GIL for large joins): a 4 MiB flush joined on the event loop held every ack for ~3 ms.
 JOIN_IN_THREAD_BYTES = 512 * 1024
 
-__all__ = ["ReadIndex"]
+#: Appended buffers an entry keeps unjoined at most (each costs a few hundred bytes of objects).
+PIECES_MAX = 32
+
+__all__ = ["PIECES_MAX", "ReadIndex"]
+
+Buffer = bytes | bytearray | memoryview
 
 
 @dataclasses.dataclass(slots=True, eq=False)
 class _Entry:
     offset: int
-    data: bytearray | bytes
+    #: The entry's bytes: the buffers appended, in order (one once joined).
+    pieces: list[Buffer]
+    length: int
     live: bool = True
-    #: A view of ``data`` is held (by the storage writer): it must not grow any more.
-    frozen: bool = False
+    #: It takes no more appends: joined (views of its bytes may be held) or full.
+    closed: bool = False
 
     @property
     def end(self) -> int:
-        return self.offset + len(self.data)
+        return self.offset + self.length
+
+    def data(self) -> Buffer:
+        """The entry's bytes, its pieces joined into one (once); it is closed from then on."""
+        pieces = self.pieces
+        if len(pieces) > 1:
+            pieces[:] = [b"".join(pieces)]
+        self.closed = True
+        return pieces[0]
 
 
 @dataclasses.dataclass(slots=True)
@@ -84,29 +103,11 @@ class ReadIndex:
 
     def append(self, segment_id: int, offset: int, data: bytes | memoryview) -> None:
         """Add durable appended bytes (called in operation order)."""
-        index = self._index(segment_id)
-        last = index.entries[-1] if index.entries else None
-        if (
-            last is not None
-            and last.live
-            and not last.frozen
-            and isinstance(last.data, bytearray)
-            and last.end == offset
-            and len(last.data) < self.config.cache_entry_bytes_max
-        ):
-            last.data += data
-        else:
-            entry = _Entry(offset, bytearray(data))
-            index.offsets.append(offset)
-            index.entries.append(entry)
-            self._fifo.append((segment_id, entry))
-        self.cache_bytes += len(data)
-        self._wake(index)
-        if self.cache_bytes > self.config.cache_bytes_max:
-            self.evict()
+        self.append_records([(-1, segment_id, offset, bytes(data), None, 0)])
 
     def append_records(self, records: list[AppendRecord]) -> None:
-        """``append`` each durable append of a frame (in operation order)."""
+        """Add the bytes of durable appends (called in operation order), without copying them:
+        the read index keeps ``data`` of each record as it is."""
         segments, entry_max = self._segments, self.config.cache_entry_bytes_max
         added = 0
         for record in records:
@@ -116,21 +117,25 @@ class ReadIndex:
                 index = segments[segment_id] = _SegmentIndex()
             entries = index.entries
             last = entries[-1] if entries else None
+            n = len(data)
             if (
                 last is not None
+                and not last.closed
                 and last.live
-                and not last.frozen
-                and type(last.data) is bytearray
-                and last.offset + len(last.data) == offset
-                and len(last.data) < entry_max
+                and last.offset + last.length == offset
+                and last.length < entry_max
             ):
-                last.data += data
+                pieces = last.pieces
+                pieces.append(data)
+                last.length += n
+                if len(pieces) >= PIECES_MAX:
+                    last.data()
             else:
-                entry = _Entry(offset, bytearray(data))
+                entry = _Entry(offset, [data], n)
                 index.offsets.append(offset)
                 entries.append(entry)
                 self._fifo.append((segment_id, entry))
-            added += len(data)
+            added += n
             if index.waiters:
                 self._wake(index)
         self.cache_bytes += added
@@ -149,7 +154,7 @@ class ReadIndex:
             return
         for entry in index.entries:
             entry.live = False
-            self.cache_bytes -= len(entry.data)
+            self.cache_bytes -= entry.length
         self._wake(index)
 
     def evict(self) -> None:
@@ -161,7 +166,7 @@ class ReadIndex:
                 if segment is not None and entry.end > segment.storage_length:
                     return  # the oldest entry is not in tier-2 yet: nothing can go
                 entry.live = False
-                self.cache_bytes -= len(entry.data)
+                self.cache_bytes -= entry.length
                 index = self._segments.get(segment_id)
                 if index is not None:
                     index.remove(entry)
@@ -248,9 +253,8 @@ class ReadIndex:
             entry = index.entries[i]
             start, stop = position - entry.offset, min(end, entry.end) - entry.offset
             if pin:
-                entry.frozen = True
-                return memoryview(entry.data)[start:stop]
-            with memoryview(entry.data) as view:
+                return memoryview(entry.data())[start:stop]
+            with memoryview(entry.data()) as view:
                 return bytes(view[start:stop])
         next_start = index.offsets[i + 1] if i + 1 < len(index.offsets) else end
         for merge in segment.pending_merges:
@@ -296,7 +300,7 @@ class ReadIndex:
                 segment=segment.name,
                 start_offset=segment.start_offset,
             ) from None
-        entry = _Entry(position, data)
+        entry = _Entry(position, [data], len(data), closed=True)
         if self._segments.get(segment.segment_id) is index and index.find(position) == index.find(
             position + length - 1
         ):
