@@ -146,7 +146,9 @@ async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) 
     rate = spec.get("rate")  # events/s, or None: as fast as possible
     burst = spec.get("burst", 1)
     api = spec.get("api", "many")
-    pool = payloads(size)
+    # the payloads cycled, laid out once so that a step's events are one slice (made in C:
+    # the figures are the client's, not this loop's)
+    pool = payloads(size) * (step // PAYLOAD_POOL + 2)
     begin = time.perf_counter()
     window = Window(begin + spec["warmup"], begin + spec["warmup"] + spec["duration"])
     next_progress = begin + PROGRESS_INTERVAL_S
@@ -195,7 +197,7 @@ async def _hand(
     ``append_block`` call per writer per step (one per event when the writers outnumber it)."""
     k = len(writers)
     handed_at = time.perf_counter()
-    events = [pool[(first + i) % PAYLOAD_POOL] for i in range(n)]
+    events = pool[first % PAYLOAD_POOL : first % PAYLOAD_POOL + n]  # (n <= the step)
     if k == 1:
         future = await client.append_block(writers[0], events)
         future.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))

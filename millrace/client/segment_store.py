@@ -441,7 +441,8 @@ class SegmentStoreClient:
         #: Writers whose open block goes on the next loop turn (``linger_ms`` 0).
         self._next_turn: list[_Session] = []
         #: Whether the connection is busy (see ``AppendLimits.busy_blocks``), judged each
-        #: BUSY_WINDOW_S from the events sent in it.
+        #: BUSY_WINDOW_S from the events handed to it (not those sent: lingering blocks go
+        #: in bursts) in the window.
         self._busy = False
         self._window_start = 0.0
         self._window_events = 0
@@ -531,7 +532,6 @@ class SegmentStoreClient:
             self._transport.writelines(out)  # may call pause_writing
         if self._held and not self._congested:
             self._release_held()
-        self._judge_busy()
 
     def _judge_busy(self) -> None:
         """Each BUSY_WINDOW_S: whether the connection is busy (``AppendLimits.busy_blocks``)."""
@@ -742,6 +742,7 @@ class SegmentStoreClient:
         batch: Sequence[bytes | bytearray | memoryview]
         batch = [events] if isinstance(events, _BYTES_LIKE) else events
         await self._fill_all(session, batch, raw)
+        self._window_events += len(batch)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
         if batch or session.call_lasts:
@@ -879,6 +880,7 @@ class SegmentStoreClient:
             self._limit_open()
             for session in opened:
                 self._schedule(session)
+        self._window_events += len(pairs)
         if added:
             self._calls.append((len(order) + self._order_done, number))
             if not order:
@@ -1068,15 +1070,14 @@ class SegmentStoreClient:
             session.send_due = True
             self._pump(session)
             return
+        self._judge_busy()
         if self._busy and session.linger is None and session.open_events:
-            self._judge_busy()  # (stale if nothing was sent for a while)
-            if self._busy:
-                session.send_due = True  # (an ack meanwhile does not send it, see _pump)
-                delay = limits.busy_linger_ms / 1000
-                session.linger = asyncio.get_running_loop().call_later(
-                    delay, self._linger_expired, session
-                )
-                return
+            session.send_due = True  # (an ack meanwhile does not send it, see _pump)
+            delay = limits.busy_linger_ms / 1000
+            session.linger = asyncio.get_running_loop().call_later(
+                delay, self._linger_expired, session
+            )
+            return
         if session.in_flight and session.open_bytes < limits.small_block_bytes:
             session.send_due = True  # held: the next ack sends it (see ``_pump``)
         elif session.linger is None and not session.next_turn and session.open_events:
@@ -1125,7 +1126,6 @@ class SegmentStoreClient:
         first = session.open_first()
         events = tuple(session.open_events)
         data = _block_data(events, session.open_raw)
-        self._window_events += len(events)
         session.open_events.clear()
         self._open_bytes -= session.open_bytes
         session.open_bytes = 0
