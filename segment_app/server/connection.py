@@ -58,6 +58,10 @@ __all__ = ["WireConnection"]
 
 log = logging.getLogger(__name__)
 
+#: Block data at least this long is handed on as a view of the received frame, shorter data as
+#: a copy (cheaper than a view to make, and not tracked by the garbage collector).
+_VIEW_BYTES_MIN = 4096
+
 
 @dataclasses.dataclass(slots=True)
 class _PendingAppend(AppendItem):
@@ -331,7 +335,10 @@ class WireConnection(asyncio.BufferedProtocol):
         ):
             return False
         writer.last_event_number = last
-        data = memoryview(payload)[APPEND_BLOCK_END_DATA_START:end]
+        if size < _VIEW_BYTES_MIN:  # a copy costs less than a view, and the collector skips it
+            data = payload[APPEND_BLOCK_END_DATA_START:end]
+        else:
+            data = memoryview(payload)[APPEND_BLOCK_END_DATA_START:end]
         pending = _PendingAppend(
             writer.segment, data, writer.writer_id, last, None, None, None, request_id
         )
