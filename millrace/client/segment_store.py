@@ -87,6 +87,8 @@ SEND_BUFFER_BYTES = 8 * 1024 * 1024
 OPEN_BYTES_MAX = 64 * 1024 * 1024
 #: How often a connection judges whether it is busy (``AppendLimits.busy_blocks``).
 BUSY_WINDOW_S = 0.1
+#: How often a busy connection sends the blocks whose linger ended.
+BUSY_SWEEP_S = 0.02
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
 
@@ -310,6 +312,9 @@ class _Session:
     send_due: bool = False
     #: The timer that sends a non-full block after ``linger_ms`` ...
     linger: asyncio.Handle | None = None
+    #: ... or, on a busy connection, when (``time.monotonic()``) its busy linger ends (0:
+    #: none); ``SegmentStoreClient._sweep`` sends it then (one timer for all the writers).
+    busy_until: float = 0.0
     #: ... or, with ``linger_ms`` 0, whether it waits in ``SegmentStoreClient._next_turn``.
     next_turn: bool = False
     #: The request id the open block will be sent under (taken when the block opens, which
@@ -446,6 +451,10 @@ class SegmentStoreClient:
         self._busy = False
         self._window_start = 0.0
         self._window_events = 0
+        #: Writers whose block lingers because the connection is busy, in the order their
+        #: lingers end, and the timer of the next ``_sweep``.
+        self._lingering: collections.deque[_Session] = collections.deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         #: Clear while appends must wait: congested with OPEN_BYTES_MAX in open blocks.
         self._writable = asyncio.Event()
         self._writable.set()
@@ -1071,12 +1080,13 @@ class SegmentStoreClient:
             self._pump(session)
             return
         self._judge_busy()
-        if self._busy and session.linger is None and session.open_events:
+        if self._busy and session.open_events and not (session.linger or session.busy_until):
             session.send_due = True  # (an ack meanwhile does not send it, see _pump)
-            delay = limits.busy_linger_ms / 1000
-            session.linger = asyncio.get_running_loop().call_later(
-                delay, self._linger_expired, session
-            )
+            session.busy_until = time.monotonic() + limits.busy_linger_ms / 1000
+            self._lingering.append(session)
+            if self._sweeper is None:
+                loop = asyncio.get_running_loop()
+                self._sweeper = loop.call_later(BUSY_SWEEP_S, self._sweep)
             return
         if session.in_flight and session.open_bytes < limits.small_block_bytes:
             session.send_due = True  # held: the next ack sends it (see ``_pump``)
@@ -1097,6 +1107,21 @@ class SegmentStoreClient:
             if session.next_turn:  # (not sent meanwhile)
                 self._linger_expired(session)
 
+    def _sweep(self) -> None:
+        """Send the blocks whose busy linger ended (they are in that order), and come again
+        while any is left."""
+        self._sweeper = None
+        lingering = self._lingering
+        now = time.monotonic()
+        while lingering and lingering[0].busy_until <= now:
+            session = lingering.popleft()
+            if session.busy_until:  # (else: sent meanwhile)
+                session.busy_until = 0.0
+                session.send_due = True
+                self._pump(session)
+        if lingering:
+            self._sweeper = asyncio.get_running_loop().call_later(BUSY_SWEEP_S, self._sweep)
+
     def _linger_expired(self, session: _Session) -> None:
         session.linger = None
         session.next_turn = False
@@ -1116,7 +1141,7 @@ class SegmentStoreClient:
         if in_flight >= limits.blocks_in_flight_max:
             return
         if hold_small and len(session.open_events) < limits.block_events_max:
-            if session.linger is not None and self._busy:
+            if session.busy_until and self._busy:
                 return  # (its linger sends it)
             if self._congested and session.open_bytes < limits.block_bytes_max:
                 self._held.setdefault(session.writer_id.int, session)
@@ -1131,6 +1156,7 @@ class SegmentStoreClient:
         session.open_bytes = 0
         session.send_due = False
         session.next_turn = False
+        session.busy_until = 0.0
         if session.linger is not None:
             session.linger.cancel()
             session.linger = None
