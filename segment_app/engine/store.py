@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 _SUFFIXES = ("#transaction.", "#transient.", "$attributes")
 
 ContainerFactory = Callable[[int], SegmentContainer]
+#: Segment names whose container ``append_group_nowait`` remembers at most.
+ROUTES_MAX = 1 << 16
 
 
 def parent_name(name: str) -> str:
@@ -74,6 +76,9 @@ class SegmentStore:
         self.containers: dict[int, SegmentContainer] = {}
         self._restarts: dict[int, asyncio.Task[None]] = {}
         self._stopping = False
+        #: ``container_for`` of the segments appended to lately (a plain dict is the cheapest
+        #: lookup for every append of a group).
+        self._routes: dict[str, int] = {}
 
     async def start(self) -> None:
         for container_id in range(self.config.container_count):
@@ -102,6 +107,12 @@ class SegmentStore:
         ):
             self._schedule_restart(container)
         return container
+
+    def _route(self, name: str) -> int:
+        if len(self._routes) >= ROUTES_MAX:
+            self._routes.clear()
+        key = self._routes[name] = container_for(name, self.config.container_count)
+        return key
 
     def _schedule_restart(self, container: SegmentContainer) -> None:
         failure = container.durable_log.failure if container.durable_log else None
@@ -156,10 +167,12 @@ class SegmentStore:
     def append_group_nowait(
         self, items: Sequence[AppendItem]
     ) -> list[tuple[list[AppendItem], asyncio.Future[object]]]:
-        count = self.config.container_count
+        routes = self._routes
         parts: dict[int, list[AppendItem]] = {}
         for item in items:
-            key = container_for(item.segment, count)
+            key = routes.get(item.segment)
+            if key is None:
+                key = self._route(item.segment)
             part = parts.get(key)
             if part is None:
                 parts[key] = [item]

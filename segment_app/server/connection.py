@@ -340,10 +340,18 @@ class WireConnection(asyncio.BufferedProtocol):
         else:
             data = memoryview(payload)[APPEND_BLOCK_END_DATA_START:end]
         pending = _PendingAppend(
-            writer.segment, data, writer.writer_id, last, None, None, None, request_id
+            writer.segment,
+            data,
+            writer.writer_id,
+            last,
+            None,
+            None,
+            None,
+            request_id,
+            False,
+            size,
+            writer,
         )
-        pending.size = size
-        pending.writer = writer
         writer.pending.append(pending)
         self.appends_in_flight += 1
         self.append_bytes_in_flight += size
