@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 
-from segment_app.engine.api import AppendItem
+from segment_app.engine.api import AppendItem, AttributeUpdate
 from segment_app.engine.errors import (
     ContainerOfflineError,
     SegmentNotFoundError,
@@ -111,6 +112,23 @@ async def test_reads_at_any_offset_of_appends_kept_unjoined(tiers: Tiers) -> Non
     assert c.read_index.cache_bytes == len(written)
     await c.flush_to_storage()
     assert (await c.read("a", 0, len(written))).data == written
+    await c.stop()
+
+
+async def test_group_sees_an_attribute_update_still_in_flight(tiers: Tiers) -> None:
+    """The writer's event number set by an UpdateAttributes queued just before (not yet
+    durable) is what a group's appends are deduplicated against."""
+    c = await tiers.start()
+    await c.create_segment("a")
+    w = uuid.uuid4()
+    update = asyncio.ensure_future(c.update_attributes("a", [AttributeUpdate(w, 10)]))
+    await asyncio.sleep(0)  # queued, not yet processed
+    items = [AppendItem("a", b"old;", w, 5), AppendItem("a", b"new;", w, 11)]
+    await c.append_group_nowait(items)
+    await update
+    assert items[0].result is not None and items[0].result.duplicate
+    assert items[1].result is not None and items[1].result.previous_event_number == 10
+    assert await read_all(c, "a") == b"new;"
     await c.stop()
 
 

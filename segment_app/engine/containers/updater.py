@@ -56,12 +56,13 @@ class _Pending:
     start_offset: int
     sealed: bool
     gone: bool
-    #: Attributes changed by operations in flight; ``committed`` holds the rest (not copied).
-    attributes: dict[uuid.UUID, int]
+    #: Attributes changed by operations in flight, by ``UUID.int`` (hashed in C, where a UUID
+    #: is hashed by Python code); ``committed`` holds the rest, by UUID (not copied).
+    attributes: dict[int, int]
     committed: dict[uuid.UUID, int]
 
     def attribute(self, key: uuid.UUID) -> int:
-        value = self.attributes.get(key)
+        value = self.attributes.get(key.int)
         if value is None:
             return self.committed.get(key, NULL_ATTRIBUTE_VALUE)
         return value
@@ -172,12 +173,12 @@ class MetadataUpdater:
             )
         previous = NULL_ATTRIBUTE_VALUE
         if writer_id is not None:
-            attributes = segment.attributes
-            value = attributes.get(writer_id)
+            attributes, key = segment.attributes, writer_id.int
+            value = attributes.get(key)
             previous = value if value is not None else segment.committed.get(writer_id, previous)
             if event_number <= previous and self.deduplicate:
                 return AppendResult(length, previous, True), segment.segment_id, -1
-            attributes[writer_id] = event_number
+            attributes[key] = event_number
         segment.length = length + size
         return AppendResult(length + size, previous), segment.segment_id, length
 
@@ -254,7 +255,7 @@ class MetadataUpdater:
                     f"{segment.name}: attribute {key} is {current}, expected {expected}",
                     segment=segment.name,
                 )
-        segment.attributes.update(op.attributes)
+        segment.attributes.update((key.int, value) for key, value in op.attributes.items())
         op.segment_id = segment.segment_id
         request.result = None
         return op
