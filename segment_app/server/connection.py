@@ -9,11 +9,13 @@ them, and answer each one:
   AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer are collected while
   one received buffer is decoded and handed to ``store.append_group_nowait`` together at its end
   (one durable log group and one future per container, not one per block), without awaiting,
-  so many blocks are in flight while reading goes on. Each block is acknowledged (DataAppended)
-  only once it is durable in tier-1; replies per writer are sent in the order the blocks
-  arrived. After an append of a writer fails,
-  later blocks of that writer on this connection are refused with the same error (never appended
-  past a gap) until a new SetupAppend.
+  so many blocks are in flight while reading goes on. A plain AppendBlockEnd (well formed, of a
+  writer set up here, passing the block checks) is read straight from its payload without being
+  decoded into a command, and answered with a DataAppended encoded from plain values; anything
+  else takes the generic path. Each block is acknowledged (DataAppended) only once it is
+  durable in tier-1; replies per writer are sent in the order the blocks arrived. After an
+  append of a writer fails, later blocks of that writer on this connection are refused with the
+  same error (never appended past a gap) until a new SetupAppend.
 * Other requests run as tasks (a tail read may wait), each answered with its request id.
 * A frame that cannot be decoded is answered with ErrorMessage when its request id is readable;
   otherwise (bad length, unknown type, undecodable append) the connection is closed. Either way
