@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
@@ -168,4 +169,23 @@ async def test_group_fails_as_a_whole_when_tier1_fails(tiers: Tiers) -> None:
 async def test_empty_group(tiers: Tiers) -> None:
     c = await tiers.start()
     assert await c.append_group_nowait([]) is None
+    await c.stop()
+
+
+async def test_a_batch_waiting_for_a_frame_slot_fails_when_tier1_fails(tiers: Tiers) -> None:
+    """Appends taken into a batch but still waiting for a frame slot when tier-1 fails are
+    answered (container offline), not left waiting: one frame in flight at a time, each append
+    a frame of its own, and the first frame's write fails."""
+    log_config = dataclasses.replace(
+        tiers.config.durable_log, frame_bytes_max=4096, frames_in_flight_max=1
+    )
+    tiers.config = dataclasses.replace(tiers.config, durable_log=log_config)
+    c = await tiers.start()
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        await c.create_segment(name)
+    tiers.log_faults.fail_next("append_batch")
+    appends = [asyncio.ensure_future(c.append(name, b"x" * 3000)) for name in names]
+    outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 5)
+    assert all(isinstance(o, ContainerOfflineError) for o in outcomes), outcomes
     await c.stop()

@@ -260,6 +260,16 @@ class DurableLog:
             log.warning("appends held back %.0f s so far: tier-2 is behind", self.throttled_seconds)
 
     async def _process_batch(self, batch: list[_Entry]) -> None:
+        """Frame and send the batch's requests; if that fails (the log failed while waiting for
+        a frame slot, or stops), every request of it not answered yet is (the batch is off
+        the queue, so ``_fail_all`` does not see it)."""
+        try:
+            await self._frame_batch(batch)
+        except BaseException as error:
+            _answer_offline(batch, error)
+            raise
+
+    async def _frame_batch(self, batch: list[_Entry]) -> None:
         builder = FrameBuilder(self.config.frame_bytes_max)
         frame = _Frame(None, [], [])
         for index, (request, future) in enumerate(batch):
@@ -420,7 +430,11 @@ class DurableLog:
         request = Request(op)
         waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
         requests: list[_Entry] = [(request, w) for w in waiters]
-        await self._send(builder, _Frame(None, [op], requests, checkpoint=True))
+        try:
+            await self._send(builder, _Frame(None, [op], requests, checkpoint=True))
+        except BaseException as error:
+            _answer_offline(requests, error)
+            raise
         self._ops_since_checkpoint = 0
         self._bytes_since_checkpoint = 0
 
@@ -496,6 +510,18 @@ class DurableLog:
         for future in [f for _, f in queue if f is not None] + waiters:
             if not future.done():
                 future.set_exception(error)
+
+
+def _answer_offline(entries: list[_Entry], error: BaseException) -> None:
+    """Fail the futures of ``entries`` not answered yet: the container is offline."""
+    offline = (
+        error
+        if isinstance(error, ContainerOfflineError)
+        else ContainerOfflineError(f"durable log stopped or failed: {error!r}")
+    )
+    for _, future in entries:
+        if future is not None and not future.done():
+            future.set_exception(offline)
 
 
 def _retrieve(task: asyncio.Future[LogAddress]) -> None:
