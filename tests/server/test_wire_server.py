@@ -11,6 +11,7 @@ import pytest
 
 from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
+from segment_app.engine.store import SegmentStore
 from segment_app.server import protocol as wire
 
 RawConnection = object  # the ``raw`` fixture's type (tests/server/conftest.py)
@@ -20,6 +21,15 @@ SEG = "sc/st/0.#epoch.0"
 
 def framed(*events: bytes) -> bytes:
     return b"".join(wire.encode_frame(wire.Event(e)) for e in events)
+
+
+async def set_up_writer(raw: RawConnection, store: SegmentStore) -> uuid.UUID:
+    """Create SEG and set up a new writer on it over ``raw``; returns the writer id."""
+    await store.create_segment(SEG)
+    writer = uuid.uuid4()
+    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
+    await raw.recv()
+    return writer
 
 
 async def test_hello_answers_17_5(raw: RawConnection) -> None:
@@ -90,10 +100,7 @@ async def test_pipelining_keeps_reading_while_appends_are_pending(server, store,
 
 
 async def test_duplicate_block_is_acknowledged_and_dropped(raw: RawConnection, store) -> None:
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     data = framed(b"once")
     await raw.send(wire.AppendBlockEnd(writer, len(data), data, 1, 1, 2))
     first = await raw.recv()
@@ -130,10 +137,7 @@ async def test_conditional_append(client: SegmentStoreClient) -> None:
 
 
 async def test_conditional_append_with_event_wrapper(raw: RawConnection, store) -> None:
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     await raw.send(wire.ConditionalAppend(writer, 1, 0, b"xyz", 2))
     assert (await raw.recv()).current_segment_write_offset == 11
     await raw.send(wire.ConditionalAppend(writer, 2, 5, b"xyz", 3))
@@ -190,10 +194,7 @@ async def test_seal_rejects_appends(client: SegmentStoreClient) -> None:
 
 
 async def test_sealed_writer_refuses_later_blocks_without_appending(raw, store) -> None:
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     await store.seal(SEG)
     data = framed(b"x")
     await raw.send(wire.AppendBlockEnd(writer, len(data), data, 1, 1, 2))
@@ -288,10 +289,7 @@ async def test_append_without_setup_is_refused(raw: RawConnection, store) -> Non
 
 
 async def test_invalid_blocks(raw: RawConnection, store) -> None:
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     data = framed(b"x")
     await raw.send(wire.AppendBlockEnd(writer, len(data), data, 0, 1, 2))
     reply = await raw.recv()
@@ -305,10 +303,7 @@ async def test_blocks_refused_behind_a_pending_one_are_answered_after_it(
 ) -> None:
     """One buffer: a good block, then blocks refused before the store (event number going
     back, sizes that disagree) and a good one: replies in that order, nothing lost."""
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     data = framed(b"x")
     blocks = [
         wire.AppendBlockEnd(writer, len(data), data, 1, 5, 10),
@@ -327,10 +322,7 @@ async def test_blocks_refused_behind_a_pending_one_are_answered_after_it(
 
 async def test_block_without_request_id(raw: RawConnection, store) -> None:
     """Old clients leave out AppendBlockEnd's trailing request id (read as -1)."""
-    await store.create_segment(SEG)
-    writer = uuid.uuid4()
-    await raw.send(wire.SetupAppend(1, writer, SEG, ""))
-    await raw.recv()
+    writer = await set_up_writer(raw, store)
     data = framed(b"x")
     frame = wire.encode_frame(wire.AppendBlockEnd(writer, len(data), data, 1, 1, 7))
     header = struct.pack(">ii", wire.AppendBlockEnd.TYPE, len(frame) - 16)
