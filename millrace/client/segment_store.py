@@ -274,7 +274,7 @@ class AppendLimits:
     #: Largest event accepted (Pravega's limit).
     event_bytes_max: int = 8 * 1024 * 1024
     #: A busy connection: at least ``busy_blocks`` blocks open or in flight (that many writers
-    #: at work) and ``busy_events_per_s`` events sent per second. Its non-full blocks wait
+    #: at work) and ``busy_events_per_s`` events handed to it per second. Its non-full blocks wait
     #: ``busy_linger_ms`` for more events: with thousands of writers each one's share of the
     #: rate is small, and blocks of what arrives in one round trip (a few events) would cost
     #: both ends more per block than per event. 0 ms: never.
