@@ -294,21 +294,30 @@ class AppendLimits:
 _Block = tuple[int, int, int, tuple[bytes, ...], int]
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class _Session:
-    """One writer's append state on this connection."""
+    """One writer's append state on this connection. (The fields ``append_many`` touches for
+    every pair come first, so that they share the object's first cache line: with thousands
+    of writers each pair is a writer not in cache.)"""
 
-    segment: str
-    writer_id: uuid.UUID
-    next_event_number: int
+    failure: SegmentStoreError | None = None
     #: Events of the block being filled; they are numbered up to ``next_event_number - 1``.
     #: (Emptied, not replaced, when the block is sent: no new object per block.) Their event
     #: headers are made when it is sent (see ``_block_data``) ...
     open_events: list[bytes] = dataclasses.field(default_factory=list)
-    #: ... unless they are ``raw`` (a block holds raw bytes or events, not both).
-    open_raw: bool = False
     #: The bytes the block will carry (event headers counted).
     open_bytes: int = 0
+    #: ... unless they are ``raw`` (a block holds raw bytes or events, not both).
+    open_raw: bool = False
+    next_event_number: int
+    #: The request id the open block will be sent under (taken when the block opens, which
+    #: is when the client's completion order counts it, see ``SegmentStoreClient._advance``).
+    open_rid: int = 0
+    #: The first ``append_many`` call that can have events in the open block (calls are
+    #: numbered in order; only a failure of the writer needs this, see ``_fail_calls``).
+    open_call: int = 0
+    segment: str
+    writer_id: uuid.UUID
     send_due: bool = False
     #: The timer that sends a non-full block after ``linger_ms`` ...
     linger: asyncio.Handle | None = None
@@ -317,12 +326,6 @@ class _Session:
     busy_until: float = 0.0
     #: ... or, with ``linger_ms`` 0, whether it waits in ``SegmentStoreClient._next_turn``.
     next_turn: bool = False
-    #: The request id the open block will be sent under (taken when the block opens, which
-    #: is when the client's completion order counts it, see ``SegmentStoreClient._advance``).
-    open_rid: int = 0
-    #: The first ``append_many`` call that can have events in the open block (calls are
-    #: numbered in order; only a failure of the writer needs this, see ``_fail_calls``).
-    open_call: int = 0
     in_flight: collections.deque[_Block] = dataclasses.field(default_factory=collections.deque)
     #: What waits for acks: the last event number each ``append_block`` call covers, and its
     #: future (two deques rather than one of pairs: no object per entry).
@@ -330,7 +333,6 @@ class _Session:
     call_waiters: collections.deque[_Waiter] = dataclasses.field(default_factory=collections.deque)
     #: Set when a block in flight is answered; made when someone first waits for room.
     room: asyncio.Event | None = None
-    failure: SegmentStoreError | None = None
 
     def unacked(self) -> list[tuple[int, bytes]]:
         blocks = [*self.in_flight, (-1, self.open_first(), -1, self.open_events, -1)]
@@ -736,7 +738,9 @@ class SegmentStoreClient:
         if old is not None and (old.call_lasts or old.in_flight or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
-        self._sessions[writer_id.int] = _Session(segment, writer_id, max(last, 0) + 1)
+        self._sessions[writer_id.int] = _Session(
+            segment=segment, writer_id=writer_id, next_event_number=max(last, 0) + 1
+        )
         return last
 
     async def append_block(
