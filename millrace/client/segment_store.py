@@ -280,7 +280,7 @@ class AppendLimits:
     #: both ends more per block than per event. 0 ms: never.
     busy_blocks: int = 1000
     busy_events_per_s: int = 100_000
-    busy_linger_ms: float = 1000.0
+    busy_linger_ms: float = 500.0
 
 
 # --------------------------------------------------------------------------------------------
