@@ -78,10 +78,6 @@ class Request:
     internal: bool = False
     #: What the caller gets when the operation is durable (set by ``accept``).
     result: object = None
-    #: Part of a group (``DurableLog.add_group``): a rejection is recorded in ``error`` and
-    #: answered in order with the group instead of failing a future of its own.
-    grouped: bool = False
-    error: BaseException | None = None
 
 
 class MetadataUpdater:

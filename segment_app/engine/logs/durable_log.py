@@ -1,8 +1,8 @@
 """The durable log: operation queue, processor, group commit to tier-1, checkpoints, truncation.
 
-Callers ``add`` a request and get a future, or ``add_group`` many requests (or ``add_appends``
-many plain appends) and get one future completed once all of them are answered (the wire
-server's appends of one read buffer). One
+Callers ``add`` a request and get a future, or ``add_appends`` many plain appends and get one
+future completed once all of them are answered (the wire server's appends of one read
+buffer). One
 processor task drains the whole queue at a time, validates every operation
 (``MetadataUpdater``), packs the accepted ones into data frames and hands the frames to tier-1
 without waiting, up to ``frames_in_flight_max`` at once. A completer
@@ -59,8 +59,8 @@ class _Appends:
     result: ClassVar[None] = None
 
 
-#: A queued request and its future; ``None`` for the requests of a group but its last.
-_Entry = tuple["Request | _Appends", "asyncio.Future[object] | None"]
+#: A queued request (or plain appends) and its future.
+_Entry = tuple["Request | _Appends", "asyncio.Future[object]"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -153,30 +153,10 @@ class DurableLog:
         self._wakeup.set()
         return future
 
-    def add_group(self, requests: list[Request]) -> asyncio.Future[object]:
-        """Queue ``requests`` in order with one future, completed (result ``None``) once every
-        one of them is durable or rejected: each request's outcome is then in its ``result``
-        or, if it was rejected, its ``error``. The future fails if the log fails (then none of
-        the group's outcomes can be trusted)."""
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        if self.failure is not None or self._stopping:
-            future.set_exception(ContainerOfflineError(f"container is offline: {self.failure}"))
-            return future
-        if not requests:
-            future.set_result(None)
-            return future
-        queue = self._queue
-        for request in requests:
-            request.grouped = True
-            queue.append((request, None))
-        queue[-1] = (requests[-1], future)
-        self._wakeup.set()
-        return future
-
     def add_appends(self, items: Sequence[AppendItem]) -> asyncio.Future[object]:
-        """Queue plain appends (``item.data`` at most ``append_bytes_max``) with one future, as
-        ``add_group`` would queue them as ``Append`` requests: once it completes, each item has
-        its ``result`` or ``error``; it fails if the log fails."""
+        """Queue plain appends (``item.data`` at most ``append_bytes_max``) with one future,
+        completed once every one is durable or rejected: each item then has its ``result`` or
+        ``error``. The future fails if the log fails (then no item's outcome can be trusted)."""
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if self.failure is not None or self._stopping:
             future.set_exception(ContainerOfflineError(f"container is offline: {self.failure}"))
@@ -284,11 +264,7 @@ class DurableLog:
             try:
                 accepted = self.updater.accept(request)
             except EngineError as error:
-                if request.grouped:  # answered in order, with the rest of its group
-                    request.error = error
-                    frame.requests.append((request, future))
-                elif future is not None:
-                    future.set_exception(error)
+                future.set_exception(error)
                 continue
             if accepted is NO_WRITE:
                 frame.requests.append((request, future))
@@ -318,7 +294,7 @@ class DurableLog:
     async def _process_appends(
         self,
         appends: _Appends,
-        future: asyncio.Future[object] | None,
+        future: asyncio.Future[object],
         builder: FrameBuilder,
         frame: _Frame,
     ) -> _Frame | None:
@@ -379,16 +355,14 @@ class DurableLog:
     def _refuse_rest(*waiting: list[_Entry]) -> None:
         offline = ContainerOfflineError("an operation exceeded the frame size")
         for entries in waiting:
-            for _, future in entries:
-                if future is not None and not future.done():
-                    future.set_exception(offline)
+            _answer_offline(entries, offline)
 
     def _attach_no_writes(self, frame: _Frame) -> None:
         if self._in_flight:
             self._in_flight[-1].requests.extend(frame.requests)
             return
         for request, future in frame.requests:
-            if future is not None and not future.done():
+            if not future.done():
                 future.set_result(request.result)
 
     async def _send(self, builder: FrameBuilder, frame: _Frame) -> None:
@@ -480,7 +454,7 @@ class DurableLog:
                 self.on_commit(op)
         self.last_address = address
         for request, future in frame.requests:
-            if future is not None and not future.done():
+            if not future.done():
                 future.set_result(request.result)
 
     # -- failure ----------------------------------------------------------------------------------
@@ -503,11 +477,11 @@ class DurableLog:
             if frame.task is not None:  # its own error is known already: do not log it again
                 frame.task.add_done_callback(_retrieve)
             for _, future in frame.requests:
-                if future is not None and not future.done():
+                if not future.done():
                     future.set_exception(error)
         queue, self._queue = self._queue, []
         waiters, self._checkpoint_waiters = self._checkpoint_waiters, []
-        for future in [f for _, f in queue if f is not None] + waiters:
+        for future in [f for _, f in queue] + waiters:
             if not future.done():
                 future.set_exception(error)
 
@@ -520,7 +494,7 @@ def _answer_offline(entries: list[_Entry], error: BaseException) -> None:
         else ContainerOfflineError(f"durable log stopped or failed: {error!r}")
     )
     for _, future in entries:
-        if future is not None and not future.done():
+        if not future.done():
             future.set_exception(offline)
 
 
