@@ -354,10 +354,7 @@ class WireConnection(asyncio.BufferedProtocol):
             size,
             writer,
         )
-        writer.pending.append(pending)
-        self.appends_in_flight += 1
-        self.append_bytes_in_flight += size
-        self._batch.append(pending)
+        self._queue(writer, pending)
         return True
 
     def _append_block_end(self, cmd: wire.AppendBlockEnd) -> None:
@@ -416,6 +413,10 @@ class WireConnection(asyncio.BufferedProtocol):
             size=len(data),
             writer=writer,
         )
+        self._queue(writer, pending)
+
+    def _queue(self, writer: _Writer, pending: _PendingAppend) -> None:
+        """Count an append in flight and put it in the batch handed to the store."""
         writer.pending.append(pending)
         self.appends_in_flight += 1
         self.append_bytes_in_flight += pending.size
