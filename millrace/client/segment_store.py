@@ -301,15 +301,23 @@ class _Session:
     of writers each pair is a writer not in cache.)"""
 
     failure: SegmentStoreError | None = None
-    #: Events of the block being filled; they are numbered up to ``next_event_number - 1``.
-    #: (Emptied, not replaced, when the block is sent: no new object per block.) Their event
-    #: headers are made when it is sent (see ``_block_data``) ...
+    #: Events of the block being filled, numbered from ``open_first``. (Emptied, not replaced,
+    #: when the block is sent: no new object per block.) Their event headers are made when it
+    #: is sent (see ``_block_data``) ...
     open_events: list[bytes] = dataclasses.field(default_factory=list)
-    #: The bytes the block will carry (event headers counted).
+    #: ... and while they are all of one size, ``open_size`` is that size, and the block takes
+    #: more of that size while it holds fewer than ``open_cap`` events (the events and bytes
+    #: limits in one number). So adding such an event touches neither a byte count nor an
+    #: event number: with thousands of writers each such field is a miss of the CPU's caches,
+    #: and each new int an allocation. -1: no block open, or its events are raw or of mixed
+    #: sizes; ``open_bytes`` then counts its bytes (see ``block_bytes``).
+    open_size: int = -1
+    open_cap: int = 0
+    #: The number of the open block's first event (of the next event when none is open).
+    open_first: int
     open_bytes: int = 0
     #: ... unless they are ``raw`` (a block holds raw bytes or events, not both).
     open_raw: bool = False
-    next_event_number: int
     #: The request id the open block will be sent under (taken when the block opens, which
     #: is when the client's completion order counts it, see ``SegmentStoreClient._advance``).
     open_rid: int = 0
@@ -334,8 +342,24 @@ class _Session:
     #: Set when a block in flight is answered; made when someone first waits for room.
     room: asyncio.Event | None = None
 
+    @property
+    def next_event_number(self) -> int:
+        return self.open_first + len(self.open_events)
+
+    def block_bytes(self) -> int:
+        """The bytes the open block will carry (event headers counted, unless raw)."""
+        if self.open_size >= 0:
+            return len(self.open_events) * (self.open_size + _EVENT_HEADER_BYTES)
+        return self.open_bytes
+
+    def open_full(self, limits: AppendLimits) -> bool:
+        """Whether the open block takes no more events (of its size, while of one size)."""
+        return (
+            len(self.open_events) >= self.open_cap or self.block_bytes() >= limits.block_bytes_max
+        )
+
     def unacked(self) -> list[tuple[int, bytes]]:
-        blocks = [*self.in_flight, (-1, self.open_first(), -1, self.open_events, -1)]
+        blocks = [*self.in_flight, (-1, self.open_first, -1, self.open_events, -1)]
         return [(b[1] + i, e) for b in blocks for i, e in enumerate(b[3])]
 
     def add_call(self, last: int, waiter: _Waiter) -> None:
@@ -353,8 +377,12 @@ class _Session:
         if self.room is not None:
             self.room.set()
 
-    def open_first(self) -> int:
-        return self.next_event_number - len(self.open_events)
+
+def _uniform_cap(limits: AppendLimits, size: int) -> int:
+    """How many events of ``size`` bytes one block holds (at least one)."""
+    return max(
+        1, min(limits.block_events_max, limits.block_bytes_max // (size + _EVENT_HEADER_BYTES))
+    )
 
 
 _Waiter = asyncio.Future[AppendAck]
@@ -566,7 +594,7 @@ class SegmentStoreClient:
             if budget <= 0 or self._congested or self._lost is not None:
                 break
             session = held.pop(key)
-            budget -= session.open_bytes
+            budget -= session.block_bytes()
             self._pump(session)
         if not self._congested or self._open_bytes <= OPEN_BYTES_MAX:
             self._writable.set()
@@ -739,7 +767,7 @@ class SegmentStoreClient:
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
         self._sessions[writer_id.int] = _Session(
-            segment=segment, writer_id=writer_id, next_event_number=max(last, 0) + 1
+            segment=segment, writer_id=writer_id, open_first=max(last, 0) + 1
         )
         return last
 
@@ -841,7 +869,6 @@ class SegmentStoreClient:
         self._call_writers[number] = found
         opened: list[_Session] = []  # writers whose open block this call started
         limits = self.limits
-        block_bytes, block_events = limits.block_bytes_max, limits.block_events_max
         order = self._order
         request_ids = self._request_ids
         added_bytes = 0
@@ -851,37 +878,34 @@ class SegmentStoreClient:
                 if waited and session.failure is not None:  # (it failed while we waited)
                     raise session.failure
                 events = session.open_events
-                if type(share) is bytes and (
-                    not events
-                    or (
-                        session.open_bytes + len(share) + _EVENT_HEADER_BYTES <= block_bytes
-                        and len(events) < block_events
-                        and not session.open_raw
-                    )
-                ):
-                    if not events:  # the block opens (as in _open)
+                if type(share) is bytes:
+                    # the common case: the size of the events in the writer's open block
+                    if len(share) == session.open_size and len(events) < session.open_cap:
+                        events.append(share)
+                        added_bytes += len(share) + _EVENT_HEADER_BYTES
+                        continue
+                    if not events:  # the block opens (as in _fill_open)
                         rid = next(request_ids)
                         session.open_rid = rid
                         session.open_call = number
                         session.open_raw = False
+                        session.open_size = len(share)
+                        session.open_cap = _uniform_cap(limits, len(share))
                         order.append(rid)
                         opened.append(session)
-                    n = len(share) + _EVENT_HEADER_BYTES
-                    events.append(share)
-                    session.open_bytes += n
-                    added_bytes += n
-                    session.next_event_number += 1
-                else:
-                    many = (share,) if isinstance(share, _BYTES_LIKE) else share
-                    if not many:
+                        events.append(share)
+                        added_bytes += len(share) + _EVENT_HEADER_BYTES
                         continue
-                    before = session.open_bytes
-                    put = self._fill_open(session, many, False, 0)  # (no coroutine if it fits)
-                    added_bytes += session.open_bytes - before
-                    if put < len(many):
-                        waited = True
-                        await self._fill_all(session, many[put:])
-                    opened.append(session)  # (_schedule: its last block is not sent yet)
+                many = (share,) if isinstance(share, _BYTES_LIKE) else share
+                if not many:
+                    continue
+                before = session.block_bytes()
+                put = self._fill_open(session, many, False, 0)  # (no coroutine if it fits)
+                added_bytes += session.block_bytes() - before
+                if put < len(many):
+                    waited = True
+                    await self._fill_all(session, many[put:])
+                opened.append(session)  # (_schedule: its last block is not sent yet)
                 added = True
         except BaseException:
             self._call_futures.pop(number, None)
@@ -894,7 +918,7 @@ class SegmentStoreClient:
             for session in opened:
                 self._schedule(session)
         self._window_events += len(pairs)
-        if added:
+        if added or added_bytes:
             self._calls.append((len(order) + self._order_done, number))
             if not order:
                 self._advance()
@@ -910,16 +934,16 @@ class SegmentStoreClient:
         raw: bool = False,
     ) -> None:
         """Put all ``events`` in the session's open blocks, sending full ones on the way."""
-        before = session.open_bytes
+        before = session.block_bytes()
         try:
             added = self._fill_open(session, events, raw, 0)
             while added < len(events):  # the open block is full: send it, then go on
-                self._open_bytes += session.open_bytes - before
+                self._open_bytes += session.block_bytes() - before
                 await self._drain_open(session)
-                before = session.open_bytes
+                before = session.block_bytes()
                 added = self._fill_open(session, events, raw, added)
         finally:
-            self._open_bytes += session.open_bytes - before
+            self._open_bytes += session.block_bytes() - before
             self._limit_open()
 
     def _limit_open(self) -> None:
@@ -961,8 +985,8 @@ class SegmentStoreClient:
         session = self._session(writer_id)
         await self._drain_open(session)
         payload = bytes(data) if raw else wire.EVENT_HEADER.pack(0, len(data)) + bytes(data)
-        number = session.next_event_number
-        session.next_event_number += 1
+        number = session.open_first  # (no block open: drained)
+        session.open_first += 1
         request_id = next(self._request_ids)
         self._order.append(request_id)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
@@ -996,6 +1020,7 @@ class SegmentStoreClient:
         the first event not added. The hot loop of the client: keep it lean."""
         limits = self.limits
         overhead = 0 if raw else _EVENT_HEADER_BYTES
+        opened = session.open_events
         for index in range(start, len(events)):
             event = events[index]
             if type(event) is not bytes:
@@ -1003,18 +1028,29 @@ class SegmentStoreClient:
             n = len(event)
             if n > limits.event_bytes_max:
                 raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")
-            if not session.open_events:
+            if not opened:
                 self._open(session)
                 session.open_raw = raw
+                if raw:
+                    session.open_size, session.open_bytes = -1, n
+                    session.open_cap = limits.block_events_max
+                else:
+                    session.open_size, session.open_cap = n, _uniform_cap(limits, n)
+            elif n == session.open_size and not raw:  # (of one size: open_cap says if it fits)
+                if len(opened) >= session.open_cap:
+                    return index
             elif (
-                session.open_bytes + n + overhead > limits.block_bytes_max
-                or len(session.open_events) >= limits.block_events_max
-                or session.open_raw is not raw
+                session.open_raw is not raw
+                or session.block_bytes() + n + overhead > limits.block_bytes_max
+                or len(opened) >= limits.block_events_max
             ):
                 return index
-            session.open_events.append(event)
-            session.open_bytes += n + overhead
-            session.next_event_number += 1
+            else:
+                if session.open_size >= 0:  # of mixed sizes from now on: bytes counted
+                    session.open_bytes = session.block_bytes()
+                    session.open_size, session.open_cap = -1, limits.block_events_max
+                session.open_bytes += n + overhead
+            opened.append(event)
         return len(events)
 
     def _open(self, session: _Session) -> None:
@@ -1076,10 +1112,7 @@ class SegmentStoreClient:
 
     def _schedule(self, session: _Session) -> None:
         limits = self.limits
-        if (
-            session.open_bytes >= limits.block_bytes_max
-            or len(session.open_events) >= limits.block_events_max
-        ):
+        if session.open_full(limits):
             session.send_due = True
             self._pump(session)
             return
@@ -1092,7 +1125,7 @@ class SegmentStoreClient:
                 loop = asyncio.get_running_loop()
                 self._sweeper = loop.call_later(BUSY_SWEEP_S, self._sweep)
             return
-        if session.in_flight and session.open_bytes < limits.small_block_bytes:
+        if session.in_flight and session.block_bytes() < limits.small_block_bytes:
             session.send_due = True  # held: the next ack sends it (see ``_pump``)
         elif session.linger is None and not session.next_turn and session.open_events:
             loop = asyncio.get_running_loop()
@@ -1144,20 +1177,22 @@ class SegmentStoreClient:
         limits = self.limits
         if in_flight >= limits.blocks_in_flight_max:
             return
-        if hold_small and len(session.open_events) < limits.block_events_max:
+        if hold_small and not session.open_full(limits):
             if session.busy_until and self._busy:
                 return  # (its linger sends it)
-            if self._congested and session.open_bytes < limits.block_bytes_max:
+            if self._congested:
                 self._held.setdefault(session.writer_id.int, session)
                 return
-            if in_flight and session.open_bytes < limits.small_block_bytes:
+            if in_flight and session.block_bytes() < limits.small_block_bytes:
                 return
-        first = session.open_first()
+        first = session.open_first
         events = tuple(session.open_events)
-        data = _block_data(events, session.open_raw)
+        data = _block_data(events, session.open_size, session.open_raw)
         session.open_events.clear()
-        self._open_bytes -= session.open_bytes
+        session.open_first = first + len(events)
+        self._open_bytes -= len(data)  # (= block_bytes(): headers, unless raw)
         session.open_bytes = 0
+        session.open_size = -1
         session.send_due = False
         session.next_turn = False
         session.busy_until = 0.0
@@ -1258,22 +1293,23 @@ class SegmentStoreClient:
             future = session.call_waiters.popleft()
             if not future.done():
                 future.set_exception(error)
-        self._open_bytes -= session.open_bytes
+        self._open_bytes -= session.block_bytes()
         self._held.pop(session.writer_id.int, None)
         if session.open_events:
             self._resolved.add(session.open_rid)
+        session.open_first += len(session.open_events)
         session.open_events.clear()
         session.open_bytes = 0
+        session.open_size = -1
         session.wake()
 
 
-def _block_data(events: tuple[bytes, ...], raw: bool) -> bytes:
+def _block_data(events: tuple[bytes, ...], size: int, raw: bool) -> bytes:
     """An append block's bytes: the events, each behind its event header unless ``raw``.
-    Events of one size (a common case) share one header, joined in C."""
+    Events all of ``size`` bytes (-1: not known to be) share one header, joined in C."""
     if raw:
         return b"".join(events)
-    size = len(events[0])
-    if min(map(len, events)) == max(map(len, events)):
+    if size >= 0:
         header = _EVENT_HEADER.pack(0, size)
         return header + header.join(events)
     pack = _EVENT_HEADER.pack

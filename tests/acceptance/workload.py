@@ -157,7 +157,7 @@ def resume_numbering(client: SegmentStoreClient, writer_id: uuid.UUID, next_numb
     session = client._sessions[writer_id.int]  # test-only: the client has no public way to do this
     if session.open_events or session.in_flight:
         raise AssertionError("resume_numbering needs an idle session")
-    session.next_event_number = next_number
+    session.open_first = next_number  # (no block open: the next event's number)
 
 
 class Writer:

@@ -230,3 +230,37 @@ async def test_blocks_of_mixed_sizes_and_raw_appends(server, store) -> None:
     data = (await client.read_segment(segment, 0, 1 << 20)).data
     assert data == framed(b"a", b"bbb", b"cc") + b"RAW" + framed(b"dd", b"ee")
     await client.close()
+
+
+@pytest.mark.parametrize("api", ["append_many", "append_block"])
+async def test_block_limits_hold_for_events_of_one_size_and_of_mixed_sizes(
+    server, store, api
+) -> None:
+    """A block takes events of its first event's size up to both limits (counted as one number
+    of events, not bytes per event); an event of another size makes it count bytes from there."""
+    limits = dataclasses.replace(AppendLimits(), block_bytes_max=40, block_events_max=3)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments, writers = await _writers(client, 4)
+    cases = [
+        # 12 B events are 20 B with their headers: two fit in 40 B
+        ([b"x" * 12] * 5, 3),
+        # 1 B events: the events limit (3) comes first
+        ([b"y"] * 7, 3),
+        # 4, 4 (24 B) then 20 (28 B) does not fit; 20 then 4 fills a block of mixed sizes to 40
+        ([b"a" * 4, b"b" * 4, b"c" * 20, b"d" * 4, b"e" * 4], 3),
+        # a lone event over the bytes limit gets a block of its own
+        ([b"s", b"L" * 40, b"t"], 3),
+    ]
+    for (events, blocks), segment, writer in zip(cases, segments, writers, strict=True):
+        before = client.blocks_sent
+        if api == "append_many":
+            done = await client.append_many([(writer, e) for e in events])
+        else:
+            done = await client.append_block(writer, events)
+        await asyncio.wait_for(done, 10)
+        assert client.blocks_sent - before == blocks, events
+        assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*events)
+        ack = await (await client.append_block(writer, b"next"))
+        assert ack.event_number == len(events) + 1  # numbering went on across the blocks
+    assert client._open_bytes == 0
+    await client.close()
