@@ -808,11 +808,27 @@ class SegmentStoreClient:
         if self._lost is not None:
             raise self._lost
         pairs = batches if isinstance(batches, list) else list(batches)
+        if self._many_busy or self._many_gate:  # another call waits for room in flight
+            found = self._check_many(pairs, 0, [])  # (nothing is queued unless all pass)
+            await self._many_turn()
+            waited = True
+        else:
+            self._many_busy = True
+            found, waited = None, False
+        try:
+            return await self._add_many(pairs, found, waited)
+        finally:
+            self._many_done()
+
+    def _check_many(
+        self, pairs: list[tuple[uuid.UUID, Any]], start: int, found: list[_Session]
+    ) -> list[_Session]:
+        """Check the writers and event sizes of ``pairs[start:]``, adding their sessions to
+        ``found``; raises the first problem."""
         sessions = self._sessions
         limit = self.limits.event_bytes_max
-        # First every writer and event size is checked (nothing is queued unless all pass) ...
-        found: list[_Session] = []
-        for writer_id, given in pairs:
+        for index in range(start, len(pairs)):
+            writer_id, given = pairs[index]
             session = sessions.get(writer_id.int)
             if session is None or session.failure is not None:
                 session = self._session(writer_id)  # raises the reason
@@ -824,16 +840,56 @@ class SegmentStoreClient:
                 if biggest > limit:
                     raise InvalidArgumentError(f"event of {biggest} bytes exceeds {limit}")
             found.append(session)
-        waited = False
-        if self._many_busy or self._many_gate:  # another call waits for room in flight
-            await self._many_turn()
-            waited = True
-        else:
-            self._many_busy = True
-        try:
-            return await self._add_many(pairs, found, waited)
-        finally:
-            self._many_done()
+        return found
+
+    def _add_at_once(
+        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session], opened: list[_Session]
+    ) -> tuple[int, int]:
+        """Check and add the pairs in one pass while each is a ``bytes`` for a writer with its
+        open block of that event size and room in it, or with no block open (the common case
+        of a call spread over thousands of writers); returns how many it added (their sessions
+        in ``found``; those whose block it opened, in ``opened`` too) and their bytes. Cheaper
+        than a pass to check and one to add; ``_take_back`` undoes it when a later pair fails
+        its check."""
+        sessions = self._sessions
+        limits = self.limits
+        limit = limits.event_bytes_max
+        order, request_ids, number = self._order, self._request_ids, self._call_floor
+        size = 0
+        for writer_id, share in pairs:
+            session = sessions.get(writer_id.int)
+            if session is None or session.failure is not None or type(share) is not bytes:
+                break
+            events = session.open_events
+            n = len(share)
+            if n == session.open_size and len(events) < session.open_cap:
+                events.append(share)
+            elif not events and n <= limit:  # the block opens (as in _fill_open)
+                rid = next(request_ids)
+                session.open_rid = rid
+                session.open_call = number
+                session.open_raw = False
+                session.open_size = n
+                session.open_cap = _uniform_cap(limits, n)
+                order.append(rid)
+                opened.append(session)
+                events.append(share)
+            else:
+                break
+            size += n
+            found.append(session)
+        return len(found), size + len(found) * _EVENT_HEADER_BYTES
+
+    def _take_back(self, found: list[_Session], opened: list[_Session]) -> None:
+        """Undo ``_add_at_once``: nothing was sent or awaited meanwhile, so each session's last
+        event is the one it added, and the blocks it opened are the last in the order."""
+        for session in reversed(found):
+            session.open_events.pop()
+            if not session.open_events:
+                session.open_size = -1
+        for _ in opened:
+            self._order.pop()
+        opened.clear()
 
     async def _many_turn(self) -> None:
         """Wait until the ``append_many`` calls before this one have added their events."""
@@ -857,24 +913,37 @@ class SegmentStoreClient:
         self._many_busy = False
 
     async def _add_many(
-        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session], waited: bool
+        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session] | None, waited: bool
     ) -> asyncio.Future[None]:
         """The second half of ``append_many``, one call at a time (so every writer gets the
         calls' events in the order of the calls' numbers): the events go into their writers'
         open blocks, a bytes that fits (the common share of a call spread over thousands of
-        writers) inline, anything else through ``_fill_all`` (which may wait for room)."""
+        writers) inline, anything else through ``_fill_all`` (which may wait for room).
+        ``found``: the pairs' sessions, or ``None`` when not checked yet (see ``_add_at_once``)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         number = self._call_floor
+        opened: list[_Session] = []  # writers whose open block this call started
+        start = added_bytes = 0
+        if found is None:
+            found = []
+            start, added_bytes = self._add_at_once(pairs, found, opened)
+            if start < len(pairs):
+                try:
+                    self._check_many(pairs, start, found)
+                except BaseException:
+                    self._take_back(found[:start], opened)
+                    raise
         self._call_futures[number] = future  # (a writer failing meanwhile fails it)
         self._call_writers[number] = found
-        opened: list[_Session] = []  # writers whose open block this call started
         limits = self.limits
         order = self._order
         request_ids = self._request_ids
-        added_bytes = 0
         added = False
+        rest = zip(
+            itertools.islice(found, start, None), itertools.islice(pairs, start, None), strict=True
+        )
         try:
-            for session, (_, share) in zip(found, pairs, strict=True):
+            for session, (_, share) in rest:
                 if waited and session.failure is not None:  # (it failed while we waited)
                     raise session.failure
                 events = session.open_events

@@ -83,6 +83,35 @@ async def test_bad_calls_queue_nothing(server, store) -> None:
     await client.close()
 
 
+async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> None:
+    """The common pairs are checked and added in one pass: a bad pair after them takes back
+    their events, including blocks they opened, and leaves events of earlier calls queued."""
+    limits = dataclasses.replace(AppendLimits(), event_bytes_max=10)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments, writers = await _writers(client, 3)
+    # (no await between the calls that lets the loop send: writer 0's block stays open)
+    first = await client.append_many([(writers[0], b"a1")])
+    order = list(client._order)
+    bad_pairs = [
+        [(writers[0], b"a2"), (writers[1], b"b1"), (writers[2], b"x" * 11)],  # too large
+        [(writers[0], b"a2"), (writers[1], b"b1"), (uuid.uuid4(), b"c1")],  # unknown writer
+        [(writers[1], b"b1"), (writers[0], b"a2"), (writers[2], [b"c1", b"x" * 11])],  # in a list
+    ]
+    for pairs in bad_pairs:
+        with pytest.raises(c.InvalidArgumentError):
+            await client.append_many(pairs)
+        assert list(client._order) == order  # the blocks it opened were taken back
+    second = await client.append_many([(writers[1], b"b2"), (writers[0], b"a3")])
+    await asyncio.wait_for(asyncio.gather(first, second), 10)
+    expected = [framed(b"a1", b"a3"), framed(b"b2"), b""]
+    for segment, data in zip(segments, expected, strict=True):
+        assert (await client.read_segment(segment, 0, 1 << 20)).data == data
+    ack = await (await client.append_block(writers[0], b"a4"))
+    assert ack.event_number == 3  # the taken-back events were never numbered
+    assert client._open_bytes == 0
+    await client.close()
+
+
 async def test_a_failed_writer_fails_the_call(server, store) -> None:
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
