@@ -11,9 +11,9 @@ Targets:
 * ``millrace``: the async segment store client over the wire protocol. Events are handed to the
   client in steps (``append_block`` with a list of events; the client batches them into
   AppendBlockEnd blocks); with several segments the events go round-robin over the segments,
-  one writer per segment, a step handed in one ``append_many`` call (or, with ``api: block``,
-  one ``append_block`` call per writer per step). Ack latency = from handing an event to the
-  client to its ack.
+  one writer per segment (named by its ``writer_handle``), a step handed in one
+  ``append_many`` call (or, with ``api: block``, one ``append_block`` call per writer per
+  step). Ack latency = from handing an event to the client to its ack.
 * ``redis``: redis-py pipelines of ``pipeline`` XADD commands (no MULTI) on one stream; ack
   latency = from building the pipeline to its last reply.
 """
@@ -124,7 +124,9 @@ async def run_millrace(spec: dict[str, Any]) -> dict[str, Any]:
         spec["host"], spec["port"], limits=limits, request_timeout=120.0
     )
     try:
-        writers = await _open_segments(client, spec["segments"])
+        ids = await _open_segments(client, spec["segments"])
+        # handles, not ids: a producer over thousands of writers saves a lookup per event
+        writers = [client.writer_handle(writer_id) for writer_id in ids]
         return await _produce(client, writers, spec)
     finally:
         await client.close()
@@ -141,7 +143,7 @@ async def _open_segments(client: Any, count: int) -> list[uuid.UUID]:
     return writers
 
 
-async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) -> dict[str, Any]:
+async def _produce(client: Any, writers: list[Any], spec: dict[str, Any]) -> dict[str, Any]:
     size, step = spec["event_bytes"], spec["step_events"]
     rate = spec.get("rate")  # events/s, or None: as fast as possible
     burst = spec.get("burst", 1)
@@ -181,7 +183,7 @@ async def _produce(client: Any, writers: list[uuid.UUID], spec: dict[str, Any]) 
 
 async def _hand(
     client: Any,
-    writers: list[uuid.UUID],
+    writers: list[Any],
     pool: list[bytes],
     first: int,
     n: int,

@@ -61,6 +61,7 @@ __all__ = [
     "SegmentTruncatedError",
     "ServerError",
     "SyncSegmentStoreClient",
+    "WriterHandle",
 ]
 
 log = logging.getLogger(__name__)
@@ -301,6 +302,8 @@ class _Session:
     of writers each pair is a writer not in cache.)"""
 
     failure: SegmentStoreError | None = None
+    #: The client it belongs to (a handle given to another connection is refused).
+    client: SegmentStoreClient
     #: Events of the block being filled, numbered from ``open_first``. (Emptied, not replaced,
     #: when the block is sent: no new object per block.) Their event headers are made when it
     #: is sent (see ``_block_data``) ...
@@ -378,14 +381,22 @@ class _Session:
             self.room.set()
 
 
+@functools.lru_cache(maxsize=4096)
 def _uniform_cap(limits: AppendLimits, size: int) -> int:
-    """How many events of ``size`` bytes one block holds (at least one)."""
+    """How many events of ``size`` bytes one block holds (at least one). (Cached: besides
+    saving the sum, every writer's block of one size then holds the same int object, one
+    the CPU's caches keep, not one of its own per writer.)"""
     return max(
         1, min(limits.block_events_max, limits.block_bytes_max // (size + _EVENT_HEADER_BYTES))
     )
 
 
 _Waiter = asyncio.Future[AppendAck]
+
+#: A writer's append state on one connection, as ``SegmentStoreClient.writer_handle`` gives
+#: it: opaque to the caller, who may pass it wherever a writer id is taken. A producer spreading
+#: events over thousands of writers saves the lookup by id (and the cache misses it costs).
+WriterHandle = _Session
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
@@ -766,13 +777,28 @@ class SegmentStoreClient:
         if old is not None and (old.call_lasts or old.in_flight or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
-        self._sessions[writer_id.int] = _Session(
-            segment=segment, writer_id=writer_id, open_first=max(last, 0) + 1
+        session = _Session(
+            client=self, segment=segment, writer_id=writer_id, open_first=max(last, 0) + 1
         )
+        old = self._sessions.get(writer_id.int)
+        if old is not None and old.failure is None:  # its handles are stale from now on
+            old.failure = InvalidArgumentError(
+                f"writer handle of {writer_id} is stale: setup_append was called again"
+            )
+        self._sessions[writer_id.int] = session
         return last
 
+    def writer_handle(self, writer_id: uuid.UUID) -> WriterHandle:
+        """The writer's handle on this connection (after ``setup_append``): taken wherever a
+        writer id is, it saves looking the writer up by id for every event."""
+        return self._session(writer_id)
+
     async def append_block(
-        self, writer_id: uuid.UUID, events: bytes | Sequence[bytes], *, raw: bool = False
+        self,
+        writer_id: uuid.UUID | WriterHandle,
+        events: bytes | Sequence[bytes],
+        *,
+        raw: bool = False,
     ) -> asyncio.Future[AppendAck]:
         """Queue events (one ``bytes`` or a sequence) for the writer; returns a future completed
         when all of them are acknowledged. Waits while ``blocks_in_flight_max`` blocks are out.
@@ -794,9 +820,10 @@ class SegmentStoreClient:
         return future
 
     async def append_many(
-        self, batches: Iterable[tuple[uuid.UUID, bytes | Sequence[bytes]]]
+        self, batches: Iterable[tuple[uuid.UUID | WriterHandle, bytes | Sequence[bytes]]]
     ) -> asyncio.Future[None]:
-        """Queue several writers' events in one call: ``(writer_id, events)`` pairs, each as
+        """Queue several writers' events in one call: ``(writer, events)`` pairs (a writer id
+        or, cheaper, its ``writer_handle``), each as
         ``append_block`` takes them (one ``bytes`` or a sequence; a writer may come more than
         once; its events keep their order); returns one future completed when all are
         acknowledged, or failed with the first error. For a producer spreading events over
@@ -821,17 +848,18 @@ class SegmentStoreClient:
             self._many_done()
 
     def _check_many(
-        self, pairs: list[tuple[uuid.UUID, Any]], start: int, found: list[_Session]
+        self, pairs: list[tuple[Any, Any]], start: int, found: list[_Session]
     ) -> list[_Session]:
         """Check the writers and event sizes of ``pairs[start:]``, adding their sessions to
         ``found``; raises the first problem."""
         sessions = self._sessions
         limit = self.limits.event_bytes_max
         for index in range(start, len(pairs)):
-            writer_id, given = pairs[index]
-            session = sessions.get(writer_id.int)
-            if session is None or session.failure is not None:
-                session = self._session(writer_id)  # raises the reason
+            writer, given = pairs[index]
+            known = sessions.get(writer.int) if type(writer) is uuid.UUID else None
+            session = known if known is not None and known.failure is None else None
+            if session is None:
+                session = self._session(writer)  # (a handle, or raises the reason)
             if type(given) is bytes or isinstance(given, _BYTES_LIKE):
                 if len(given) > limit:
                     raise InvalidArgumentError(f"event of {len(given)} bytes exceeds {limit}")
@@ -843,7 +871,7 @@ class SegmentStoreClient:
         return found
 
     def _add_at_once(
-        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session], opened: list[_Session]
+        self, pairs: list[tuple[Any, Any]], found: list[_Session], opened: list[_Session]
     ) -> tuple[int, int]:
         """Check and add the pairs in one pass while each is a ``bytes`` for a writer with its
         open block of that event size and room in it, or with no block open (the common case
@@ -856,28 +884,36 @@ class SegmentStoreClient:
         limit = limits.event_bytes_max
         order, request_ids, number = self._order, self._request_ids, self._call_floor
         size = 0
-        for writer_id, share in pairs:
-            session = sessions.get(writer_id.int)
-            if session is None or session.failure is not None or type(share) is not bytes:
-                break
-            events = session.open_events
-            n = len(share)
-            if n == session.open_size and len(events) < session.open_cap:
-                events.append(share)
-            elif not events and n <= limit:  # the block opens (as in _fill_open)
-                rid = next(request_ids)
-                session.open_rid = rid
-                session.open_call = number
-                session.open_raw = False
-                session.open_size = n
-                session.open_cap = _uniform_cap(limits, n)
-                order.append(rid)
-                opened.append(session)
-                events.append(share)
-            else:
-                break
-            size += n
-            found.append(session)
+        try:
+            for writer, share in pairs:
+                session = writer if type(writer) is _Session else sessions.get(writer.int)
+                if (
+                    session is None
+                    or session.failure is not None
+                    or session.client is not self
+                    or type(share) is not bytes
+                ):
+                    break
+                events = session.open_events
+                n = len(share)
+                if n == session.open_size and len(events) < session.open_cap:
+                    events.append(share)
+                elif not events and n <= limit:  # the block opens (as in _fill_open)
+                    rid = next(request_ids)
+                    session.open_rid = rid
+                    session.open_call = number
+                    session.open_raw = False
+                    session.open_size = n
+                    session.open_cap = _uniform_cap(limits, n)
+                    order.append(rid)
+                    opened.append(session)
+                    events.append(share)
+                else:
+                    break
+                size += n
+                found.append(session)
+        except AttributeError:  # not a writer id or handle: _check_many says so
+            pass
         return len(found), size + len(found) * _EVENT_HEADER_BYTES
 
     def _take_back(self, found: list[_Session], opened: list[_Session]) -> None:
@@ -913,7 +949,7 @@ class SegmentStoreClient:
         self._many_busy = False
 
     async def _add_many(
-        self, pairs: list[tuple[uuid.UUID, Any]], found: list[_Session] | None, waited: bool
+        self, pairs: list[tuple[Any, Any]], found: list[_Session] | None, waited: bool
     ) -> asyncio.Future[None]:
         """The second half of ``append_many``, one call at a time (so every writer gets the
         calls' events in the order of the calls' numbers): the events go into their writers'
@@ -1021,11 +1057,13 @@ class SegmentStoreClient:
         if self._congested and self._open_bytes > OPEN_BYTES_MAX:
             self._writable.clear()
 
-    async def append_event(self, writer_id: uuid.UUID, event: bytes) -> asyncio.Future[AppendAck]:
+    async def append_event(
+        self, writer_id: uuid.UUID | WriterHandle, event: bytes
+    ) -> asyncio.Future[AppendAck]:
         """``append_block`` of a single event."""
         return await self.append_block(writer_id, [event])
 
-    async def flush(self, writer_id: uuid.UUID | None = None) -> None:
+    async def flush(self, writer_id: uuid.UUID | WriterHandle | None = None) -> None:
         """Send every open block now and wait until all appends are acknowledged (of the
         writer, if one is given; raises its failure, or that of a call waited for)."""
         if writer_id is not None:
@@ -1047,7 +1085,12 @@ class SegmentStoreClient:
                 raise session.failure
 
     async def conditional_append(
-        self, writer_id: uuid.UUID, data: bytes, expected_offset: int, *, raw: bool = True
+        self,
+        writer_id: uuid.UUID | WriterHandle,
+        data: bytes,
+        expected_offset: int,
+        *,
+        raw: bool = True,
     ) -> AppendAck:
         """Append ``data`` only if the segment length is ``expected_offset`` (ConditionalBlockEnd);
         raises BadOffsetError otherwise. ``raw=False`` wraps it in an event header."""
@@ -1063,14 +1106,26 @@ class SegmentStoreClient:
         self._send_block(
             session,
             (request_id, number, number, (bytes(data),), self._call_floor),
-            wire.ConditionalBlockEnd(writer_id, number, expected_offset, payload, request_id),
+            wire.ConditionalBlockEnd(
+                session.writer_id, number, expected_offset, payload, request_id
+            ),
         )
         return await future
 
-    def _session(self, writer_id: uuid.UUID) -> _Session:
-        session = self._sessions.get(writer_id.int)
+    def _session(self, writer: uuid.UUID | WriterHandle) -> _Session:
+        """The writer's session, given its id or its handle; raises why it takes no appends."""
+        if type(writer) is _Session:
+            if writer.client is not self:
+                raise InvalidArgumentError(
+                    f"writer handle of {writer.writer_id} belongs to another connection"
+                )
+            session: _Session | None = writer
+        elif isinstance(writer, uuid.UUID):
+            session = self._sessions.get(writer.int)
+        else:
+            raise InvalidArgumentError(f"not a writer id or handle: {writer!r}")
         if session is None:
-            raise InvalidArgumentError(f"no setup_append for writer {writer_id}")
+            raise InvalidArgumentError(f"no setup_append for writer {writer}")
         if session.failure is not None:
             raise session.failure
         if self._lost is not None:

@@ -293,3 +293,53 @@ async def test_block_limits_hold_for_events_of_one_size_and_of_mixed_sizes(
         assert ack.event_number == len(events) + 1  # numbering went on across the blocks
     assert client._open_bytes == 0
     await client.close()
+
+
+async def test_writer_handles_stand_for_writer_ids(server, store) -> None:
+    """A writer's handle goes wherever its id does, mixed with ids in one call; a handle of
+    another connection, a stale one (setup_append again) or anything else is refused with
+    a clear error, and the call queues nothing."""
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    other = await SegmentStoreClient.connect("127.0.0.1", server.port)
+    segments, writers = await _writers(client, 2)
+    handles = [client.writer_handle(w) for w in writers]
+    done = await client.append_many(
+        [
+            (handles[0], b"a1"),
+            (writers[1], b"b1"),
+            (handles[1], [b"b2", b"b3"]),
+            (writers[0], b"a2"),
+        ]
+    )
+    await asyncio.wait_for(done, 10)
+    ack = await (await client.append_block(handles[0], b"a3"))
+    assert ack.event_number == 3
+    await client.conditional_append(handles[1], b"b4", len(framed(b"b1", b"b2", b"b3")), raw=False)
+    await client.flush(handles[1])
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a1", b"a2", b"a3")
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(
+        b"b1", b"b2", b"b3", b"b4"
+    )
+
+    foreign = uuid.uuid4()
+    await other.create_segment("sc/other.#epoch.0")
+    await other.setup_append("sc/other.#epoch.0", foreign)
+    foreign_handle = other.writer_handle(foreign)
+    with pytest.raises(c.InvalidArgumentError, match="another connection"):
+        await client.append_many([(handles[0], b"a4"), (foreign_handle, b"x")])
+    with pytest.raises(c.InvalidArgumentError, match="another connection"):
+        await client.append_block(foreign_handle, b"x")
+    with pytest.raises(c.InvalidArgumentError, match="not a writer id or handle"):
+        await client.append_many([(handles[0], b"a4"), ("writer-0", b"x")])
+    await client.setup_append(segments[1], writers[1])  # a new session: the old handle is stale
+    with pytest.raises(c.InvalidArgumentError, match="stale"):
+        await client.append_many([(handles[0], b"a4"), (handles[1], b"x")])
+    with pytest.raises(c.InvalidArgumentError, match="stale"):
+        await client.append_block(handles[1], b"x")
+    done = await client.append_many([(client.writer_handle(writers[1]), b"b5")])
+    await asyncio.wait_for(done, 10)
+    await client.flush()
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"a1", b"a2", b"a3")
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data.endswith(framed(b"b4", b"b5"))
+    await other.close()
+    await client.close()
