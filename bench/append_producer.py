@@ -205,14 +205,14 @@ async def _hand(
         future.add_done_callback(functools.partial(_acked, on_ack, handed_at, n))
         return 0
     if api in ("many", "pairs") and burst == 1:  # one call for the step, whatever the writers
-        if n <= k:  # one event per writer: pairs of (writer, event), made in C
+        if n <= k:  # one event per writer: (writer, event) pairs, zipped
             ring = writers[cursor : cursor + n]
             if len(ring) < n:  # (the round wraps)
                 ring += writers[: n - len(ring)]
-            shares: Any = list(zip(ring, events, strict=True))
+            shares: Any = zip(ring, events, strict=True)  # (no tuple per pair)
         elif api == "pairs":  # still one pair per event: the writers come round again
             ring = itertools.islice(itertools.cycle(writers[cursor:] + writers[:cursor]), n)
-            shares = list(zip(ring, events, strict=True))
+            shares = zip(ring, events, strict=True)
         else:
             shares = [(writers[(cursor + j) % k], events[j::k]) for j in range(k)]
         done = await client.append_many(shares)

@@ -33,7 +33,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from segment_app.server import protocol as wire
@@ -829,33 +829,50 @@ class SegmentStoreClient:
         acknowledged, or failed with the first error. For a producer spreading events over
         many segments: no coroutine, future or callback per writer, nothing per writer and
         call but its events, and calls complete in the order they were made. Nothing is
-        queued if an event is too large or a writer is unknown or failed."""
+        queued if an event is too large or a writer is unknown or failed. (``batches`` may be
+        any iterable: ``zip(writers, events)`` costs no tuple per pair.)"""
         if not self._writable.is_set():
             await self._writable.wait()
         if self._lost is not None:
             raise self._lost
-        pairs = batches if isinstance(batches, list) else list(batches)
         if self._many_busy or self._many_gate:  # another call waits for room in flight
-            found = self._check_many(pairs, 0, [])  # (nothing is queued unless all pass)
+            pairs = list(batches)
+            found = self._check_many(pairs, [])  # (nothing is queued unless all pass)
             await self._many_turn()
-            waited = True
-        else:
-            self._many_busy = True
-            found, waited = None, False
+            return await self._many_turn_taken(self._add_many(pairs, found, 0, 0, [], True))
+        self._many_busy = True
+        return await self._many_turn_taken(self._add_first(batches))
+
+    async def _many_turn_taken(
+        self, adding: Awaitable[asyncio.Future[None]]
+    ) -> asyncio.Future[None]:
+        """Run an ``append_many`` call's adding in its turn, then give the turn on."""
         try:
-            return await self._add_many(pairs, found, waited)
+            return await adding
         finally:
             self._many_done()
 
-    def _check_many(
-        self, pairs: list[tuple[Any, Any]], start: int, found: list[_Session]
-    ) -> list[_Session]:
-        """Check the writers and event sizes of ``pairs[start:]``, adding their sessions to
-        ``found``; raises the first problem."""
+    async def _add_first(self, batches: Iterable[tuple[Any, Any]]) -> asyncio.Future[None]:
+        """``append_many`` in its turn at once: its pairs checked and added in one pass while
+        they take the common path (``_add_at_once``), the rest checked, then added."""
+        found: list[_Session] = []
+        opened: list[_Session] = []
+        start = -1
+        try:
+            start, added_bytes, rest = self._add_at_once(iter(batches), found, opened)
+            if rest:
+                self._check_many(rest, found)
+        except BaseException:  # (a bad pair, or one not a pair at all)
+            self._take_back(found if start < 0 else found[:start], opened)
+            raise
+        return await self._add_many(rest, found, start, added_bytes, opened, False)
+
+    def _check_many(self, pairs: list[tuple[Any, Any]], found: list[_Session]) -> list[_Session]:
+        """Check the writers and event sizes of ``pairs``, adding their sessions to ``found``;
+        raises the first problem."""
         sessions = self._sessions
         limit = self.limits.event_bytes_max
-        for index in range(start, len(pairs)):
-            writer, given = pairs[index]
+        for writer, given in pairs:
             known = sessions.get(writer.int) if type(writer) is uuid.UUID else None
             session = known if known is not None and known.failure is None else None
             if session is None:
@@ -871,14 +888,14 @@ class SegmentStoreClient:
         return found
 
     def _add_at_once(
-        self, pairs: list[tuple[Any, Any]], found: list[_Session], opened: list[_Session]
-    ) -> tuple[int, int]:
+        self, pairs: Iterator[tuple[Any, Any]], found: list[_Session], opened: list[_Session]
+    ) -> tuple[int, int, list[tuple[Any, Any]]]:
         """Check and add the pairs in one pass while each is a ``bytes`` for a writer with its
         open block of that event size and room in it, or with no block open (the common case
         of a call spread over thousands of writers); returns how many it added (their sessions
-        in ``found``; those whose block it opened, in ``opened`` too) and their bytes. Cheaper
-        than a pass to check and one to add; ``_take_back`` undoes it when a later pair fails
-        its check."""
+        in ``found``; those whose block it opened, in ``opened`` too), their bytes, and the
+        pairs left. Cheaper than a pass to check and one to add; ``_take_back`` undoes it when
+        a later pair fails its check."""
         sessions = self._sessions
         limits = self.limits
         limit = limits.event_bytes_max
@@ -912,9 +929,12 @@ class SegmentStoreClient:
                     break
                 size += n
                 found.append(session)
+            else:
+                return len(found), size + len(found) * _EVENT_HEADER_BYTES, []
         except AttributeError:  # not a writer id or handle: _check_many says so
             pass
-        return len(found), size + len(found) * _EVENT_HEADER_BYTES
+        rest = [(writer, share), *pairs]
+        return len(found), size + len(found) * _EVENT_HEADER_BYTES, rest
 
     def _take_back(self, found: list[_Session], opened: list[_Session]) -> None:
         """Undo ``_add_at_once``: nothing was sent or awaited meanwhile, so each session's last
@@ -949,58 +969,30 @@ class SegmentStoreClient:
         self._many_busy = False
 
     async def _add_many(
-        self, pairs: list[tuple[Any, Any]], found: list[_Session] | None, waited: bool
+        self,
+        pairs: list[tuple[Any, Any]],
+        found: list[_Session],
+        start: int,
+        added_bytes: int,
+        opened: list[_Session],
+        waited: bool,
     ) -> asyncio.Future[None]:
-        """The second half of ``append_many``, one call at a time (so every writer gets the
-        calls' events in the order of the calls' numbers): the events go into their writers'
-        open blocks, a bytes that fits (the common share of a call spread over thousands of
-        writers) inline, anything else through ``_fill_all`` (which may wait for room).
-        ``found``: the pairs' sessions, or ``None`` when not checked yet (see ``_add_at_once``)."""
+        """The end of an ``append_many`` call, in its turn (so every writer gets the calls'
+        events in the order of the calls' numbers): ``pairs``, checked (their sessions are
+        ``found[start:]``; ``start`` pairs before them were added by ``_add_at_once``, with
+        ``added_bytes`` and the blocks they ``opened``), go into their writers' open blocks
+        through ``_fill_open`` and ``_fill_all`` (which may wait for room)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         number = self._call_floor
-        opened: list[_Session] = []  # writers whose open block this call started
-        start = added_bytes = 0
-        if found is None:
-            found = []
-            start, added_bytes = self._add_at_once(pairs, found, opened)
-            if start < len(pairs):
-                try:
-                    self._check_many(pairs, start, found)
-                except BaseException:
-                    self._take_back(found[:start], opened)
-                    raise
         self._call_futures[number] = future  # (a writer failing meanwhile fails it)
         self._call_writers[number] = found
-        limits = self.limits
-        order = self._order
-        request_ids = self._request_ids
         added = False
-        rest = zip(
-            itertools.islice(found, start, None), itertools.islice(pairs, start, None), strict=True
-        )
         try:
-            for session, (_, share) in rest:
+            for session, (_, share) in zip(
+                itertools.islice(found, start, None), pairs, strict=True
+            ):
                 if waited and session.failure is not None:  # (it failed while we waited)
                     raise session.failure
-                events = session.open_events
-                if type(share) is bytes:
-                    # the common case: the size of the events in the writer's open block
-                    if len(share) == session.open_size and len(events) < session.open_cap:
-                        events.append(share)
-                        added_bytes += len(share) + _EVENT_HEADER_BYTES
-                        continue
-                    if not events:  # the block opens (as in _fill_open)
-                        rid = next(request_ids)
-                        session.open_rid = rid
-                        session.open_call = number
-                        session.open_raw = False
-                        session.open_size = len(share)
-                        session.open_cap = _uniform_cap(limits, len(share))
-                        order.append(rid)
-                        opened.append(session)
-                        events.append(share)
-                        added_bytes += len(share) + _EVENT_HEADER_BYTES
-                        continue
                 many = (share,) if isinstance(share, _BYTES_LIKE) else share
                 if not many:
                     continue
@@ -1022,10 +1014,10 @@ class SegmentStoreClient:
             self._limit_open()
             for session in opened:
                 self._schedule(session)
-        self._window_events += len(pairs)
-        if added or added_bytes:
-            self._calls.append((len(order) + self._order_done, number))
-            if not order:
+        self._window_events += start + len(pairs)
+        if added or start:
+            self._calls.append((len(self._order) + self._order_done, number))
+            if not self._order:
                 self._advance()
         else:
             del self._call_futures[number], self._call_writers[number]

@@ -99,9 +99,12 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
     ]
     for pairs in bad_pairs:
         with pytest.raises(c.InvalidArgumentError):
-            await client.append_many(pairs)
+            await client.append_many(iter(pairs))  # (an iterator, as well as a list)
         assert list(client._order) == order  # the blocks it opened were taken back
-    second = await client.append_many([(writers[1], b"b2"), (writers[0], b"a3")])
+    with pytest.raises(ValueError):  # not a pair at all, after pairs that were added
+        await client.append_many([(writers[1], b"b1"), (writers[0], b"a2"), (writers[2],)])
+    assert list(client._order) == order
+    second = await client.append_many(zip([writers[1], writers[0]], [b"b2", b"a3"], strict=True))
     await asyncio.wait_for(asyncio.gather(first, second), 10)
     expected = [framed(b"a1", b"a3"), framed(b"b2"), b""]
     for segment, data in zip(segments, expected, strict=True):
