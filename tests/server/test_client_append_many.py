@@ -178,6 +178,38 @@ async def test_appends_wait_while_congested_with_open_blocks_full(
     await client.close()
 
 
+async def test_nothing_goes_to_a_congested_transport_and_waiting_appends_resume(
+    server, store, monkeypatch
+) -> None:
+    """While congested, even full blocks wait in the client (the transport's buffer does not
+    grow); when it drains they go, and appends waiting for room in open blocks go on even with
+    no block held (here the open one lingers)."""
+    monkeypatch.setattr(c, "OPEN_BYTES_MAX", 50)
+    limits = dataclasses.replace(AppendLimits(), block_bytes_max=100, linger_ms=60_000)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    segments, writers = await _writers(client, 2)
+    assert client._transport is not None
+    protocol = client._transport.get_protocol()
+    protocol.pause_writing()
+    # two blocks (58 bytes each with the event header): the first is full and goes, the
+    # second lingers, over OPEN_BYTES_MAX
+    lingering = await client.append_block(writers[1], [b"l" * 50, b"m" * 50])
+    await asyncio.sleep(0.1)
+    assert client._out and client._transport.get_write_buffer_size() == 0
+    assert not client._held  # (the lingering block is not due)
+    waiting = asyncio.ensure_future(client.append_many([(writers[0], b"w")]))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    protocol.resume_writing()
+    done = await asyncio.wait_for(waiting, 10)  # (the call went on; its block lingers)
+    assert not client._out
+    await asyncio.wait_for(client.flush(), 10)
+    assert lingering.done() and done.done()
+    assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"w")
+    assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"l" * 50, b"m" * 50)
+    await client.close()
+
+
 async def test_held_blocks_go_a_send_buffer_at_a_time(server, store, monkeypatch) -> None:
     """When the transport drains, held blocks go oldest first, one send buffer's worth per loop
     turn (here a few bytes: one writer per turn), until every writer's block went."""
@@ -208,12 +240,10 @@ async def test_a_failed_writer_fails_only_the_calls_it_had_events_unacknowledged
     it not yet acknowledged: here call 1's event of writer C was acknowledged before C failed,
     so call 1 completes (when D's held block is), while call 2, whose C event was refused,
     fails."""
-    limits = dataclasses.replace(AppendLimits(), block_bytes_max=100)
+    # non-full blocks (D's) linger; full ones (C's, 108 bytes) go at once
+    limits = dataclasses.replace(AppendLimits(), block_bytes_max=100, linger_ms=60_000)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
     segments, (c_writer, d_writer) = await _writers(client, 2)
-    assert client._transport is not None
-    protocol = client._transport.get_protocol()
-    protocol.pause_writing()  # non-full blocks (D's) wait; full ones (C's, 108 bytes) go
     big = b"c" * 100
     call1 = await client.append_many([(c_writer, big), (d_writer, b"d")])
     await asyncio.wait_for(client.flush(c_writer), 10)  # C's event of call 1 is durable
@@ -223,7 +253,7 @@ async def test_a_failed_writer_fails_only_the_calls_it_had_events_unacknowledged
     with pytest.raises(c.SegmentSealedError):
         await asyncio.wait_for(call2, 10)
     assert not call1.done()
-    protocol.resume_writing()
+    await asyncio.wait_for(client.flush(d_writer), 10)
     assert await asyncio.wait_for(call1, 10) is None
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(big)
     assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"d", b"e")
