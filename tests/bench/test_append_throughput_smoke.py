@@ -47,3 +47,19 @@ def test_server_blocks_prints_the_node_cost_per_block() -> None:
     assert len(rows) == 1, done.stdout
     blocks, events = (int(figure.replace(",", "")) for figure in rows[0][1:3])
     assert blocks > 0 and abs(events - 8 * blocks) <= 8  # (each figure rounded)
+
+
+def test_client_append_many_prints_the_cost_per_event() -> None:
+    """``bench/client_append_many.py`` (the client alone): a tiny run prints a figure per round,
+    by handles and zips and by ids and lists; a bad count is refused."""
+    script = BENCH.parent / "client_append_many.py"
+    for extra in ([], ["--ids", "--lists"]):
+        cmd = [sys.executable, str(script), "--writers", "50", "--steps", "20", "--sweep", "5",
+               "--rounds", "2", *extra]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-3000:]
+        figures = done.stdout.split(":")[-1].split()[:-1]
+        assert len(figures) == 2 and all(float(f) > 0 for f in figures), done.stdout
+    bad = subprocess.run([sys.executable, str(script), "--writers", "0"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
