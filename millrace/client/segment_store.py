@@ -323,8 +323,9 @@ class _Session:
     open_cap: int = 0
     #: The number of the open block's first event (of the next event when none is open).
     open_first: int
+    #: The bytes the block will carry while ``open_size`` is -1: event headers counted, unless
+    #: its events are ``open_raw`` (a block holds raw bytes or events, not both).
     open_bytes: int = 0
-    #: ... unless they are ``raw`` (a block holds raw bytes or events, not both).
     open_raw: bool = False
     #: The request id the open block will be sent under (taken when the block opens, which
     #: is when the client's completion order counts it, see ``SegmentStoreClient._advance``).
@@ -916,9 +917,7 @@ class SegmentStoreClient:
         pairs left. Cheaper than a pass to check and one to add; ``_take_back`` undoes it when
         a later pair fails its check."""
         sessions = self._sessions
-        limits = self.limits
-        limit = limits.event_bytes_max
-        order, request_ids, number = self._order, self._request_ids, self._call_floor
+        limit = self.limits.event_bytes_max
         size = 0
         try:
             for writer, share in pairs:
@@ -934,14 +933,8 @@ class SegmentStoreClient:
                 n = len(share)
                 if n == session.open_size and len(events) < session.open_cap:
                     events.append(share)
-                elif not events and n <= limit:  # the block opens (as in _fill_open)
-                    rid = next(request_ids)
-                    session.open_rid = rid
-                    session.open_call = number
-                    session.open_raw = False
-                    session.open_size = n
-                    session.open_cap = _uniform_cap(limits, n)
-                    order.append(rid)
+                elif not events and n <= limit:  # the block opens
+                    self._open(session, False, n)
                     opened.append(session)
                     events.append(share)
                 else:
@@ -1164,13 +1157,7 @@ class SegmentStoreClient:
             if n > limits.event_bytes_max:
                 raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")
             if not opened:
-                self._open(session)
-                session.open_raw = raw
-                if raw:
-                    session.open_size, session.open_bytes = -1, n
-                    session.open_cap = limits.block_events_max
-                else:
-                    session.open_size, session.open_cap = n, _uniform_cap(limits, n)
+                self._open(session, raw, n)
             elif n == session.open_size and not raw:  # (of one size: open_cap says if it fits)
                 if len(opened) >= session.open_cap:
                     return index
@@ -1188,12 +1175,19 @@ class SegmentStoreClient:
             opened.append(event)
         return len(events)
 
-    def _open(self, session: _Session) -> None:
-        """The session's block opens (its first event goes in): it takes its request id and
-        its place in the completion order (``append_many`` inlines this)."""
+    def _open(self, session: _Session, raw: bool, size: int) -> None:
+        """The session's block opens for its first event, of ``size`` bytes: it takes its
+        request id and its place in the completion order, and counts by events of that size
+        (``open_cap``) or, if ``raw``, by bytes."""
         rid = next(self._request_ids)
         session.open_rid = rid
         session.open_call = self._call_floor
+        session.open_raw = raw
+        if raw:
+            session.open_size, session.open_bytes = -1, size
+            session.open_cap = self.limits.block_events_max
+        else:
+            session.open_size, session.open_cap = size, _uniform_cap(self.limits, size)
         self._order.append(rid)
 
     def _advance(self) -> None:
