@@ -25,6 +25,8 @@ import sys
 import time
 import uuid
 
+from append_producer import PAYLOAD_POOL, payloads  # a sibling module: bench/ is not a package
+
 from millrace.client import segment_store as ss
 
 EVENT_BYTES = 100
@@ -42,14 +44,13 @@ async def run(args: argparse.Namespace) -> list[float]:
         )
     writers = ids if args.ids else [client.writer_handle(w) for w in ids]
     laps = writers * (args.step // len(writers) + 2)  # (a step's ring is one slice of it)
-    pool = [i.to_bytes(2, "big") + bytes(EVENT_BYTES - 2) for i in range(64)]
-    pool *= args.step // 64 + 2
+    pool = payloads(EVENT_BYTES) * (args.step // PAYLOAD_POOL + 2)  # (a step is one slice)
     figures = []
     for _ in range(args.rounds):
         cursor = handed = 0
         started = time.perf_counter()
         for call in range(args.steps):
-            events = pool[handed % 64 : handed % 64 + args.step]
+            events = pool[handed % PAYLOAD_POOL : handed % PAYLOAD_POOL + args.step]
             ring = laps[cursor : cursor + args.step]
             pairs = zip(ring, events, strict=True)
             await client.append_many(list(pairs) if args.lists else pairs)
