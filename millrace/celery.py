@@ -8,8 +8,11 @@ that ``shared_task`` sends through this app and its broker, not Celery's default
 """
 
 import os
+import time
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from celery.beat import PersistentScheduler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.settings")
 
@@ -37,3 +40,46 @@ def worker_arguments(concurrency: int) -> list[str]:
         "--queues", ",".join(worker_queues()),
         "--without-gossip", "--without-mingle",
     ]  # fmt: skip
+
+
+# -- heartbeats (controller_app/heartbeats.py): what the health check knows of workers and beat
+
+_worker_heartbeat: list[Any] = []
+
+
+@signals.worker_ready.connect
+def _start_worker_heartbeat(**kwargs: Any) -> None:
+    from controller_app.heartbeats import HeartbeatThread
+
+    thread = HeartbeatThread("worker")
+    thread.start()
+    _worker_heartbeat.append(thread)
+
+
+@signals.worker_shutdown.connect
+def _stop_worker_heartbeat(**kwargs: Any) -> None:
+    while _worker_heartbeat:
+        _worker_heartbeat.pop().stop()
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery beat's scheduler that also records beat's heartbeat, at most every
+    ``HEARTBEAT_INTERVAL_SECONDS``, from its tick: beat is alive as long as it ticks."""
+
+    _last_heartbeat = 0.0
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        from controller_app import heartbeats
+
+        now = time.monotonic()
+        if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
+            heartbeats.record("beat")
+            self._last_heartbeat = now
+        interval: float = super().tick(*args, **kwargs)
+        return min(interval, heartbeats.HEARTBEAT_INTERVAL_SECONDS)
+
+    def close(self) -> None:
+        from controller_app import heartbeats
+
+        heartbeats.forget("beat")
+        super().close()

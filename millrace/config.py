@@ -50,6 +50,9 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-dedup": "idempotent writers' retries are appended again (duplicates)",
     "no-fencing": "tier-1 does not check its epoch fence after a write (a stale node acks)",
     "no-crc": "tier-1 record and data frame CRCs are not verified (corrupt bytes are served)",
+    "no-restart-while-starting": "standalone stops the node when a child exits during its restart",
+    "no-liveness-restart": "standalone never kills a child that stopped answering its checks",
+    "no-health-contributors": "health checks only the metadata database (says UP with parts down)",
 }
 
 
@@ -283,6 +286,8 @@ class WebSettings:
     debug: bool = False
     #: Host names the HTTP server answers to (MILLRACE_ALLOWED_HOSTS, comma-separated).
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
+    #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); see ``UNSAFE_TEST_FLAGS``.
+    unsafe: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WebSettings:
@@ -300,6 +305,7 @@ class WebSettings:
                 env, "MILLRACE_TOKEN_TTL_SECONDS", cls.token_ttl_seconds, low=2, high=7 * 86400
             ),
             debug=parse_bool(env, "MILLRACE_DEBUG", False),
+            unsafe=parse_unsafe_flags(env),
             allowed_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip())
             or cls.allowed_hosts,
         )

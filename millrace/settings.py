@@ -198,6 +198,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
+# Beat records a heartbeat from its tick (controller_app/heartbeats.py).
+CELERY_BEAT_SCHEDULER = "millrace.celery:HeartbeatScheduler"
 # Pravega's event-processor streams: requests serialized per stream (by its state), commits
 # serial per stream, aborts concurrent. `millrace worker` consumes every queue named here.
 CELERY_TASK_ROUTES = {

@@ -6,7 +6,7 @@ Responsibility: start, watch and stop the processes of a node on one data direct
 * the controller (``millrace controller``: the ASGI app under uvicorn: REST API, console,
   WebSockets),
 * a Celery worker (``millrace worker``: the controller's workflows) and Celery beat
-  (``millrace beat``: retention, watermarks, transaction timeouts, the sweeper).
+  (``millrace beat``: transaction timeouts, completed-transaction cleanup, the sweeper).
 
 Before starting them it migrates the metadata database, creates the administrator on first
 start (API token in ``<data dir>/admin-token``, password in ``<data dir>/admin-password``, both
@@ -14,9 +14,15 @@ readable only by the owner) and registers the segment store as the owner of ever
 
 Each child runs in its own session, so Ctrl-C reaches only this supervisor, which then stops
 the children in reverse order (SIGTERM, then SIGKILL after a grace period); on Linux a child
-also gets SIGKILL if the supervisor itself dies, so no orphan keeps a port or a lock. A child
-that exits on its own is restarted with a growing delay; one that keeps failing stops the node
-with exit status 1 and its last lines of output.
+also gets SIGKILL if the supervisor itself dies, so no orphan keeps a port or a lock.
+
+Supervision works as a production init system's: the first start fails fast (exit status 1 and
+the failing child's last output); once the node was ready, a child that exits (at any moment,
+its own restart included) or stops answering its liveness check is restarted after a delay that
+doubles per failure in a row up to 30 s, for as long as the node runs. The node never stops by
+itself; it says what is wrong instead: a log line with the child's last output, and the state
+file (``<data dir>/run/standalone.json``) from which ``/health`` names the child and its
+restarts.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import enum
+import json
 import os
 import secrets
 import signal
@@ -40,11 +48,20 @@ from typing import Any
 
 #: Seconds a child has to stop after SIGTERM before it gets SIGKILL.
 STOP_GRACE_SECONDS = 10.0
-#: Seconds a child has to become ready (port open, health answering).
+#: Seconds a child has to become ready (port open, health answering), at every start.
 READY_TIMEOUT_SECONDS = 60.0
-#: A child that exits more often than this within ``RESTART_WINDOW_SECONDS`` stops the node.
-RESTARTS_MAX = 5
-RESTART_WINDOW_SECONDS = 60.0
+#: Delay before restarting a child after its first exit; it doubles with every exit in a row
+#: (an exit before the child was ready again counts too), up to ``RESTART_DELAY_MAX_SECONDS``.
+RESTART_DELAY_FIRST_SECONDS = 0.5
+RESTART_DELAY_MAX_SECONDS = 30.0
+#: A child that stays ready this long has its restart delay start again from the first.
+STABLE_SECONDS = 60.0
+#: A ready child whose liveness check has failed for this long is killed and restarted.
+LIVENESS_TIMEOUT_SECONDS = 15.0
+#: Seconds between two liveness checks of a ready child.
+LIVENESS_INTERVAL_SECONDS = 1.0
+#: Seconds between two rounds of the supervisor's loop (exits, deadlines, the state file).
+TICK_SECONDS = 0.2
 #: Output lines of a child kept to show when it fails.
 OUTPUT_TAIL_LINES = 30
 
@@ -53,19 +70,48 @@ _PR_SET_PDEATHSIG = 1
 
 
 class StandaloneError(Exception):
-    """The node cannot start or keep running; the message says which part and why."""
+    """The node cannot start; the message says which part and why."""
+
+
+class ChildState(enum.StrEnum):
+    """What a child is doing (the ``state`` of ``Child`` and of the state file)."""
+
+    STARTING = "starting"  # spawned, not ready yet
+    READY = "ready"
+    WAITING = "waiting"  # exited; restarts at ``restart_at``
+    STOPPED = "stopped"  # the node is stopping
 
 
 @dataclasses.dataclass
 class Child:
-    """One process of the node: how to start it, how to tell it is ready, its state."""
+    """One process of the node: how to start it, how to tell it is ready and alive, its state."""
 
     name: str
     argv: list[str]
     ready: Callable[[], bool]
+    #: Liveness check of a ready child (defaults to ``ready``); None: only its exit counts.
+    alive: Callable[[], bool] | None = None
     process: subprocess.Popen[bytes] | None = None
-    restarts: deque[float] = dataclasses.field(default_factory=deque)
     output: deque[str] = dataclasses.field(default_factory=lambda: deque(maxlen=OUTPUT_TAIL_LINES))
+    state: ChildState = ChildState.STARTING
+    #: When ``state`` last changed (monotonic seconds).
+    since: float = 0.0
+    ever_ready: bool = False
+    #: Restarts since the node started, and exits since the child was last stable.
+    restarts: int = 0
+    exits_in_a_row: int = 0
+    restart_at: float = 0.0
+    #: Last time the liveness check passed (monotonic seconds).
+    alive_at: float = 0.0
+    #: Why the child is not ready (its last exit or failed check); empty when ready.
+    reason: str = ""
+
+    def exit_status(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+
+def _tail(child: Child) -> str:
+    return "\n".join(f"    {line}" for line in child.output)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -76,17 +122,62 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 class Supervisor:
-    """Starts children in order, restarts the ones that die, stops them in reverse order."""
+    """Starts children in order, restarts the ones that exit or stop answering, stops them in
+    reverse order.
 
-    def __init__(self, children: Sequence[Child], *, echo: Callable[[str], None] = print) -> None:
+    The first start of the node fails fast: a child that exits or is not ready in time before
+    the node was ever ready raises ``StandaloneError``. After that the node never stops by
+    itself: every exit of a child, at any moment (its restart and readiness wait included), is
+    one more restart after a delay that doubles per exit in a row up to
+    ``RESTART_DELAY_MAX_SECONDS``, announced with the child's last output. A ready child whose
+    liveness check fails for ``LIVENESS_TIMEOUT_SECONDS`` gets SIGKILL and is restarted the same
+    way. ``state_file`` (when given) holds each child's state as JSON for the health check.
+
+    ``unsafe`` (TEST-ONLY, ``MILLRACE_TEST_UNSAFE``) switches protections off so the tests can
+    show they detect their absence: ``no-restart-while-starting`` stops the node when a child
+    exits before it is ready again; ``no-liveness-restart`` never kills an unresponsive child.
+    """
+
+    def __init__(
+        self,
+        children: Sequence[Child],
+        *,
+        echo: Callable[[str], None] = print,
+        state_file: Path | None = None,
+        unsafe: frozenset[str] = frozenset(),
+    ) -> None:
         self.children = list(children)
         self.echo = echo
+        self.state_file = state_file
+        self.unsafe = unsafe
         self.stopping = threading.Event()
+        self.started = False
+        self._probes: dict[str, threading.Thread] = {}
+
+    # -- starting -------------------------------------------------------------------------------
 
     def start_all(self) -> None:
+        """Start the children in order, each ready before the next starts (``StandaloneError``
+        when one cannot start); children started earlier are looked after meanwhile."""
         for child in self.children:
             self._spawn(child)
-            self._wait_ready(child)
+            deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+            while child.state is not ChildState.READY:
+                if self.stopping.wait(TICK_SECONDS):
+                    return
+                if not child.ever_ready:
+                    self._check_first_start(child, deadline)
+                self.tick()
+        self.started = True
+        self._write_state()
+
+    def _check_first_start(self, child: Child, deadline: float) -> None:
+        if child.exit_status() is not None:
+            raise StandaloneError(self._failure(child, "exited while starting"))
+        if time.monotonic() > deadline:
+            raise StandaloneError(
+                self._failure(child, f"not ready after {READY_TIMEOUT_SECONDS:.0f} s")
+            )
 
     def _spawn(self, child: Child) -> None:
         process = subprocess.Popen(
@@ -97,6 +188,7 @@ class Supervisor:
             preexec_fn=_die_with_parent if sys.platform == "linux" else os.setsid,
         )
         child.process = process
+        self._set(child, ChildState.STARTING)
         threading.Thread(
             target=self._pump, args=(child, process), name=f"{child.name}-output", daemon=True
         ).start()
@@ -110,55 +202,136 @@ class Supervisor:
             sys.stdout.write(f"[{child.name}] {line}\n")
             sys.stdout.flush()
 
-    def _wait_ready(self, child: Child) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while not child.ready():
-            if child.process is not None and child.process.poll() is not None:
-                raise StandaloneError(self._failure(child, "exited while starting"))
-            if time.monotonic() > deadline:
-                raise StandaloneError(
-                    self._failure(child, f"not ready after {READY_TIMEOUT_SECONDS:.0f} s")
-                )
-            time.sleep(0.1)
-
     def _failure(self, child: Child, what: str) -> str:
-        code = child.process.poll() if child.process else None
+        """``<name> <what> (exit status N); its last output: ...`` for the log."""
+        code = child.exit_status()
         status = f" (exit status {code})" if code is not None else ""
-        tail = "\n".join(f"    {line}" for line in child.output)
-        return f"{child.name} {what}{status}; its last output:\n{tail}"
+        return f"{child.name} {what}{status}; its last output:\n{_tail(child)}"
+
+    def _set(self, child: Child, state: ChildState, reason: str = "") -> None:
+        child.state, child.since, child.reason = state, time.monotonic(), reason
+        self._write_state()
+
+    # -- watching -------------------------------------------------------------------------------
 
     def watch(self) -> None:
-        """Until ``stopping`` is set: restart children that exited, with a growing delay."""
-        while not self.stopping.wait(0.5):
-            for child in self.children:
-                if child.process is None or child.process.poll() is None:
-                    continue
-                self._restart(child)
+        """Until ``stopping`` is set: look after the children (``tick``) every ``TICK_SECONDS``."""
+        while not self.stopping.wait(TICK_SECONDS):
+            self.tick()
+            self._write_state()
 
-    def _restart(self, child: Child) -> None:
+    def tick(self) -> None:
+        """One round: notice exits, readiness and silence; restart children whose delay ran out."""
         now = time.monotonic()
-        while child.restarts and now - child.restarts[0] > RESTART_WINDOW_SECONDS:
-            child.restarts.popleft()
-        if len(child.restarts) >= RESTARTS_MAX:
-            raise StandaloneError(
-                self._failure(
-                    child, f"exited {RESTARTS_MAX} times in {RESTART_WINDOW_SECONDS:.0f} s"
-                )
-            )
-        delay = 0.5 * 2 ** len(child.restarts)
-        code = child.process.poll() if child.process else None
-        self.echo(f"millrace standalone: {child.name} exited ({code}); restarting in {delay:.1f} s")
-        child.restarts.append(now)
-        if self.stopping.wait(delay):
+        for child in self.children:
+            if child.state is ChildState.WAITING:
+                if now >= child.restart_at:
+                    self._spawn(child)
+            elif child.exit_status() is not None:
+                self._exited(child, now)
+            elif child.state is ChildState.STARTING:
+                self._check_ready(child, now)
+            elif child.state is ChildState.READY:
+                self._check_alive(child, now)
+
+    def _check_ready(self, child: Child, now: float) -> None:
+        if child.ready():
+            child.ever_ready = True
+            child.alive_at = now
+            self._set(child, ChildState.READY)
+            self._start_probe(child)
+            if child.restarts:
+                self.echo(f"millrace standalone: {child.name} is back (restart {child.restarts})")
+        elif child.ever_ready and now - child.since > READY_TIMEOUT_SECONDS:
+            self._kill(child, f"not ready {READY_TIMEOUT_SECONDS:.0f} s after its restart")
+
+    def _check_alive(self, child: Child, now: float) -> None:
+        if child.exits_in_a_row and now - child.since > STABLE_SECONDS:
+            child.exits_in_a_row = 0
+        silent = now - child.alive_at
+        if silent > LIVENESS_TIMEOUT_SECONDS and "no-liveness-restart" not in self.unsafe:
+            self._kill(child, f"did not answer its liveness check for {silent:.0f} s")
+
+    def _kill(self, child: Child, why: str) -> None:
+        self.echo(f"millrace standalone: {child.name} {why}; killing it")
+        child.reason = why
+        with contextlib.suppress(ProcessLookupError):
+            if child.process is not None:
+                child.process.kill()
+                child.process.wait()
+
+    def _exited(self, child: Child, now: float) -> None:
+        if not self.started and not child.ever_ready:
+            return  # the first start: start_all reports it
+        if child.state is ChildState.STARTING and "no-restart-while-starting" in self.unsafe:
+            raise StandaloneError(self._failure(child, "exited while starting"))
+        child.exits_in_a_row += 1
+        child.restarts += 1
+        delay = min(
+            RESTART_DELAY_FIRST_SECONDS * 2 ** (child.exits_in_a_row - 1),
+            RESTART_DELAY_MAX_SECONDS,
+        )
+        child.restart_at = now + delay
+        why = f"{child.reason or 'exited'} (exit status {child.exit_status()})"
+        what = f"{why}; restarting in {delay:.1f} s (restart {child.restarts})"
+        self.echo(f"millrace standalone: {child.name} {what}; its last output:\n{_tail(child)}")
+        self._set(child, ChildState.WAITING, what)
+
+    # -- liveness probes --------------------------------------------------------------------------
+
+    def _start_probe(self, child: Child) -> None:
+        """A thread checking a ready child every ``LIVENESS_INTERVAL_SECONDS`` (so a check that
+        hangs until its timeout never holds up the supervisor's loop)."""
+        check = child.alive or child.ready
+        if child.name in self._probes and self._probes[child.name].is_alive():
             return
-        self._spawn(child)
-        self._wait_ready(child)
-        self.echo(f"millrace standalone: {child.name} is back")
+
+        def run() -> None:
+            while not self.stopping.wait(LIVENESS_INTERVAL_SECONDS):
+                if child.state is ChildState.READY and check():
+                    child.alive_at = time.monotonic()
+
+        self._probes[child.name] = thread = threading.Thread(
+            target=run, name=f"{child.name}-liveness", daemon=True
+        )
+        thread.start()
+
+    # -- state file -------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "started": self.started,
+            "children": {
+                child.name: {
+                    "state": child.state,
+                    "pid": child.process.pid if child.process else None,
+                    "for_seconds": round(now - child.since, 1),
+                    "restarts": child.restarts,
+                    "reason": child.reason,
+                    "last_output": list(child.output)[-5:],
+                }
+                for child in self.children
+            },
+        }
+
+    def _write_state(self) -> None:
+        if self.state_file is None:
+            return
+        scratch = self.state_file.with_suffix(".tmp")
+        with contextlib.suppress(OSError):
+            scratch.write_text(json.dumps(self.snapshot()))
+            os.replace(scratch, self.state_file)
+
+    # -- stopping ---------------------------------------------------------------------------------
 
     def stop_all(self) -> None:
         self.stopping.set()
         for child in reversed(self.children):
             process = child.process
+            child.state = ChildState.STOPPED
             if process is None or process.poll() is not None:
                 continue
             with contextlib.suppress(ProcessLookupError):
@@ -170,6 +343,9 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 process.wait()
+        if self.state_file is not None:
+            with contextlib.suppress(OSError):
+                self.state_file.unlink()
 
 
 # -- readiness checks ------------------------------------------------------------------------
@@ -195,14 +371,42 @@ def http_ok(url: str) -> Callable[[], bool]:
     return check
 
 
-def alive_for(seconds: float) -> Callable[[], bool]:
-    """Ready once the process has stayed up ``seconds`` (for processes without a port)."""
-    started: list[float] = []
+def wire_answers(host: str, port: int) -> Callable[[], bool]:
+    """The segment store's wire server answers a keep-alive ``Hello`` within a second."""
+    from millrace.client.probe import ProbeError, probe_segment_store
 
     def check() -> bool:
-        if not started:
-            started.append(time.monotonic())
-        return time.monotonic() - started[0] >= seconds
+        try:
+            probe_segment_store(host, port, timeout=1.0)
+        except ProbeError:
+            return False
+        return True
+
+    return check
+
+
+def heartbeat_fresh(role: str, child: Child) -> Callable[[], bool]:
+    """The Celery process of ``child`` (worker or beat) recorded a fresh heartbeat
+    (``controller_app.heartbeats``): it is past its start-up and not hung."""
+
+    def check() -> bool:
+        from django.db import DatabaseError, close_old_connections
+
+        from controller_app import heartbeats
+        from controller_app.models import ProcessHeartbeat
+
+        if child.process is None:
+            return False
+        name = f"{socket.gethostname()}:{child.process.pid}"
+        try:
+            found = ProcessHeartbeat.objects.filter(role=role, process=name).first()
+        except DatabaseError:
+            return False
+        finally:
+            close_old_connections()
+        return (
+            found is not None and heartbeats.age_seconds(found) < heartbeats.HEARTBEAT_STALE_SECONDS
+        )
 
     return check
 
@@ -267,26 +471,35 @@ def build_children(
     *, data_dir: Path, store: Any, http_host: str, http_port: int, worker_concurrency: int
 ) -> list[Child]:
     health = f"http://{'127.0.0.1' if http_host in ('0.0.0.0', '') else http_host}:{http_port}"
-    return [
-        Child(
-            "segmentstore",
-            _cli("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
-                 "--port", str(store.port)),
-            port_open(store.host if store.host != "0.0.0.0" else "127.0.0.1", store.port),
-        ),
-        Child(
-            "worker",
-            _cli("worker", "--data-dir", str(data_dir), "--concurrency", str(worker_concurrency)),
-            alive_for(1.0),
-        ),
-        Child("beat", _cli("beat", "--data-dir", str(data_dir)), alive_for(0.5)),
-        Child(
-            "controller",
-            _cli("controller", "--data-dir", str(data_dir), "--host", http_host,
-                 "--http-port", str(http_port)),
-            http_ok(f"{health}/health/liveness"),
-        ),
-    ]  # fmt: skip
+    wire_host = store.host if store.host != "0.0.0.0" else "127.0.0.1"
+    segmentstore = Child(
+        "segmentstore",
+        _cli("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
+             "--port", str(store.port)),
+        port_open(wire_host, store.port),
+        wire_answers(wire_host, store.port),
+    )  # fmt: skip
+    worker = Child(
+        "worker",
+        _cli("worker", "--data-dir", str(data_dir), "--concurrency", str(worker_concurrency)),
+        lambda: False,
+    )
+    beat = Child("beat", _cli("beat", "--data-dir", str(data_dir)), lambda: False)
+    for child in (worker, beat):
+        child.ready = heartbeat_fresh(child.name, child)
+    controller = Child(
+        "controller",
+        _cli("controller", "--data-dir", str(data_dir), "--host", http_host,
+             "--http-port", str(http_port)),
+        http_ok(f"{health}/health/liveness"),
+    )  # fmt: skip
+    return [segmentstore, worker, beat, controller]
+
+
+def state_file(data_dir: Path) -> Path:
+    """Where a running ``millrace standalone`` keeps its children's states (the health check
+    reads it)."""
+    return data_dir / "run" / "standalone.json"
 
 
 def run(
@@ -306,7 +519,9 @@ def run(
         http_port=http_port,
         worker_concurrency=worker_concurrency,
     )
-    supervisor = Supervisor(children)
+    states = state_file(data_dir)
+    states.parent.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(children, state_file=states, unsafe=store.unsafe)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -13,8 +13,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
-    path("", include("segment_app.urls")),
-    path("v1/", include("segment_app.urls")),
+    path("", include("millrace.health_urls")),
+    path("v1/", include("millrace.health_urls")),
     path("v1/", include("controller_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

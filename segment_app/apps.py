@@ -1,7 +1,7 @@
 """Django app of the segment store role: a thin adapter around ``segment_app.engine``.
 
-The engine itself never imports Django; this app contributes the health endpoints
-(``segment_app.views``) and, later, the Channels consumers of ``segment_app.server``.
+The engine itself never imports Django; this app contributes the Channels consumers of the
+WebSocket tail reads (``segment_app.consumers``).
 """
 
 from django.apps import AppConfig

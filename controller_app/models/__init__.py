@@ -6,7 +6,7 @@ docs/components/controller-metadata.md for the records, their indexes and each q
 
 from controller_app.models.base import StatefulModel, transition
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
-from controller_app.models.host import Container, ContainerAssignment, Node
+from controller_app.models.host import Container, ContainerAssignment, Node, ProcessHeartbeat
 from controller_app.models.reader_group import ReaderGroup, Subscriber
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
@@ -21,6 +21,7 @@ __all__ = [
     "Epoch",
     "EpochTransition",
     "Node",
+    "ProcessHeartbeat",
     "ReaderGroup",
     "Scope",
     "SegmentRecord",

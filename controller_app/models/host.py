@@ -57,3 +57,25 @@ class ContainerAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.container} → {self.node}"
+
+
+class ProcessHeartbeat(models.Model):
+    """The last sign of life of one Celery worker or beat process (``controller_app.heartbeats``).
+
+    Each process keeps its own row fresh (``beat_at``) while it works; the health check calls
+    a role down when none of its rows is fresh. Rows of processes gone for long are deleted.
+    """
+
+    role = models.CharField(max_length=16, help_text="worker or beat")
+    process = models.CharField(max_length=255, help_text="host name and process id")
+    beat_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["role", "process"], name="heartbeat_process"),
+        ]
+        indexes = [models.Index(fields=["role", "-beat_at"], name="heartbeat_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.process} at {self.beat_at}"

@@ -13,6 +13,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import crc32c
 
@@ -92,6 +93,26 @@ class SegmentStore:
             task.cancel()
         for container in self.containers.values():
             await container.stop()
+
+    def health(self) -> dict[str, Any]:
+        """Each container's state and epoch, and what it knows of the tiers' trouble: a
+        tier-1 failure (the container stops acknowledging until it recovers) or a failing
+        tier-2 flush (data waits in tier-1). Plain data, for a health report."""
+        containers: dict[str, dict[str, Any]] = {}
+        for container_id in range(self.config.container_count):
+            container = self.containers.get(container_id)
+            if container is None:
+                containers[str(container_id)] = {"state": "not running", "epoch": None}
+                continue
+            failure = container.durable_log.failure if container.durable_log else None
+            writer = container.storage_writer
+            containers[str(container_id)] = {
+                "state": container.state.value,
+                "epoch": container.epoch,
+                "tier1_error": None if failure is None else f"{type(failure).__name__}: {failure}",
+                "tier2_error": writer.last_error if writer is not None else None,
+            }
+        return {"containers": containers}
 
     async def flush_to_storage(self) -> None:
         for container in self.containers.values():

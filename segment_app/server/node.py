@@ -15,18 +15,21 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import json
 import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from segment_app.engine.errors import EngineError
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
 
-__all__ = ["NodeConfig", "main", "run_node"]
+__all__ = ["NodeConfig", "main", "run_node", "status_path"]
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +171,47 @@ async def run_node(
             )
             if on_ready is not None:
                 on_ready(server)
+            reporter = asyncio.create_task(_report_status(config, store, server.port))
             with _stop_on_signals(stop):
                 await stop.wait()
+            reporter.cancel()
         finally:
             await server.stop()
     finally:
         await store.stop()
     log.info("segment store stopped")
+
+
+#: Seconds between two writes of the node's status file.
+STATUS_INTERVAL_SECONDS = 1.0
+
+
+def status_path(data_dir: str | os.PathLike[str], port: int) -> Path:
+    """Where the node serving ``port`` writes its status (see ``_report_status``)."""
+    return Path(data_dir) / "run" / f"segmentstore-{port}.json"
+
+
+async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
+    """Every ``STATUS_INTERVAL_SECONDS``: the containers' states and epochs and the tiers'
+    trouble (``SegmentStore.health``) as JSON in ``status_path``, replaced atomically. A health
+    check on the same host reads it; its ``updated`` time tells a stale file from a live one."""
+    path = status_path(config.data_dir, port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(".tmp")
+    while True:
+        report = {
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "tier1": config.tier1,
+            "tier2": config.tier2,
+            **store.health(),
+        }
+        try:
+            scratch.write_text(json.dumps(report))
+            os.replace(scratch, path)
+        except OSError as exc:  # a full or read-only disk must not stop the node
+            log.warning("cannot write the status file %s: %s", path, exc)
+        await asyncio.sleep(STATUS_INTERVAL_SECONDS)
 
 
 @contextlib.contextmanager

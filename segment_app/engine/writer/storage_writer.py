@@ -77,6 +77,9 @@ class StorageWriter:
         self._pass_lock = asyncio.Lock()
         self._stopped = False  # one pass at a time (the loop, or flush_all)
         self.bytes_flushed = 0
+        #: The last failed pass's error (``Type: message``), cleared by the next pass that works:
+        #: what a health check shows of a tier-2 in trouble.
+        self.last_error: str | None = None
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -154,10 +157,12 @@ class StorageWriter:
                 worked = await self._pass()
             except ContainerOfflineError:
                 return
-            except Exception:
+            except Exception as exc:
                 log.exception("storage writer pass failed; retrying")
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 await asyncio.sleep(self.config.retry_delay_ms / 1000)
                 continue
+            self.last_error = None
             await asyncio.sleep(0)  # never starve the event loop, whatever the backends do
             if not worked:
                 self._wakeup.clear()

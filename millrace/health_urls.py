@@ -1,8 +1,8 @@
-"""URLs of the segment store app: the health endpoints (Pravega's paths, no ``/v1`` prefix)."""
+"""URLs of the health endpoints (Pravega's paths; mounted at the root and under ``/v1``)."""
 
 from django.urls import path
 
-from segment_app.views import ASPECTS, health_view
+from millrace.health_views import ASPECTS, health_view
 
 urlpatterns = [path("health", health_view, {"aspect": "health"})]
 for _aspect in ASPECTS[1:]:
