@@ -1,5 +1,6 @@
 """Everyday commands in Pravega's ``<component> <verb>`` style, over the REST API and WebSockets.
 
+    millrace status [--url URL] [--json]
     millrace scope create|list|delete ...
     millrace stream create|list|info|seal|delete|scale|truncate|append|read ...
     millrace readergroup create|list|info|delete|checkpoint|reset|read ...
@@ -371,6 +372,43 @@ def readergroup_read(args: argparse.Namespace) -> None:
         manager.close()
 
 
+# -- status ---------------------------------------------------------------------------------
+
+
+def status(args: argparse.Namespace) -> int:
+    """``millrace status``: the node's health tree; exit status 0 when UP, 1 otherwise."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{_url(args)}/health", timeout=10)
+        tree = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise AdminError(f"cannot reach {_url(args)}: {exc}") from None
+    if args.json:
+        print(json.dumps(tree, indent=2))
+    else:
+        print("\n".join(_health_lines(tree, _url(args))))
+    return 0 if tree.get("status") == "UP" else 1
+
+
+def _health_lines(tree: dict[str, Any], url: str) -> list[str]:
+    ready = "ready" if tree["readiness"] else "NOT READY for writes"
+    down = tree["details"].get("down")
+    lines = [f"millrace at {url}: {tree['status']}, {ready}" + (f" (down: {down})" if down else "")]
+    width = max((len(name) for name in tree["children"]), default=0)
+
+    def add(node: dict[str, Any], indent: str) -> None:
+        mark = {"UP": "ok", "DOWN": "!!"}.get(node["status"], "??")
+        details = ", ".join(f"{k}: {v}" for k, v in node["details"].items())
+        lines.append(f"{indent}{mark} {node['name']:<{width}}  {node['status']:<7} {details}")
+        for child in node["children"].values():
+            add(child, indent + "   ")
+
+    for child in tree["children"].values():
+        add(child, "  ")
+    return lines
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -385,8 +423,14 @@ def _common() -> argparse.ArgumentParser:
 
 
 def add_commands(commands: Any, add: Any, data_dir: argparse.ArgumentParser) -> None:
-    """Add ``scope`` and ``stream`` to the ``millrace`` parser (``add`` is cli._add)."""
+    """Add ``status``, ``scope``, ``stream`` and ``readergroup`` to the ``millrace`` parser
+    (``add`` is cli._add)."""
     common = _common()
+    node_status = add(
+        commands, "status", lambda args, rest: status(args), "Show the node's health, part by part."
+    )
+    node_status.add_argument("--url", help=f"the node (default $MILLRACE_URL or {DEFAULT_URL})")
+    node_status.add_argument("--json", action="store_true", help="the health tree as JSON")
     parents = [data_dir, common]
     scope = add(commands, "scope", None, "Create, list and delete scopes.", parents=[data_dir])
     verbs = scope.add_subparsers(dest="verb", metavar="VERB", required=True)

@@ -1,7 +1,9 @@
 """ASGI entry point of a Millrace node: Django for HTTP, Channels for WebSockets.
 
-WebSockets: the tail reads of ``segment_app.routing``, behind the allowed-hosts origin check
-(foreign origins are refused at the handshake) and authentication by session or API token.
+WebSockets: the tail reads of ``segment_app.routing``, behind the origin check
+(``segment_app.consumers.auth.OriginCheck``: a foreign browser origin is refused at the
+handshake with its reason; a program without an ``Origin`` authenticates with a token) and
+authentication by session or API token.
 """
 
 import os
@@ -15,15 +17,14 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from segment_app.consumers.auth import TokenAuthMiddleware  # noqa: E402
+from segment_app.consumers.auth import TokenAuthMiddleware, origin_check  # noqa: E402
 from segment_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": origin_check(
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }

@@ -368,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"millrace {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except AdminError as exc:
-        print(f"millrace {args.command} {args.verb}: error: {exc}", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "verb", None))))
+        print(f"millrace {command}: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

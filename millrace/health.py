@@ -98,14 +98,15 @@ def supervised() -> dict[str, Any]:
 
 
 def _with_supervisor(details: dict[str, str], child: dict[str, Any] | None) -> bool:
-    """Adds the supervisor's view of a child to ``details``; False if it is not running."""
+    """Adds the supervisor's view of a child to ``details``; False unless it is ready (a child
+    being restarted is down, even while its last heartbeat is still fresh)."""
     if not child:
         return True
     details["process"] = f"{child['state']} (pid {child['pid']})"
     details["restarts"] = str(child["restarts"])
     if child.get("reason"):
         details["lastExit"] = child["reason"]
-    return bool(child["state"] != "waiting")
+    return bool(child["state"] == "ready")
 
 
 # -- contributors -------------------------------------------------------------------------------

@@ -4,16 +4,19 @@ Browsers cannot set headers on a WebSocket handshake, so a token may come as the
 parameter ``token=<key>`` as well as in ``Authorization: Token <key>`` (or ``Bearer <key>``).
 ``TokenAuthMiddleware`` runs inside Channels' ``AuthMiddlewareStack``: when the session gave no
 user, a valid token does. Consumers decide what an anonymous user may do (nothing, while
-authentication is on).
+authentication is on). ``OriginCheck`` (outermost) refuses foreign browser origins with a reason
+and keeps session cookies away from handshakes without an ``Origin``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlparse
 
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
+from channels.security.websocket import OriginValidator
 
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:
@@ -50,3 +53,68 @@ class TokenAuthMiddleware(BaseMiddleware):
             if found is not None:
                 scope = dict(scope, user=found)
         return await super().__call__(scope, receive, send)
+
+
+CLOSE_FORBIDDEN_ORIGIN = 4403
+
+
+class OriginCheck(OriginValidator):
+    """The origin check where it protects: against other web pages riding on a browser.
+
+    * A handshake that carries an ``Origin`` (every browser sends one) is refused unless its
+      host is allowed (``MILLRACE_ALLOWED_HOSTS``), as Channels' ``AllowedHostsOriginValidator``
+      does, but with the reason: an HTTP 403 with a JSON body ``{code, message}`` where the
+      server can answer a handshake so (uvicorn's ``websocket.http.response`` extension), else
+      an ``error`` message and close code 4403.
+    * A handshake without an ``Origin`` comes from a program (Python's ``websockets``,
+      ``websocat``): it gets in, but its cookies are dropped, so only a token (``Authorization``
+      header or ``?token=``) can authenticate it, never a session cookie.
+    """
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        headers = scope.get("headers", ())
+        origin = next((value for name, value in headers if name.lower() == b"origin"), None)
+        if origin is None:
+            cookieless = [(name, value) for name, value in headers if name.lower() != b"cookie"]
+            return await self.application(dict(scope, headers=cookieless), receive, send)
+        text = origin.decode("latin-1")
+        try:
+            allowed = self.valid_origin(urlparse(text))
+        except ValueError:
+            allowed = False
+        if allowed:
+            return await self.application(scope, receive, send)
+        message = (
+            f"origin {text!r} is not allowed (MILLRACE_ALLOWED_HOSTS); programs that are not "
+            "browsers send no Origin header and authenticate with a token"
+        )
+        return await deny(scope, receive, send, "forbidden-origin", message)
+
+
+async def deny(scope: dict[str, Any], receive: Any, send: Any, code: str, message: str) -> None:
+    """Refuse a WebSocket handshake saying why: an HTTP 403 with ``{code, message}`` when the
+    server supports the denial response extension, else accept, send an ``error`` and close."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    body = json.dumps({"code": code, "message": message}).encode()
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send({
+            "type": "websocket.http.response.start",
+            "status": 403,
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        })  # fmt: skip
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "websocket.accept"})
+    error = {"type": "error", "code": code, "message": message}
+    await send({"type": "websocket.send", "text": json.dumps(error)})
+    await send({"type": "websocket.close", "code": CLOSE_FORBIDDEN_ORIGIN})
+
+
+def origin_check(application: Any) -> OriginCheck:
+    """``OriginCheck`` against the node's allowed hosts (what Channels'
+    ``AllowedHostsOriginValidator`` allows)."""
+    from django.conf import settings
+
+    return OriginCheck(application, list(settings.ALLOWED_HOSTS))

@@ -226,7 +226,7 @@ async def test_token_in_the_query_string(client, history, token) -> None:
     await ws.disconnect()
 
 
-async def test_foreign_origins_are_refused(history, token) -> None:
+async def test_foreign_origins_are_refused_with_the_reason(history, token) -> None:
     communicator = WebsocketCommunicator(
         application,
         "/ws/streams/sc/st",
@@ -236,4 +236,54 @@ async def test_foreign_origins_are_refused(history, token) -> None:
         ],
     )
     connected, _ = await communicator.connect(timeout=10)
-    assert not connected
+    assert connected  # the test server has no denial response: an error message, then close
+    error = json.loads(await communicator.receive_from(10))
+    assert (error["type"], error["code"]) == ("error", "forbidden-origin")
+    assert "evil.example" in error["message"] and "MILLRACE_ALLOWED_HOSTS" in error["message"]
+    assert await communicator.receive_output(5) == {"type": "websocket.close", "code": 4403}
+
+
+async def _open_without_origin(path: str, headers: list[tuple[bytes, bytes]]) -> Any:
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    return communicator
+
+
+@pytest.mark.parametrize("where", ["header", "query"])
+async def test_programs_without_an_origin_get_in_with_a_token(
+    client, history, token, where: str
+) -> None:
+    """What Python's websockets or websocat send: no Origin, a token."""
+    await _create_current(client, history)
+    await _append(client, _name(history, history.current[0].id), [b"hello"])
+    headers = [(b"authorization", f"Token {token}".encode())] if where == "header" else []
+    query = f"&token={token}" if where == "query" else ""
+    ws = await _open_without_origin(f"/ws/streams/sc/st?from=head{query}", headers)
+    messages = await _messages_until(ws, lambda seen: any(m["type"] == "events" for m in seen))
+    assert messages[0]["type"] == "subscribed"
+    assert [data for _, data in _events(messages)] == [b"hello"]
+    await ws.disconnect()
+
+
+async def test_without_an_origin_a_session_cookie_is_not_enough(client, history, token) -> None:
+    """The origin check's protection: a handshake without an Origin cannot ride on a session."""
+    from django.test import Client
+
+    user = await sync_to_async(get_user_model().objects.create_user)("browser", password="pw")
+    browser = Client()
+    await sync_to_async(browser.force_login)(user)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+    await _create_current(client, history)
+    with_origin = await _open_with_cookie(cookie, ORIGIN[1])
+    assert json.loads(await with_origin.receive_from(10))["type"] == "subscribed"
+    await with_origin.disconnect()
+    without = await _open_without_origin("/ws/streams/sc/st", [(b"cookie", cookie)])
+    error = json.loads(await without.receive_from(10))
+    assert error["code"] == "not-authenticated"
+    assert await without.receive_output(5) == {"type": "websocket.close", "code": 4401}
+
+
+async def _open_with_cookie(cookie: bytes, origin: bytes) -> Any:
+    headers = [(b"cookie", cookie), (b"origin", origin)]
+    return await _open_without_origin("/ws/streams/sc/st", headers)
