@@ -258,6 +258,25 @@ def validate_stream_cut(stream: Stream, cut: StreamCut) -> dict[Segment, int]:
     return _cut_segments(stream, cut, _records(stream, cut))
 
 
+def validate_reading_position(stream: Stream, position: StreamCut) -> dict[Segment, int]:
+    """A follower's position (``{segment id: offset}``) as ``{Segment: offset}``: the segments
+    it was still reading when it stopped. Unlike a stream cut it need not cover the key space
+    (segments read to their end are left out; their successors follow them), and it may be
+    empty (everything was read). Its segments must exist with offsets inside them, else
+    InvalidStreamCutError. 1 query, one row per segment."""
+    records = _records(stream, position)
+    missing = sorted(set(position) - set(records))
+    if missing:
+        raise InvalidStreamCutError(f"stream {stream} has no segment {missing[0]}")
+    segments: dict[Segment, int] = {}
+    for sid, offset in position.items():
+        record = records[sid]
+        if offset < 0 or (record.sealed_size is not None and offset > record.sealed_size):
+            raise InvalidStreamCutError(f"offset {offset} is outside segment {record} of {stream}")
+        segments[record.as_segment()] = offset
+    return segments
+
+
 def is_stream_cut_valid(stream: Stream, cut: StreamCut) -> bool:
     """Whether ``cut`` is a valid position of the stream (as ``validate_stream_cut``)."""
     try:

@@ -2,7 +2,8 @@
 
 ``exception_handler`` is DRF's ``EXCEPTION_HANDLER``: controller errors map to their HTTP
 status and code, DRF's own (validation, authentication, permission, parse, method) keep their
-status with a stable code, segment store failures are 503, anything else is 500 with a short
+status with a stable code, segment store failures and timeouts are 503 with ``Retry-After``
+(the segment store is away or restarting: ask again), anything else is 500 with a short
 message (the traceback goes to the log, never to the client). ``not_found`` and ``server_error``
 are Django's 404/500 handlers for paths outside DRF views (JSON for the API paths).
 """
@@ -67,9 +68,22 @@ def _validation_message(detail: Any, prefix: str = "") -> str:
     return f"{prefix}{detail}"
 
 
+#: Seconds a client is asked to wait (``Retry-After``) when the segment store is away: about
+#: one restart of it by the standalone supervisor.
+RETRY_AFTER_SECONDS = 2
+
+
+def unavailable(code: str, message: str) -> Response:
+    """503 with ``Retry-After``: the segment store is away (restarting); the call may succeed
+    if made again."""
+    return error(503, code, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     for cls, status, code in _CONTROLLER:
         if isinstance(exc, cls):
+            if status == 503:
+                return unavailable(code, str(exc))
             return error(status, code, str(exc))
     if isinstance(exc, Http404):
         return error(404, "not-found", str(exc) or "not found")
@@ -84,10 +98,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, ssc.SegmentSealedError):
         return error(412, "stream-sealed", f"the stream is sealed: {exc}")
     if isinstance(exc, TimeoutError):
-        return error(504, "timeout", "the segment store did not answer in time")
+        return unavailable("segment-store-timeout", "the segment store did not answer in time")
     if isinstance(exc, (ssc.SegmentStoreError, OSError)):
         log.warning("segment store unavailable: %s", exc)
-        return error(503, "segment-store-unavailable", f"the segment store failed: {exc}")
+        return unavailable("segment-store-unavailable", f"the segment store failed: {exc}")
     log.exception("unexpected error in %s", context.get("view"))
     return error(500, "internal-error", f"internal error ({type(exc).__name__}); see the log")
 

@@ -39,9 +39,11 @@ from millrace.client.routing import SegmentRange
 from millrace.client.streamcut import StreamCut
 from millrace.client.writer import AsyncEventWriter
 
-#: Events one request may carry, and how long it waits for them to be durable.
+#: Events one request may carry, and how long it waits for them to be durable: long enough to
+#: ride through a segment store restart, short enough for HTTP clients' own timeouts. After it
+#: the answer is 503 ``segment-store-timeout`` and, as with any timeout, the outcome unknown.
 EVENTS_PER_REQUEST_MAX = 10_000
-APPEND_TIMEOUT_SECONDS = 60.0
+APPEND_TIMEOUT_SECONDS = 15.0
 
 
 def _in_thread(function: Any) -> Any:

@@ -7,6 +7,7 @@ store. Errors come back as ``ControllerError`` with the API's stable ``code``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -15,6 +16,11 @@ from millrace.client.routing import SegmentRange
 
 #: Seconds one REST call may take (a scale or seal waits for the controller's worker).
 REQUEST_TIMEOUT_SECONDS = 60.0
+#: How long a call keeps trying while the controller is away (connection refused: restarting)
+#: or answers 503 (the segment store is away), before the error reaches the caller.
+PATIENCE_SECONDS = 60.0
+#: Delay before the first retry; it doubles up to the max (or what ``Retry-After`` says).
+RETRY_DELAY_SECONDS, RETRY_DELAY_MAX_SECONDS = 0.1, 2.0
 
 
 class ControllerError(Exception):
@@ -25,6 +31,13 @@ class ControllerError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def _retry_after(response: httpx.Response, delay: float) -> float:
+    try:
+        return min(max(float(response.headers.get("Retry-After", delay)), 0.0), PATIENCE_SECONDS)
+    except ValueError:
+        return delay
 
 
 class AsyncControllerClient:
@@ -40,7 +53,25 @@ class AsyncControllerClient:
         await self._http.aclose()
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
-        response = await self._http.request(method, path, json=body)
+        """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``.
+
+        A call whose connection was never made is retried whatever its method; one cut after it
+        was sent only if it reads (``GET``), since a change may have been made."""
+        loop = asyncio.get_running_loop()
+        delay, deadline = RETRY_DELAY_SECONDS, loop.time() + PATIENCE_SECONDS
+        while True:
+            try:
+                response = await self._http.request(method, path, json=body)
+            except httpx.TransportError as exc:
+                unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+                if not (unsent or method == "GET") or loop.time() + delay > deadline:
+                    raise
+            else:
+                if response.status_code != 503 or loop.time() + delay > deadline:
+                    break
+                delay = _retry_after(response, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_DELAY_MAX_SECONDS)
         if response.status_code >= 400:
             try:
                 error = response.json()

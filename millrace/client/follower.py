@@ -48,6 +48,9 @@ class Target:
 Successors = Callable[[int], Awaitable[tuple[dict[Target, list[int]], bool]]]
 Emit = Callable[[Target, list[Event], int], Awaitable[None]]
 OnTruncated = Callable[[Target, int], Awaitable[None]]
+#: ``on_moved(ended, started)``: a segment was read to its end and these successors start (at
+#: offset 0) now; awaited before they start, so it is told before any of their events.
+OnMoved = Callable[[Target, list[Target]], Awaitable[None]]
 
 
 class StreamFollower:
@@ -60,6 +63,7 @@ class StreamFollower:
         successors: Successors | None = None,
         on_truncated: OnTruncated | None = None,
         token_refresh: Callable[[], Awaitable[str]] | None = None,
+        on_moved: OnMoved | None = None,
     ) -> None:
         self.pool = pool
         self.token = token
@@ -69,6 +73,7 @@ class StreamFollower:
         self.emit = emit
         self.successors = successors
         self.on_truncated = on_truncated
+        self.on_moved = on_moved
         self._done: set[int] = set()
         self._started: set[int] = set()
         self._waiting: dict[int, set[int]] = {}
@@ -146,6 +151,7 @@ class StreamFollower:
             await self.read_segment(target, offset)
             found = await self._successors_of(target)
             self._done.add(target.segment_id)
+            ready = []
             for successor, predecessors in found.items():
                 if successor.segment_id in self._started:
                     continue
@@ -156,7 +162,12 @@ class StreamFollower:
                 left.difference_update(self._done)
                 if not left:
                     del self._waiting[successor.segment_id]
-                    self._start(successor, 0)
+                    self._started.add(successor.segment_id)
+                    ready.append(successor)
+            if self.on_moved is not None:
+                await self.on_moved(target, ready)
+            for successor in ready:
+                self._start(successor, 0)
             self._active -= 1
             if self._active == 0 and not self._waiting:
                 self._finished.set()

@@ -14,6 +14,9 @@ Messages (server → client, JSON text):
   ``{"type": "subscribed", "stream": "sc/st", "position": {"<segment id>": offset, ...}}``
   ``{"type": "events", "segment": "<qualified name>", "segmentId": id,
     "events": [{"offset": o, "data": "<base64>"} | {"offset": o, "text": "..."}], "next": o}``
+  ``{"type": "position", "position": {"<segment id>": offset, ...}}``  (a segment was read to
+    its end: the segments read from now on; with the ``next`` of later events, where a dropped
+    subscriber resumes with ``from=position:<id>=<offset>,...``, nothing lost or repeated)
   ``{"type": "truncated", "segment": ..., "startOffset": o}``  (data skipped: it was deleted)
   ``{"type": "end"}``  (the stream or segment is sealed and was read to its end)
   ``{"type": "error", "code": "...", "message": "..."}``  (then close, except for bad input)
@@ -67,6 +70,8 @@ class TailConsumer(AsyncWebsocketConsumer):
     encoding = "base64"
 
     async def connect(self) -> None:
+        #: Segment id -> next offset of each segment being read (what a resume starts from).
+        self.reading: dict[int, int] = {}
         await self.accept()
         self.pool = SegmentStorePool(request_timeout=60.0)
         self.send_lock = asyncio.Lock()
@@ -146,10 +151,10 @@ class TailConsumer(AsyncWebsocketConsumer):
 
     # -- reading -----------------------------------------------------------------------------
 
-    def follower(self, successors: Any = None) -> StreamFollower:
+    def follower(self, successors: Any = None, on_moved: Any = None) -> StreamFollower:
         return StreamFollower(
             self.pool, self.token, self._emit_events, successors=successors,
-            on_truncated=self._truncated, token_refresh=self._new_token,
+            on_truncated=self._truncated, token_refresh=self._new_token, on_moved=on_moved,
         )  # fmt: skip
 
     async def _new_token(self) -> str:
@@ -158,6 +163,7 @@ class TailConsumer(AsyncWebsocketConsumer):
         return self.token
 
     async def _emit_events(self, target: Target, events: list[Event], next_offset: int) -> None:
+        self.reading[target.segment_id] = next_offset
         await self.emit(self._batch(target, events, next_offset))
 
     async def _truncated(self, target: Target, start_offset: int) -> None:
@@ -191,7 +197,9 @@ class TailConsumer(AsyncWebsocketConsumer):
 
 
 class StreamTailConsumer(TailConsumer):
-    """``/ws/streams/<scope>/<stream>?from=head|tail|time:<ms>|cut:<id>=<offset>,...``."""
+    """``/ws/streams/<scope>/<stream>?from=head|tail|time:<ms>|cut:<id>=<offset>,...`` or
+    ``from=position:<id>=<offset>,...`` (resume where a dropped subscription was: the segments
+    of its last ``position`` message at the ``next`` offsets of the events it received)."""
 
     async def subscribe(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -202,6 +210,7 @@ class StreamTailConsumer(TailConsumer):
         self.position = await database_sync_to_async(self._start_position)(start)
         if start == "tail":
             self.position = await self._tail_offsets(self.position)
+        self.reading = {target.segment_id: offset for target, offset in self.position.items()}
         await self.emit(
             {
                 "type": "subscribed",
@@ -234,9 +243,14 @@ class StreamTailConsumer(TailConsumer):
                 cut = sel.segments_at_time(stream, int(start[5:]))
             elif start.startswith("cut:"):
                 cut = sel.validate_stream_cut(stream, _parse_cut(start[4:]))
+            elif start.startswith("position:"):
+                ids = _parse_cut(start[9:], allow_empty=True)
+                cut = sel.validate_reading_position(stream, ids)
             else:
                 raise SubscriptionError(
-                    "bad-request", "from must be head, tail, time:<ms> or cut:<id>=<offset>,..."
+                    "bad-request",
+                    "from must be head, tail, time:<ms>, cut:<id>=<offset>,... "
+                    "or position:<id>=<offset>,...",
                 )
             count = sel.container_count()
             return {self._target(sel, s.id, count): offset for s, offset in cut.items()}
@@ -256,9 +270,16 @@ class StreamTailConsumer(TailConsumer):
         return tail
 
     async def run(self) -> None:
-        await self.follow(self.follower(self._successors).run(self.position))
+        await self.follow(self.follower(self._successors, self._moved).run(self.position))
         await self.emit({"type": "end"})
         await self.close()
+
+    async def _moved(self, ended: Target, started: list[Target]) -> None:
+        """A segment was read to its end: tell the subscriber the segments it now reads."""
+        self.reading.pop(ended.segment_id, None)
+        self.reading.update((target.segment_id, 0) for target in started)
+        position = {str(segment_id): offset for segment_id, offset in self.reading.items()}
+        await self.emit({"type": "position", "position": position})
 
     async def _successors(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
         """The successors of a segment read to its end, and whether the stream has ended."""
@@ -337,12 +358,12 @@ def _node_for(name: str) -> Any:
         raise SubscriptionError("no-node", str(exc), CLOSE_FAILED) from exc
 
 
-def _parse_cut(text: str) -> dict[int, int]:
+def _parse_cut(text: str, allow_empty: bool = False) -> dict[int, int]:
     """``<segment id>=<offset>,...`` as a dict (ValueError on anything else)."""
     cut = {}
     for part in filter(None, text.split(",")):
         segment, _, offset = part.partition("=")
         cut[int(segment)] = int(offset)
-    if not cut:
+    if not cut and not allow_empty:
         raise ValueError("a stream cut names at least one segment")
     return cut
