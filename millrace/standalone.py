@@ -19,7 +19,7 @@ also gets SIGKILL if the supervisor itself dies, so no orphan keeps a port or a 
 Supervision works as a production init system's: the first start fails fast (exit status 1 and
 the failing child's last output); once the node was ready, a child that exits (at any moment,
 its own restart included) or stops answering its liveness check is restarted after a delay that
-doubles per failure in a row up to 30 s, for as long as the node runs. The node never stops by
+grows by half per failure in a row up to 30 s, for as long as the node runs. The node never stops by
 itself; it says what is wrong instead: a log line with the child's last output, and the state
 file (``<data dir>/run/standalone.json``) from which ``/health`` names the child and its
 restarts.
@@ -50,9 +50,12 @@ from typing import Any
 STOP_GRACE_SECONDS = 10.0
 #: Seconds a child has to become ready (port open, health answering), at every start.
 READY_TIMEOUT_SECONDS = 60.0
-#: Delay before restarting a child after its first exit; it doubles with every exit in a row
-#: (an exit before the child was ready again counts too), up to ``RESTART_DELAY_MAX_SECONDS``.
+#: Delay before restarting a child after its first exit; it grows by ``RESTART_DELAY_FACTOR``
+#: with every exit in a row (an exit before the child was ready again counts too), up to
+#: ``RESTART_DELAY_MAX_SECONDS``: 0.5, 0.75, 1.1, 1.7, 2.5, 3.8 ... 30 s (gRPC's connection
+#: backoff grows by 1.6).
 RESTART_DELAY_FIRST_SECONDS = 0.5
+RESTART_DELAY_FACTOR = 1.5
 RESTART_DELAY_MAX_SECONDS = 30.0
 #: A child that stays ready this long has its restart delay start again from the first.
 STABLE_SECONDS = 60.0
@@ -128,7 +131,7 @@ class Supervisor:
     The first start of the node fails fast: a child that exits or is not ready in time before
     the node was ever ready raises ``StandaloneError``. After that the node never stops by
     itself: every exit of a child, at any moment (its restart and readiness wait included), is
-    one more restart after a delay that doubles per exit in a row up to
+    one more restart after a delay that grows per exit in a row up to
     ``RESTART_DELAY_MAX_SECONDS``, announced with the child's last output. A ready child whose
     liveness check fails for ``LIVENESS_TIMEOUT_SECONDS`` gets SIGKILL and is restarted the same
     way. ``state_file`` (when given) holds each child's state as JSON for the health check.
@@ -268,7 +271,7 @@ class Supervisor:
         child.exits_in_a_row += 1
         child.restarts += 1
         delay = min(
-            RESTART_DELAY_FIRST_SECONDS * 2 ** (child.exits_in_a_row - 1),
+            RESTART_DELAY_FIRST_SECONDS * RESTART_DELAY_FACTOR ** (child.exits_in_a_row - 1),
             RESTART_DELAY_MAX_SECONDS,
         )
         child.restart_at = now + delay

@@ -5,7 +5,8 @@
     python -m tests.acceptance.e2e_roles reader BASE TOKEN SCOPE GROUP ID OUT
 
 A writer writes COUNT events ``w<ID>k<j>:<seq>`` over its own 8 routing keys at about RATE
-events/s, flushes, and writes its per-key counts to OUT (progress to OUT.progress meanwhile).
+events/s (fewer if the file OUT.stop appears), flushes, and writes its per-key counts to OUT
+(progress to OUT.progress meanwhile).
 The transaction writer runs transactions of 10 events ``T<n>:<i>`` until STOPFILE exists,
 committing two of three and aborting the third, and logs each outcome to OUT (``C n``,
 ``A n``, or ``F n`` when the call failed and the outcome is unknown). A reader joins the
@@ -76,6 +77,9 @@ def writer(base: str, token: str, scope: str, wid: str, count: int, rate: float,
         counts[key] += 1
         if i % 1000 == 999:
             progress.write_text(str(i + 1))
+            if Path(out + ".stop").exists():
+                count = i + 1
+                break
             ahead = (i + 1) / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)

@@ -29,11 +29,14 @@ class Standalone:
         http_port: int,
         wire_port: int,
         services: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
-        """Embedded defaults, unless ``services`` gives ``DATABASE_URL`` / ``REDIS_URL``."""
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-        env.pop("MILLRACE_DATA_DIR", None)
-        env.update(services or {})
+        """Embedded defaults, unless ``services`` gives ``DATABASE_URL`` / ``REDIS_URL``;
+        ``env``: more environment variables (``MILLRACE_TEST_UNSAFE`` ...)."""
+        environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        environ.pop("MILLRACE_DATA_DIR", None)
+        environ.update(services or {})
+        environ.update(env or {})
         self.base = f"http://127.0.0.1:{http_port}"
         self.data_dir = data_dir
         self.lines: list[str] = []
@@ -43,7 +46,7 @@ class Standalone:
                 "--http-port", str(http_port), "--segmentstore-port", str(wire_port),
                 "--worker-concurrency", "1",
             ],
-            env=env,
+            env=environ,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -93,6 +96,42 @@ class Standalone:
             if marker.encode() in cmdline:
                 return pid
         pytest.fail(f"no child running {marker!r}; children: {self.children()}")
+
+    def supervisor_state(self) -> dict[str, Any]:
+        """The supervisor's state file: each child's state, pid, restarts and last exit."""
+        path = self.data_dir / "run" / "standalone.json"
+        for _ in range(50):  # replaced atomically, but may not exist yet
+            try:
+                return dict(json.loads(path.read_text())["children"])
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        pytest.fail(f"no supervisor state in {path}")
+
+    def pid_of(self, child: str) -> int | None:
+        return self.supervisor_state()[child]["pid"]
+
+    def health(self) -> tuple[int, Any]:
+        """(HTTP status, body) of ``/health``; (0, error) when the node does not answer."""
+        try:
+            return request(self.base, "GET", "/health")
+        except OSError as exc:
+            return 0, repr(exc)
+
+    def wait_health(self, up: bool, timeout: float = 90.0, naming: str = "") -> dict[str, Any]:
+        """Until ``/health`` says UP (``up``) or DOWN naming ``naming``; the body."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.health()
+            if isinstance(body, dict):
+                if up and body["status"] == "UP":
+                    return body
+                if not up and body["status"] == "DOWN" and naming in body["details"]["down"]:
+                    return body
+            if time.monotonic() > deadline:
+                pytest.fail(f"health never {'UP' if up else 'DOWN ' + naming}: {status} {body}")
+            if self.process.poll() is not None:
+                pytest.fail(f"the node exited ({self.process.returncode}):\n{self.output()}")
+            time.sleep(0.05)
 
     def stop(self) -> int:
         if self.process.poll() is None:
