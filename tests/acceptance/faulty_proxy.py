@@ -1,0 +1,138 @@
+"""A TCP proxy on loopback that injects connection faults, for whole-process tests.
+
+``FaultyProxy(target_port)`` listens on a free port of 127.0.0.1 and forwards each connection
+to the target, both ways, from a thread of its own. Faults, each on demand:
+
+* ``cut()``: every open connection is reset (RST) at once, both sides;
+* ``stall(seconds)``: nothing is forwarded either way for a while, the connections stay open
+  (a frozen network path);
+* ``reset_mid_frame()``: the next chunk coming back from the target is forwarded only in part
+  (half of it, so a frame arrives cut short) and then the connection is reset.
+
+A test double of a network, not of Millrace: both ends are the real client and server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from typing import Any
+
+
+class FaultyProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.loop = asyncio.new_event_loop()
+        self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self.flowing = asyncio.Event()
+        self._reset_next = False
+        self.resets = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.flowing.set()
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self._accept, "127.0.0.1", 0)
+        )
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        ready.set()
+        self.loop.run_forever()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            _reset(writer)
+            return
+        pair = (writer, up_writer)
+        self.connections.add(pair)
+        try:
+            await asyncio.gather(
+                self._pump(reader, up_writer, pair, downstream=False),
+                self._pump(up_reader, writer, pair, downstream=True),
+            )
+        finally:
+            self.connections.discard(pair)
+            for side in pair:
+                _reset(side)
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: Any,
+        downstream: bool,
+    ) -> None:  # fmt: skip
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while chunk := await reader.read(65536):
+                await self.flowing.wait()
+                if downstream and self._reset_next and len(chunk) > 1:
+                    self._reset_next = False
+                    self.resets += 1
+                    writer.write(chunk[: len(chunk) // 2])
+                    await writer.drain()
+                    break
+                writer.write(chunk)
+                await writer.drain()
+        for side in pair:
+            _reset(side)
+
+    # -- faults (called from the test's thread) ---------------------------------------------
+
+    def cut(self) -> int:
+        """Reset every open connection; how many there were."""
+
+        def cut_all() -> int:
+            count = len(self.connections)
+            for pair in list(self.connections):
+                for side in pair:
+                    _reset(side)
+            return count
+
+        return self._call(cut_all)
+
+    def stall(self, seconds: float) -> None:
+        """Forward nothing for ``seconds`` (returns once the traffic flows again)."""
+        self._call(self.flowing.clear)
+        threading.Event().wait(seconds)
+        self._call(self.flowing.set)
+
+    def reset_mid_frame(self) -> None:
+        """The next chunk back from the target arrives in part, then the connection resets."""
+        self._reset_next = True
+
+    def _call(self, fn: Any) -> Any:
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def close(self) -> None:
+        async def shut() -> None:
+            self.server.close()
+            for pair in list(self.connections):
+                for side in pair:
+                    _reset(side)
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with RST (SO_LINGER 0), as a crashed peer or a middlebox does."""
+    sock = writer.get_extra_info("socket")
+    with contextlib.suppress(OSError, AttributeError):
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError, RuntimeError):
+        writer.transport.abort()

@@ -1,0 +1,123 @@
+"""Connection faults between the clients and the segment store: nothing lost or repeated.
+
+A ``millrace standalone`` node whose segment store is registered behind ``FaultyProxy`` (the
+node's address in the host store points at the proxy, as for a node behind a load balancer),
+so every connection to it (the Python client's writer, event reader and reader-group reader,
+and the controller's own) goes through the proxy. While the writer writes, the proxy resets
+every connection, freezes all traffic for a few seconds, and cuts a reply in the middle of a
+frame. Afterwards every acknowledged event is read exactly once by both readers, per routing
+key in the order written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.client.manager import StreamManager
+from tests.acceptance.faulty_proxy import FaultyProxy
+from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
+from tests.acceptance.test_node_heals import batch, in_order_once
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+STALL_SECONDS = 4.0
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[Standalone, FaultyProxy]]:
+    http, wire = free_ports(2)
+    node = Standalone(tmp_path / "data", http, wire)
+    proxy: FaultyProxy | None = None
+    try:
+        node.wait_for(READY_LINE)
+        proxy = FaultyProxy(wire)
+        with sqlite3.connect(tmp_path / "data" / "millrace.sqlite3") as db:
+            db.execute("UPDATE controller_app_node SET port = ?", (proxy.port,))
+        yield node, proxy
+    finally:
+        if proxy is not None:
+            proxy.close()
+        node.kill()
+
+
+class Collector(threading.Thread):
+    """Reads with ``read_next`` until the stream ends; keeps each event's text."""
+
+    def __init__(self, read_next: Callable[[float], Any]) -> None:
+        super().__init__(daemon=True)
+        self.read_next = read_next
+        self.seen: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                try:
+                    event = self.read_next(1.0)
+                except TimeoutError:
+                    continue
+                if event is None:
+                    return
+                if not getattr(event, "is_checkpoint", False):
+                    self.seen.append(event.data.decode())
+        except BaseException as exc:  # shown by the test
+            self.error = exc
+
+
+def test_clients_recover_from_cuts_stalls_and_resets(
+    proxied: tuple[Standalone, FaultyProxy],
+) -> None:
+    node, proxy = proxied
+    scope = f"f{uuid.uuid4().hex[:8]}"
+    manager = StreamManager(node.base, token=node.token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=3)
+        manager.create_reader_group(scope, "rg", [f"{scope}/st"], reader_timeout_ms=60_000)
+        reader = manager.create_reader(scope, "st")
+        member = manager.reader_group(scope, "rg").create_reader("r1")
+        collectors = [Collector(reader.read_next), Collector(member.read_next)]
+        for collector in collectors:
+            collector.start()
+        writer = manager.create_writer(scope, "st")
+        written: list[tuple[str, str]] = []
+        cuts: list[int] = []
+        faults = [
+            ("cut", lambda: cuts.append(proxy.cut())),
+            ("stall", lambda: proxy.stall(STALL_SECONDS)),
+            ("reset mid-frame", proxy.reset_mid_frame),
+            ("cut again", lambda: cuts.append(proxy.cut())),
+        ]
+        for name, fault in faults:
+            events = batch(name.replace(" ", "-"), 2000, keys=7)
+            for data, key in events[:1000]:
+                writer.write_event(data, routing_key=key)
+            fault()
+            for data, key in events[1000:]:
+                writer.write_event(data, routing_key=key)
+            written += events
+            time.sleep(0.5)
+        writer.flush()
+        writer.close()
+        assert proxy.resets >= 1, "no reply was cut mid-frame"
+        assert all(cuts), f"connections cut: {cuts} (the clients must go through the proxy)"
+        status, answer = request(node.base, "PUT", f"/v1/scopes/{scope}/streams/st/state",
+                                 node.token, {"streamState": "SEALED"})  # fmt: skip
+        assert status == 200, answer
+        for collector in collectors:
+            collector.join(120)
+            assert not collector.is_alive(), f"a reader is stuck at {len(collector.seen)}"
+            assert collector.error is None, repr(collector.error)
+            in_order_once(collector.seen, written)
+        member.close()
+        reader.close()
+    finally:
+        manager.close()
