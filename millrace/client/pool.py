@@ -3,6 +3,7 @@
 Readers that talk to many segments (a WebSocket tail reader, a reader group) share one
 connection per node instead of opening one per segment. ``SegmentStorePool.get(host, port)``
 returns a connected ``SegmentStoreClient``; a closed or lost one is replaced on the next call.
+A closed pool opens no connection again (``get`` raises ``ConnectionLostError``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.segment_store import ConnectionLostError, SegmentStoreClient
 
 
 class SegmentStorePool:
@@ -22,6 +23,7 @@ class SegmentStorePool:
         self.client_options = client_options
         self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._closed = False
 
     @property
     def delegation_token(self) -> str:
@@ -49,13 +51,20 @@ class SegmentStorePool:
         if client is not None and not client.is_closed:
             return client
         async with self._locks.setdefault(key, asyncio.Lock()):
+            if self._closed:  # a reader still running must not open what nobody would close
+                raise ConnectionLostError("the connection pool is closed")
             client = self._clients.get(key)
             if client is None or client.is_closed:
                 client = await SegmentStoreClient.connect(host, port, **self.client_options)
+                if self._closed:
+                    await client.close()
+                    raise ConnectionLostError("the connection pool is closed")
                 self._clients[key] = client
             return client
 
     async def close(self) -> None:
+        """Close every connection; the pool opens none after this."""
+        self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()

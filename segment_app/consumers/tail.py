@@ -119,8 +119,12 @@ class TailConsumer(AsyncWebsocketConsumer):
             await self.fail("internal-error", f"{type(exc).__name__}: {exc}", CLOSE_FAILED)
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "runner", None) is not None:
-            self.runner.cancel()  # type: ignore[union-attr]
+        # The reading stops first: a segment read that saw its connection close would open a
+        # new one (it reconnects), which nobody would close (a connection leaked per subscriber).
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
         if hasattr(self, "pool"):
             await self.pool.close()
 

@@ -241,6 +241,56 @@ def test_a_program_without_credentials_is_told_why(node: Standalone) -> None:
     assert close.code == 4401
 
 
+def test_closed_subscriptions_leave_no_connection_behind(node: Standalone) -> None:
+    """Each subscriber's segment reads stop before its connections close (a read that saw its
+    connection close opened a new one that nobody closed: one leaked per subscriber)."""
+    import asyncio
+
+    import websockets
+
+    scope = f"l{uuid.uuid4().hex[:8]}"
+    manager = StreamManager(node.base, token=node.token)
+    manager.create_scope(scope)
+    manager.create_stream(scope, "st", initial_segments=1)
+    url = (
+        node.base.replace("http", "ws", 1) + f"/ws/streams/{scope}/st?from=tail&token={node.token}"
+    )
+    controller = node.pid_of("controller")
+    assert controller is not None
+
+    def open_files() -> int:
+        return len(os.listdir(f"/proc/{controller}/fd"))
+
+    async def subscriber(subscribed: asyncio.Event, count: int) -> None:
+        async with websockets.connect(url) as ws:
+            received = 0
+            async for raw in ws:
+                message = json.loads(raw)
+                if message["type"] == "subscribed":
+                    subscribed.set()
+                received += len(message.get("events", []))
+                if received >= count:
+                    return
+
+    async def run(subscribers: int) -> None:
+        flags = [asyncio.Event() for _ in range(subscribers)]
+        tasks = [asyncio.create_task(subscriber(flag, 100)) for flag in flags]
+        await asyncio.wait_for(asyncio.gather(*(flag.wait() for flag in flags)), 60)
+        await asyncio.sleep(2)  # the reads wait at the tail first (as when the leak was found)
+        await asyncio.to_thread(write, manager, scope, batch("x", 100))
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+
+    asyncio.run(run(5))  # connections the controller keeps (REST append, workflows) are open
+    time.sleep(1)
+    before = open_files()
+    asyncio.run(run(30))
+    deadline = time.monotonic() + 20
+    while open_files() > before + 2:
+        assert time.monotonic() < deadline, f"{open_files() - before} more files open than before"
+        time.sleep(0.2)
+    manager.close()
+
+
 def test_millrace_status_prints_the_tree(node: Standalone) -> None:
     for extra in ([], ["--json"]):
         done = subprocess.run(
