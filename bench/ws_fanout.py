@@ -7,7 +7,7 @@ then writes ``--events`` events with the Python client and times how long until 
 subscriber has received every event. Prints, per run: deliveries per second (subscribers x
 events / time from the first write to the last delivery), the delivery latency of the last
 event (p50 and p99 over subscribers), and the controller's resident memory per subscriber (its
-RSS with the subscribers minus before, divided by their number).
+RSS with the subscribers minus before, divided by their number). Each run has a node of its own.
 
     .venv/bin/python bench/ws_fanout.py [--subscribers 1000] [--events 1000] [--repeat 3]
 """
@@ -107,25 +107,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="fanout-") as tmp:
-        node = Standalone(Path(tmp) / "data", *free_ports(2))
-        try:
-            node.wait_for(READY_LINE)
-            manager = StreamManager(node.base, token=node.token)
-            manager.create_scope("bench")
-            manager.close()
-            runs = []
-            for run in range(args.repeat):
+    runs = []
+    for run in range(args.repeat):
+        # A fresh node per run: memory freed by an earlier run's subscribers would be reused.
+        with tempfile.TemporaryDirectory(prefix="fanout-") as tmp:
+            node = Standalone(Path(tmp) / "data", *free_ports(2))
+            try:
+                node.wait_for(READY_LINE)
+                manager = StreamManager(node.base, token=node.token)
+                manager.create_scope("bench")
+                manager.close()
                 result = asyncio.run(one_run(node, "bench", args.subscribers, args.events))
-                runs.append(result)
-                print(f"run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),
-                      flush=True)  # fmt: skip
-            print(f"{args.subscribers} subscribers x {args.events} events, median of {len(runs)}:")
-            for key in runs[0]:
-                print(f"  {key:<24} {statistics.median(r[key] for r in runs):,.1f}")
-            node.stop()
-        finally:
-            node.kill()
+                node.stop()
+            finally:
+                node.kill()
+        runs.append(result)
+        print(f"run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),
+              flush=True)  # fmt: skip
+    print(f"{args.subscribers} subscribers x {args.events} events, median of {len(runs)}:")
+    for key in runs[0]:
+        print(f"  {key:<24} {statistics.median(r[key] for r in runs):,.1f}")
     return 0
 
 
