@@ -225,12 +225,11 @@ def _records(stream: Stream, ids: Iterable[int]) -> dict[int, SegmentRecord]:
     return {r.segment_id: r for r in rows}
 
 
-def _cut_segments(
+def _positions(
     stream: Stream, cut: StreamCut, records: Mapping[int, SegmentRecord]
 ) -> dict[Segment, int]:
-    """``cut`` as ``{Segment: offset}``, checked to be a consistent position of the stream."""
-    if not cut:
-        raise InvalidStreamCutError(f"an empty stream cut is not a position of {stream}")
+    """``cut`` as ``{Segment: offset}``, each segment one of the stream's and each offset
+    inside it (InvalidStreamCutError otherwise)."""
     missing = sorted(set(cut) - set(records))
     if missing:
         raise InvalidStreamCutError(f"stream {stream} has no segment {missing[0]}")
@@ -243,6 +242,16 @@ def _cut_segments(
                 f" (sealed at {record.sealed_size})"
             )
         segments[record.as_segment()] = offset
+    return segments
+
+
+def _cut_segments(
+    stream: Stream, cut: StreamCut, records: Mapping[int, SegmentRecord]
+) -> dict[Segment, int]:
+    """``cut`` as ``{Segment: offset}``, checked to be a consistent position of the stream."""
+    if not cut:
+        raise InvalidStreamCutError(f"an empty stream cut is not a position of {stream}")
+    segments = _positions(stream, cut, records)
     gap = keyspace_gap(segments)
     if gap is not None:
         raise InvalidStreamCutError(f"not a stream cut of {stream}: {gap}")
@@ -264,17 +273,7 @@ def validate_reading_position(stream: Stream, position: StreamCut) -> dict[Segme
     (segments read to their end are left out; their successors follow them), and it may be
     empty (everything was read). Its segments must exist with offsets inside them, else
     InvalidStreamCutError. 1 query, one row per segment."""
-    records = _records(stream, position)
-    missing = sorted(set(position) - set(records))
-    if missing:
-        raise InvalidStreamCutError(f"stream {stream} has no segment {missing[0]}")
-    segments: dict[Segment, int] = {}
-    for sid, offset in position.items():
-        record = records[sid]
-        if offset < 0 or (record.sealed_size is not None and offset > record.sealed_size):
-            raise InvalidStreamCutError(f"offset {offset} is outside segment {record} of {stream}")
-        segments[record.as_segment()] = offset
-    return segments
+    return _positions(stream, position, _records(stream, position))
 
 
 def is_stream_cut_valid(stream: Stream, cut: StreamCut) -> bool:

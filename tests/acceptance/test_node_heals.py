@@ -56,16 +56,11 @@ def start_node(where: Path, env: dict[str, str] | None = None) -> Standalone:
     return node
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    """A node shared by the tests that kill nothing but the controller."""
-    running = Standalone(tmp_path_factory.mktemp("heals") / "data", *free_ports(2))
-    try:
-        running.wait_for(READY_LINE)
-        yield running
-        running.stop()
-    finally:
-        running.kill()
+@pytest.fixture
+def node(standalone: Standalone) -> Standalone:
+    """The module's node (``conftest.standalone``), for the tests that kill nothing but the
+    controller."""
+    return standalone
 
 
 @pytest.fixture
@@ -467,18 +462,23 @@ def test_a_crash_loop_of_the_segment_store_is_outlived(own_node: Standalone) -> 
     assert time.monotonic() - started < 60
     last_kill = time.monotonic()
     node.wait_health(up=True, timeout=supervision.RESTART_DELAY_MAX_SECONDS + 30)
-    manager = StreamManager(node.base, token=node.token)
-    try:
-        manager.create_scope("loop")
-        manager.create_stream("loop", "st", initial_segments=1)
-        write(manager, "loop", batch("x", 100))
-    finally:
-        manager.close()
+    assert_serves_writes(node, "loop")
     served = time.monotonic() - last_kill
     assert served < supervision.RESTART_DELAY_MAX_SECONDS + 30, served
     state = node.supervisor_state()["segmentstore"]
     assert state["restarts"] == 10
     print(f"crash loop: 10 kills in {last_kill - started:.0f} s; serving {served:.1f} s later")
+
+
+def assert_serves_writes(node: Standalone, scope: str) -> None:
+    """A new stream of ``scope`` takes 100 events, durably."""
+    manager = StreamManager(node.base, token=node.token)
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=1)
+        write(manager, scope, batch("x", 100))
+    finally:
+        manager.close()
 
 
 def with_signal(pid: int, sig: int) -> None:
@@ -504,13 +504,7 @@ def test_a_hung_segment_store_is_reported_then_restarted(own_node: Standalone) -
         with_signal(pid, signal.SIGCONT)
     assert "did not answer its liveness check" in node.output()
     node.wait_health(up=True)
-    manager = StreamManager(node.base, token=node.token)
-    try:
-        manager.create_scope("hung")
-        manager.create_stream("hung", "st", initial_segments=1)
-        write(manager, "hung", batch("x", 100))
-    finally:
-        manager.close()
+    assert_serves_writes(node, "hung")
 
 
 def test_without_the_guard_an_exit_during_a_restart_stops_the_node(tmp_path: Path) -> None:

@@ -192,6 +192,8 @@ async def test_one_segment_from_an_offset(client, history, token) -> None:
         ("/ws/streams/sc/nosuch", "not-found", 4404),
         ("/ws/streams/sc/st?from=yesterday", "bad-request", 4400),
         ("/ws/streams/sc/st?from=cut:1=2=3", "bad-request", 4400),
+        ("/ws/streams/sc/st?from=position:999=0", "bad-request", 4400),
+        ("/ws/streams/sc/st?from=position:0=-5", "bad-request", 4400),
         ("/ws/streams/sc/st?encoding=rot13", "bad-request", 4400),
         ("/ws/segments/not-a-segment", "bad-request", 4400),
     ],
@@ -287,3 +289,25 @@ async def test_without_an_origin_a_session_cookie_is_not_enough(client, history,
 async def _open_with_cookie(cookie: bytes, origin: bytes) -> Any:
     headers = [(b"cookie", cookie), (b"origin", origin)]
     return await _open_without_origin("/ws/streams/sc/st", headers)
+
+
+async def test_a_dropped_subscription_resumes_from_its_position(client, history, token) -> None:
+    """The ``next`` offsets received, sent back as ``from=position:...``: only what came after."""
+    await _create_current(client, history)
+    first, second = (_name(history, s.id) for s in history.current)
+    await _append(client, first, [b"a1", b"a2"])
+    ws = await _open("/ws/streams/sc/st?from=head", token)
+    got = await _messages_until(ws, lambda seen: len(_events(seen)) == 2)
+    position = dict(got[0]["position"])
+    for message in got:
+        if message["type"] == "events":
+            position[str(message["segmentId"])] = message["next"]
+    await ws.disconnect()
+    await _append(client, first, [b"a3"])
+    await _append(client, second, [b"b1"])
+    cut = ",".join(f"{segment}={offset}" for segment, offset in position.items())
+    again = await _open(f"/ws/streams/sc/st?from=position:{cut}", token)
+    resumed = await _messages_until(again, lambda seen: len(_events(seen)) == 2)
+    assert resumed[0]["position"] == position
+    assert sorted(data for _, data in _events(resumed)) == [b"a3", b"b1"]
+    await again.disconnect()

@@ -205,6 +205,16 @@ class NodeFactory(DjangoModelFactory):
     port = factory.Sequence(lambda n: 12345 + n)
 
 
+class ProcessHeartbeatFactory(DjangoModelFactory):
+    class Meta:
+        model = models.ProcessHeartbeat
+
+    role = "worker"
+    process = factory.Sequence(lambda n: f"host:{1000 + n}")
+    beat_at = factory.LazyFunction(timezone.now)
+    started_at = factory.LazyFunction(timezone.now)
+
+
 class ContainerFactory(DjangoModelFactory):
     class Meta:
         model = models.Container
@@ -238,6 +248,7 @@ ALL_FACTORIES = [
     WriterMarkFactory,
     WatermarkFactory,
     NodeFactory,
+    ProcessHeartbeatFactory,
     ContainerFactory,
     ContainerAssignmentFactory,
 ]
