@@ -138,7 +138,7 @@ def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
-    """Celery beat: sends the periodic jobs (retention, watermarks, timeouts, sweeper)."""
+    """Celery beat: sends the periodic jobs (transaction timeouts, cleanup, the sweeper)."""
     _setup_django()
     from django.conf import settings
 
