@@ -76,7 +76,7 @@ def register_node(
 
 
 def _token(segment: str) -> str:
-    from segment_app.server.auth import READ_UPDATE
+    from millrace.claims import READ_UPDATE
 
     scope, stream, _ = segment.split("/", 2)
     return delegation_token(f"{scope}/{stream}/", READ_UPDATE)

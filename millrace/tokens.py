@@ -54,7 +54,7 @@ def delegation_token(resource: str, access: str, ttl_seconds: float | None = Non
 
     if not settings.MILLRACE.auth_enabled:
         return ""
-    from segment_app.server.auth import mint_token
+    from millrace.claims import mint_token
 
     ttl = settings.MILLRACE.token_ttl_seconds if ttl_seconds is None else ttl_seconds
     return mint_token(_token_secret(), resource, access, ttl)

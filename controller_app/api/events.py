@@ -66,8 +66,8 @@ class LocalController:
     """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
 
     async def delegation_token(self, scope: str, stream: str) -> str:
+        from millrace.claims import READ_UPDATE
         from millrace.tokens import delegation_token
-        from segment_app.server.auth import READ_UPDATE
 
         return await _in_thread(delegation_token)(f"{scope}/{stream}/", READ_UPDATE)
 

@@ -489,8 +489,8 @@ class DelegationTokenView(APIView):
         """A segment store delegation token (read and update) for the stream's segments."""
         from django.conf import settings
 
+        from millrace.claims import READ_UPDATE
         from millrace.tokens import delegation_token
-        from segment_app.server.auth import READ_UPDATE
 
         get_stream(scope, stream)
         token = delegation_token(f"{scope}/{stream}/", READ_UPDATE)

@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-from segment_app.server import protocol as wire
+from millrace import wire as wire
 
 __all__ = ["ProbeError", "probe_segment_store"]
 

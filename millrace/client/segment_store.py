@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from segment_app.server import protocol as wire
+from millrace import wire as wire
 
 __all__ = [
     "NO_EVENT_NUMBER",

@@ -59,7 +59,7 @@ class SubscriptionError(Exception):
 
 def read_token(resource: str) -> str:
     """A delegation token for reading ``resource`` (empty when authentication is off)."""
-    from segment_app.server.auth import READ
+    from millrace.claims import READ
 
     return delegation_token(resource, READ)  # MILLRACE_TOKEN_TTL_SECONDS; renewed on expiry
 

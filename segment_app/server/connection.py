@@ -37,19 +37,19 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from millrace import wire as wire
+from millrace.claims import READ_UPDATE, AuthError
+from millrace.wire.fastpath import (
+    APPEND_BLOCK_END_DATA_START,
+    data_appended_frame,
+    split_append_block_end,
+)
 from segment_app.engine.api import AppendItem
 from segment_app.engine.errors import (
     BadEventNumberError,
     BadOffsetError,
     ContainerOfflineError,
     InvalidArgumentError,
-)
-from segment_app.server import protocol as wire
-from segment_app.server.auth import READ_UPDATE, AuthError
-from segment_app.server.protocol.fastpath import (
-    APPEND_BLOCK_END_DATA_START,
-    data_appended_frame,
-    split_append_block_end,
 )
 from segment_app.server.replies import reply_for_error
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import uuid
 
+from millrace import wire as wire
+from millrace.claims import AuthError
 from segment_app.engine.errors import (
     BadAttributeUpdateError,
     BadEventNumberError,
@@ -40,8 +42,6 @@ from segment_app.engine.errors import (
     SegmentTruncatedError,
     TooLargeError,
 )
-from segment_app.server import protocol as wire
-from segment_app.server.auth import AuthError
 
 __all__ = ["UnsupportedOperationError", "reply_for_error"]
 

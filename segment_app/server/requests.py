@@ -13,10 +13,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from millrace import wire as wire
+from millrace.claims import READ, READ_UPDATE
 from segment_app.engine.api import AttributeUpdate, SegmentStoreAPI
 from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentError
-from segment_app.server import protocol as wire
-from segment_app.server.auth import READ, READ_UPDATE, Authorizer
+from segment_app.server.auth import Authorizer
 from segment_app.server.replies import UnsupportedOperationError
 
 __all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "RequestHandlers", "RequestSettings"]

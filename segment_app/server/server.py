@@ -17,8 +17,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from millrace.claims import TokenVerifier
 from segment_app.engine.api import SegmentStoreAPI
-from segment_app.server.auth import AllowAll, Authorizer, TokenVerifier
+from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
 from segment_app.server.requests import RequestHandlers, RequestSettings
 

@@ -114,8 +114,8 @@ def write_events(port: int, segment: str, *payloads: bytes) -> None:
     their acknowledgement."""
     import uuid
 
+    from millrace.claims import READ_UPDATE, mint_token
     from millrace.client.segment_store import SyncSegmentStoreClient
-    from segment_app.server.auth import READ_UPDATE, mint_token
 
     token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
     client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from millrace import wire as wire
 from millrace.client.segment_store import SegmentStoreClient
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.store import SegmentStore
-from segment_app.server import protocol as wire
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.memory import clear_chunk_stores, clear_log_stores
 

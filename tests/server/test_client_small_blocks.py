@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import AppendLimits, SegmentStoreClient
-from segment_app.server import protocol as wire
 
 
 def framed(*events: bytes) -> bytes:

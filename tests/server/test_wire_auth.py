@@ -8,19 +8,20 @@ import uuid
 import jwt
 import pytest
 
+from millrace import claims
+from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
 from segment_app.engine import errors as engine_errors
 from segment_app.server import auth
-from segment_app.server import protocol as wire
 
 SEG = "sc/st/0.#epoch.0"
 SECRET = "auth-test-secret-0123456789abcdefghij"
 OTHER_SECRET = "another-secret-0123456789abcdefghijklmn"
 
 
-def token(resource: str = "sc/st/", access: str = auth.READ_UPDATE, ttl: float = 60) -> str:
-    return auth.mint_token(SECRET, resource, access, ttl)
+def token(resource: str = "sc/st/", access: str = claims.READ_UPDATE, ttl: float = 60) -> str:
+    return claims.mint_token(SECRET, resource, access, ttl)
 
 
 @pytest.fixture
@@ -40,9 +41,9 @@ async def auth_client(auth_server):
 BAD_TOKENS = {
     "missing": lambda: "",
     "garbage": lambda: "not-a-jwt",
-    "wrong secret": lambda: auth.mint_token(OTHER_SECRET, "*", auth.READ_UPDATE, 60),
-    "wrong resource": lambda: auth.mint_token(SECRET, "sc/other/", auth.READ_UPDATE, 60),
-    "read only": lambda: auth.mint_token(SECRET, "sc/st/", auth.READ, 60),
+    "wrong secret": lambda: claims.mint_token(OTHER_SECRET, "*", claims.READ_UPDATE, 60),
+    "wrong resource": lambda: claims.mint_token(SECRET, "sc/other/", claims.READ_UPDATE, 60),
+    "read only": lambda: claims.mint_token(SECRET, "sc/st/", claims.READ, 60),
     "unsigned": lambda: jwt.encode(
         {"resource": "*", "access": "READ_UPDATE", "exp": time.time() + 60}, key=None,
         algorithm="none",
@@ -79,7 +80,7 @@ async def test_writes_with_bad_tokens_change_nothing(auth_client, store, kind: s
 
 
 async def test_expired_token_gets_error_code_1(auth_client) -> None:
-    expired = auth.mint_token(SECRET, "*", auth.READ_UPDATE, 60, now=time.time() - 120)
+    expired = claims.mint_token(SECRET, "*", claims.READ_UPDATE, 60, now=time.time() - 120)
     with pytest.raises(c.AuthTokenCheckFailedError) as info:
         await auth_client.create_segment(SEG, token=expired)
     assert info.value.expired
@@ -87,7 +88,7 @@ async def test_expired_token_gets_error_code_1(auth_client) -> None:
 
 async def test_expired_reply_bytes(auth_server, open_raw) -> None:
     conn = await open_raw(auth_server.port)
-    expired = auth.mint_token(SECRET, "*", auth.READ_UPDATE, 1, now=time.time() - 60)
+    expired = claims.mint_token(SECRET, "*", claims.READ_UPDATE, 1, now=time.time() - 60)
     await conn.send(wire.GetStreamSegmentInfo(42, SEG, expired))
     reply = await conn.recv()
     assert isinstance(reply, wire.AuthTokenCheckFailed)
@@ -101,8 +102,8 @@ async def test_reads_need_a_read_token(auth_client, store) -> None:
     with pytest.raises(c.AuthTokenCheckFailedError):
         await auth_client.read_segment(SEG, 0, token="")
     with pytest.raises(c.AuthTokenCheckFailedError):
-        await auth_client.get_info(SEG, token=token("sc/other/", auth.READ))
-    read = token(SEG, auth.READ)
+        await auth_client.get_info(SEG, token=token("sc/other/", claims.READ))
+    read = token(SEG, claims.READ)
     assert (await auth_client.read_segment(SEG, 0, token=read)).data == b"data"
     assert (await auth_client.get_info(SEG, token=read)).write_offset == 4
     assert await auth_client.get_attribute(SEG, uuid.uuid4(), token=read) < 0
@@ -167,12 +168,12 @@ def test_auth_on_requires_a_secret(store) -> None:
 
 def test_verifier_uses_the_injected_clock() -> None:
     now = [1000.0]
-    verifier = auth.TokenVerifier(SECRET, clock=lambda: now[0])
-    minted = auth.mint_token(SECRET, "a/b/", auth.READ, 10, now=1000.0)
-    verifier.check(minted, "a/b/1.#epoch.0", auth.READ)
+    verifier = claims.TokenVerifier(SECRET, clock=lambda: now[0])
+    minted = claims.mint_token(SECRET, "a/b/", claims.READ, 10, now=1000.0)
+    verifier.check(minted, "a/b/1.#epoch.0", claims.READ)
     now[0] = 1010.0
-    with pytest.raises(auth.AuthError) as info:
-        verifier.check(minted, "a/b/1.#epoch.0", auth.READ)
+    with pytest.raises(claims.AuthError) as info:
+        verifier.check(minted, "a/b/1.#epoch.0", claims.READ)
     assert info.value.expired
 
 
@@ -189,12 +190,12 @@ def test_verifier_uses_the_injected_clock() -> None:
     ],
 )
 def test_resource_matching(granted: str, segment: str, ok: bool) -> None:
-    assert auth.resource_matches(granted, segment) is ok
+    assert claims.resource_matches(granted, segment) is ok
 
 
 def test_mint_token_rejects_unknown_access() -> None:
     with pytest.raises(ValueError):
-        auth.mint_token(SECRET, "*", "WRITE", 10)
+        claims.mint_token(SECRET, "*", "WRITE", 10)
 
 
 def test_auth_enabled_from_env() -> None:
@@ -207,11 +208,11 @@ def test_main_mint_token_prints_a_valid_token(capsys, monkeypatch) -> None:
     monkeypatch.setenv("MILLRACE_TOKEN_SECRET", SECRET)
     assert auth.main_mint_token(["sc/st/", "--access", "READ_UPDATE", "--ttl", "30"]) == 0
     printed = capsys.readouterr().out.strip()
-    auth.TokenVerifier(SECRET).check(printed, "sc/st/0.#epoch.0", auth.READ_UPDATE)
+    claims.TokenVerifier(SECRET).check(printed, "sc/st/0.#epoch.0", claims.READ_UPDATE)
 
 
 def expired_token() -> str:
-    return auth.mint_token(SECRET, "sc/st/", auth.READ_UPDATE, 60, now=time.time() - 120)
+    return claims.mint_token(SECRET, "sc/st/", claims.READ_UPDATE, 60, now=time.time() - 120)
 
 
 async def test_an_expired_default_token_is_renewed_once(auth_server, store) -> None:

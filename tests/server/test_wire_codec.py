@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from segment_app.server import protocol as p
+from millrace import wire as p
 
 #: Every type code of the protocol's command table (Java v17 plus the two Rust-only table codes).
 TABLE_CODES = {
@@ -113,7 +113,7 @@ def _required_length(cmd: object, spec: tuple[tuple[str, str, bool], ...]) -> in
     w = p.Writer()
     for name, kind, opt in spec:
         if not opt:
-            from segment_app.server.protocol.codec import _KINDS
+            from millrace.wire.codec import _KINDS
 
             _KINDS[kind][1](w, getattr(cmd, name))
     return sum(len(part) for part in w.finish(0)) - 8
@@ -198,7 +198,7 @@ def test_huge_list_count_is_rejected_quickly() -> None:
 
 def test_table_key_layouts() -> None:
     w = p.Writer()
-    from segment_app.server.protocol.table_commands import write_table_key
+    from millrace.wire.table_commands import write_table_key
 
     write_table_key(w, p.TableKey(b"ab", 7))
     assert bytes(w.cur) == bytes.fromhex("0000000e 00000002 6162 0000000000000007")
@@ -239,7 +239,7 @@ def test_fast_paths_match_generic_layout() -> None:
         p.DataAppended(writer, 9, 8, 77, 1000),
         p.SegmentRead("s/t/0", 5, False, True, b"x" * 5000, 3),
     ]
-    from segment_app.server.protocol.codec import _REGISTRY, _generic_codec, _parse_spec
+    from millrace.wire.codec import _REGISTRY, _generic_codec, _parse_spec
 
     for cmd in cmds:
         generic = _generic_codec(type(cmd), cmd.TYPE, _parse_spec(type(cmd), _spec_strings(cmd)))
@@ -254,7 +254,7 @@ def _spec_strings(cmd: object) -> list[str]:
 
 
 def test_command_free_append_forms_match_the_codecs() -> None:
-    from segment_app.server.protocol.fastpath import (
+    from millrace.wire.fastpath import (
         APPEND_BLOCK_END_DATA_START,
         data_appended_frame,
         split_append_block_end,

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from segment_app.server import protocol as p
+from millrace import wire as p
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "wire"
 WRITER = uuid.UUID("01020304-0506-0708-090a-0b0c0d0e0f10")

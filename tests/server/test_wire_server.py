@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
+from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
 from segment_app.engine.store import SegmentStore
-from segment_app.server import protocol as wire
 
 RawConnection = object  # the ``raw`` fixture's type (tests/server/conftest.py)
 

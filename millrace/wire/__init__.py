@@ -2,8 +2,9 @@
 
 ``decode_frame(type, payload)`` turns one frame into a command dataclass (or raises
 ``ProtocolError``); ``encode_frame(cmd)`` / ``encode_parts(cmd)`` turn it back into bytes;
-``FrameAssembler`` splits a received byte stream into frames. Shared by the wire server
-(``segment_app.server.server``) and the Python client (``millrace.client.segment_store``).
+``FrameAssembler`` splits a received byte stream into frames. Part of the Django-free kernel:
+shared by the wire server (``segment_app.server``), the Python client (``millrace.client``)
+and the token code (``millrace.tokens``).
 """
 
 from . import fastpath  # noqa: F401  (installs the hand-tuned codecs)
