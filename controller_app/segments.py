@@ -3,8 +3,7 @@
 No database access here (selectors fetch rows, then call these), so every rule is testable on
 plain values. Vocabulary of DESIGN.md section 1:
 
-* segment id: 64 bits, creation epoch in the high 32, segment number in the low 32;
-* qualified segment name: ``scope/stream/<number>.#epoch.<creation epoch>``;
+* segment ids and qualified names: ``millrace.naming`` (the kernel), imported here;
 * key ranges ``[key_start, key_end)`` of one epoch cover ``[0, 1)`` exactly, disjointly; the
   last upper bound is exactly ``1.0`` (clients check it);
 * two overlapping segments of a stream are ordered by id: the one created in a later epoch
@@ -21,42 +20,19 @@ from typing import Any
 
 import crc32c
 
-SEGMENT_NUMBER_BITS = 32
-_NUMBER_MASK = (1 << SEGMENT_NUMBER_BITS) - 1
-EPOCH_MAX = (1 << 31) - 1  # keeps segment and transaction ids positive as signed 64-bit
+from millrace.naming import (  # noqa: F401 - the segment id and name facts, re-exported
+    EPOCH_MAX,
+    SEGMENT_NUMBER_BITS,
+    parse_segment_name,
+    qualified_segment_name,
+    segment_epoch,
+    segment_id,
+    segment_number,
+    short_segment_name,
+)
+
 KEY_SPACE_END = 1.0
 _EPSILON = 1e-12
-
-
-def segment_id(creation_epoch: int, number: int) -> int:
-    """The 64-bit id of segment ``number`` created in ``creation_epoch``."""
-    if not 0 <= creation_epoch <= EPOCH_MAX or not 0 <= number <= _NUMBER_MASK:
-        raise ValueError(f"no segment id for epoch {creation_epoch}, number {number}")
-    return (creation_epoch << SEGMENT_NUMBER_BITS) | number
-
-
-def segment_epoch(segment_id: int) -> int:
-    """The creation epoch carried in a segment id (its high 32 bits)."""
-    return segment_id >> SEGMENT_NUMBER_BITS
-
-
-def segment_number(segment_id: int) -> int:
-    """The segment number carried in a segment id (its low 32 bits)."""
-    return segment_id & _NUMBER_MASK
-
-
-def qualified_segment_name(scope: str, stream: str, segment_id: int) -> str:
-    """``scope/stream/<number>.#epoch.<creation epoch>``, as Pravega names segments."""
-    return f"{scope}/{stream}/{segment_number(segment_id)}.#epoch.{segment_epoch(segment_id)}"
-
-
-def parse_segment_name(name: str) -> tuple[str, str, int]:
-    """``(scope, stream, segment id)`` of a qualified name (no ``.#epoch.`` means epoch 0)."""
-    scope, stream, last = name.split("/", 2)
-    number, _, epoch = last.partition(".#epoch.")
-    if not scope or not stream or not number.isdigit() or not (epoch.isdigit() or epoch == ""):
-        raise ValueError(f"not a qualified segment name: {name!r}")
-    return scope, stream, segment_id(int(epoch or 0), int(number))
 
 
 def exact_end(key_end: float) -> float:
@@ -111,7 +87,7 @@ class Segment:
 
     def __repr__(self) -> str:
         return (
-            f"Segment({self.number}.#epoch.{self.creation_epoch}, "
+            f"Segment({short_segment_name(self.number, self.creation_epoch)}, "
             f"[{self.key_start}, {self.key_end}))"
         )
 

@@ -48,7 +48,7 @@ from controller_app.segments import (
     splits_and_merges,
     successors_with_predecessors,
 )
-from segment_app.engine.store import container_for
+from millrace.naming import container_for
 
 StreamCut = Mapping[int, int]  # segment id -> offset
 

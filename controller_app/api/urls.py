@@ -7,7 +7,7 @@ from django.urls import path, register_converter
 from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.events import EventsView
-from controller_app.segments import EPOCH_MAX
+from millrace.naming import EPOCH_MAX, segment_epoch
 
 
 class SegmentIdConverter:
@@ -17,7 +17,7 @@ class SegmentIdConverter:
 
     def to_python(self, value: str) -> int:
         number = int(value)
-        if number >= 2**63 or number >> 32 > EPOCH_MAX:
+        if number >= 2**63 or segment_epoch(number) > EPOCH_MAX:
             raise ValueError(value)
         return number
 

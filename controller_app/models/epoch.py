@@ -26,6 +26,7 @@ from controller_app.choices import (
 from controller_app.models.base import StatefulModel
 from controller_app.models.stream import Stream
 from controller_app.segments import Segment, decode_segments, segment_id
+from millrace.naming import short_segment_name
 
 
 class Epoch(models.Model):
@@ -104,7 +105,7 @@ class SegmentRecord(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.number}.#epoch.{self.creation_epoch}"
+        return short_segment_name(self.number, self.creation_epoch)
 
     @property
     def segment_id(self) -> int:

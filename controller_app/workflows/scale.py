@@ -30,6 +30,7 @@ from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
 from controller_app.workflows.streams import start_when_active
+from millrace.naming import segment_epoch, segment_number
 
 _EPSILON = 1e-9
 _S, _E = StreamState, EpochTransitionState
@@ -207,7 +208,7 @@ def _complete(
         )  # fmt: skip
         for sid, size in sizes.items():
             SegmentRecord.objects.filter(
-                stream=stream, creation_epoch=sid >> 32, number=sid & 0xFFFFFFFF
+                stream=stream, creation_epoch=segment_epoch(sid), number=segment_number(sid)
             ).update(sealing_epoch=job.new_epoch, sealed_size=size)
         transition(stream, _S.SCALING, _S.ACTIVE, current_epoch=job.new_epoch)
         transition(job, _E.STARTED, _E.COMPLETED)

@@ -41,6 +41,7 @@ from controller_app.segments import Segment, encode_segments, uniform_ranges
 from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.scopes import get_scope
+from millrace.naming import transaction_segment_name
 
 #: Buckets the periodic services spread streams over (Pravega's default is 100).
 BUCKET_COUNT = 100
@@ -298,7 +299,7 @@ def run_delete(stream_id: int) -> None:
     port = segment_store()
     for txn in Transaction.objects.filter(stream=stream):
         for segment in sel.epoch_record(stream, txn.epoch).segment_list():
-            port.delete(f"{sel.segment_name(stream, segment.id)}#transaction.{txn.hex}")
+            port.delete(transaction_segment_name(sel.segment_name(stream, segment.id), txn.hex))
     records = SegmentRecord.objects.filter(stream=stream).only("number", "creation_epoch")
     for record in records.iterator(chunk_size=1000):
         port.delete(sel.segment_name(stream, record.segment_id))

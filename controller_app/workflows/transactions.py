@@ -46,6 +46,12 @@ from controller_app.models import (
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
+from millrace.naming import (
+    SEGMENT_NUMBER_BITS,
+    segment_epoch,
+    segment_number,
+    transaction_segment_name,
+)
 
 _S, _T = StreamState, TxnState
 _MASK64 = (1 << 64) - 1
@@ -82,7 +88,7 @@ def transaction_uuid(txn: Transaction | CompletedTransaction) -> uuid.UUID:
 
 
 def shadow_name(parent: str, txn: Transaction) -> str:
-    return f"{parent}#transaction.{txn.hex}"
+    return transaction_segment_name(parent, txn.hex)
 
 
 def _find(stream: Stream, txn_id: uuid.UUID) -> Transaction:
@@ -129,7 +135,7 @@ def create_transaction(scope: str, name: str, *, lease_ms: int, writer_id: str =
     now = timezone.now()
     txn = Transaction.objects.create(
         stream=stream,
-        high_bits=(epoch.epoch << 32) | secrets.randbits(31),
+        high_bits=(epoch.epoch << SEGMENT_NUMBER_BITS) | secrets.randbits(31),
         low_bits=secrets.randbits(63),
         epoch=epoch.epoch,
         writer_id=str(writer_id)[:64],
@@ -309,7 +315,7 @@ def _roll(stream: Stream, txn_epoch: int, group: list[Transaction]) -> Stream:
         _records(stream, dup_tail)
         for sid, size in sizes_tail.items():
             SegmentRecord.objects.filter(
-                stream=stream, creation_epoch=sid >> 32, number=sid & 0xFFFFFFFF
+                stream=stream, creation_epoch=segment_epoch(sid), number=segment_number(sid)
             ).update(sealing_epoch=rolled, sealed_size=size)
         stream = transition(stream, _S.COMMITTING_TXN, _S.COMMITTING_TXN, current_epoch=duplicate)
         for txn in group:

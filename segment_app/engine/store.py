@@ -9,14 +9,12 @@ tier-1; one fenced by a newer instance elsewhere stays down.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import crc32c
-
+from millrace.naming import container_for
 from segment_app.engine.api import (
     AppendItem,
     AppendResult,
@@ -29,45 +27,13 @@ from segment_app.engine.containers.container import ContainerState, SegmentConta
 from segment_app.engine.errors import ContainerOfflineError
 from tiers.base import DataLogFencedError
 
-__all__ = ["SegmentStore", "container_for"]
+__all__ = ["SegmentStore"]
 
 log = logging.getLogger(__name__)
-
-_SUFFIXES = ("#transaction.", "#transient.", "$attributes")
 
 ContainerFactory = Callable[[int], SegmentContainer]
 #: Segment names whose container ``append_group_nowait`` remembers at most.
 ROUTES_MAX = 1 << 16
-
-
-def parent_name(name: str) -> str:
-    for suffix in _SUFFIXES:
-        cut = name.find(suffix)
-        if cut > 0:
-            return name[:cut]
-    return name
-
-
-#: Marks a segment's creation epoch in its qualified name (``<number>.#epoch.<epoch>``).
-_EPOCH_MARK = ".#epoch."
-
-
-def container_key(name: str) -> str:
-    """What places a segment in a container: its parent's name without the creation epoch.
-
-    Transaction segments live with their parent, and every duplicate of a segment number
-    (rolling transactions re-create segment numbers in new epochs) lives with the original,
-    so a transaction of an old epoch is merged into its duplicate inside one container.
-    """
-    parent = parent_name(name)
-    cut = parent.rfind(_EPOCH_MARK)
-    return parent[:cut] if cut > 0 else parent
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def container_for(name: str, container_count: int) -> int:
-    """The container that owns segment ``name``."""
-    return crc32c.crc32c(container_key(name).encode()) % container_count
 
 
 class SegmentStore:
