@@ -35,6 +35,11 @@ class NoNodeForSegmentError(ControllerError, LookupError):
     """The segment's container is not assigned to any node (yet)."""
 
 
+class SegmentStoreUnavailableError(ControllerError):
+    """The segment store could not be reached or did not answer in time (it may be restarting):
+    the operation may succeed if tried again."""
+
+
 class NotFoundError(ControllerError, LookupError):
     """A named record (scope, stream, transaction, reader group) does not exist."""
 

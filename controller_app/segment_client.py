@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 
 from controller_app import selectors as sel
+from controller_app.errors import SegmentStoreUnavailableError
 from controller_app.models import Container, ContainerAssignment, Node
 from millrace.client import segment_store as ssc
 from millrace.tokens import delegation_token
@@ -33,6 +34,8 @@ T = TypeVar("T")
 
 #: Seconds one request to the segment store may take before it fails.
 REQUEST_TIMEOUT_SECONDS = 30.0
+#: The wire client's errors that mean "not reachable now" (translated by the port).
+_UNREACHABLE = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -105,14 +108,20 @@ class SegmentStorePort:
             return client
 
     def _call(self, segment: str, operation: Callable[[Any], T]) -> T:
-        client = self._client(segment)
+        """``operation`` on the client of ``segment``'s node; a node that cannot be reached or
+        does not answer is ``SegmentStoreUnavailableError`` (the controller's own error)."""
         try:
-            return operation(client)
-        except ssc.ConnectionLostError:
-            # One retry on a fresh connection (the node restarted); then the error stands.
-            with self._lock:
-                self._clients = {k: c for k, c in self._clients.items() if c is not client}
-            return operation(self._client(segment))
+            client = self._client(segment)
+            try:
+                return operation(client)
+            except ssc.ConnectionLostError:
+                # One retry on a fresh connection (the node restarted); then the error stands.
+                with self._lock:
+                    self._clients = {k: c for k, c in self._clients.items() if c is not client}
+                return operation(self._client(segment))
+        except _UNREACHABLE as exc:
+            message = f"segment store for {segment}: {type(exc).__name__}: {exc}"
+            raise SegmentStoreUnavailableError(message) from exc
 
     def create_segment(self, segment: str) -> None:
         with contextlib.suppress(ssc.SegmentExistsError):

@@ -20,12 +20,14 @@ from typing import Any
 from celery import shared_task
 from django.db import DatabaseError, IntegrityError
 
-from controller_app.choices import StreamState, TxnState
-from controller_app.errors import ConflictError, NoNodeForSegmentError
-from controller_app.models import Stream, Transaction
-from controller_app.workflows import scale, streams, transactions, truncate
+from controller_app import dispatch
+from controller_app.errors import (
+    ConflictError,
+    NoNodeForSegmentError,
+    SegmentStoreUnavailableError,
+)
+from controller_app.workflows import scale, streams, sweeper, transactions, truncate
 from controller_app.workflows.transactions import Postpone
-from millrace.client import segment_store as ssc
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ POSTPONE_SECONDS = 0.5
 CONFLICT_RETRY_SECONDS = 0.1
 #: First and largest delay before retrying when the segment store cannot be reached.
 STORE_RETRY_SECONDS, STORE_RETRY_SECONDS_MAX = 1.0, 30.0
-_UNREACHABLE = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError, NoNodeForSegmentError)
+_UNREACHABLE = (SegmentStoreUnavailableError, NoNodeForSegmentError, OSError)
 
 
 def _run(task: Any, step: Callable[..., Any], *args: Any) -> None:
@@ -56,81 +58,55 @@ def _run(task: Any, step: Callable[..., Any], *args: Any) -> None:
 _OPTIONS: dict[str, Any] = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}
 
 
-@shared_task(name="millrace.create_stream", **_OPTIONS)
+@shared_task(name=dispatch.CREATE_STREAM, **_OPTIONS)
 def create_stream(self: Any, stream_id: int) -> None:
     _run(self, streams.complete_create, stream_id)
 
 
-@shared_task(name="millrace.seal_stream", **_OPTIONS)
+@shared_task(name=dispatch.SEAL_STREAM, **_OPTIONS)
 def seal_stream(self: Any, stream_id: int) -> None:
     _run(self, streams.run_seal, stream_id)
 
 
-@shared_task(name="millrace.delete_stream", **_OPTIONS)
+@shared_task(name=dispatch.DELETE_STREAM, **_OPTIONS)
 def delete_stream(self: Any, stream_id: int) -> None:
     _run(self, streams.run_delete, stream_id)
 
 
-@shared_task(name="millrace.scale_stream", **_OPTIONS)
+@shared_task(name=dispatch.SCALE_STREAM, **_OPTIONS)
 def scale_stream(self: Any, stream_id: int) -> None:
     _run(self, scale.run_scale, stream_id)
 
 
-@shared_task(name="millrace.truncate_stream", **_OPTIONS)
+@shared_task(name=dispatch.TRUNCATE_STREAM, **_OPTIONS)
 def truncate_stream(self: Any, stream_id: int) -> None:
     _run(self, truncate.run_truncate, stream_id)
 
 
-@shared_task(name="millrace.commit_transactions", **_OPTIONS)
+@shared_task(name=dispatch.COMMIT_TRANSACTIONS, **_OPTIONS)
 def commit_transactions(self: Any, stream_id: int) -> None:
     _run(self, transactions.run_commits, stream_id)
 
 
-@shared_task(name="millrace.abort_transaction", **_OPTIONS)
+@shared_task(name=dispatch.ABORT_TRANSACTION, **_OPTIONS)
 def abort_transaction(self: Any, txn_pk: int) -> None:
     _run(self, transactions.run_abort, txn_pk)
 
 
 # -- periodic ----------------------------------------------------------------------------------
 
-_RESUME = {
-    StreamState.SEALING: seal_stream,
-    StreamState.DELETING: delete_stream,
-    StreamState.SCALING: scale_stream,
-    StreamState.TRUNCATING: truncate_stream,
-    StreamState.COMMITTING_TXN: commit_transactions,
-}
 
-
-@shared_task(name="millrace.sweep", ignore_result=True)
+@shared_task(name=dispatch.SWEEP, ignore_result=True)
 def sweep() -> int:
-    """Re-send the task of every workflow left half-way (its task was lost or its worker
-    died): each step checks its state, so a task that was only late does nothing twice."""
-    sent = 0
-    for stream_id, state in Stream.objects.exclude(
-        state__in=[StreamState.ACTIVE, StreamState.SEALED]
-    ).values_list("pk", "state"):
-        task = _RESUME.get(state)
-        if task is None and state == StreamState.CREATING:
-            task = create_stream
-        if task is not None:
-            task.delay(stream_id)
-            sent += 1
-    committing = Transaction.objects.filter(state=TxnState.COMMITTING)
-    for stream_id in set(committing.values_list("stream_id", flat=True)):
-        commit_transactions.delay(stream_id)
-        sent += 1
-    for txn_pk in Transaction.objects.filter(state=TxnState.ABORTING).values_list("pk", flat=True):
-        abort_transaction.delay(txn_pk)
-        sent += 1
-    return sent
+    """Re-send the task of every workflow left half-way (``workflows.sweeper``)."""
+    return sweeper.sweep()
 
 
-@shared_task(name="millrace.transaction_timeouts", ignore_result=True)
+@shared_task(name=dispatch.TRANSACTION_TIMEOUTS, ignore_result=True)
 def transaction_timeouts() -> int:
     return transactions.abort_expired()
 
 
-@shared_task(name="millrace.completed_transaction_cleanup", ignore_result=True)
+@shared_task(name=dispatch.COMPLETED_TRANSACTION_CLEANUP, ignore_result=True)
 def completed_transaction_cleanup() -> int:
     return transactions.cleanup_completed()

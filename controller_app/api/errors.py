@@ -40,6 +40,7 @@ _CONTROLLER = [
     (ce.InvalidArgumentError, 400, "invalid-argument"),
     (ce.WorkflowTimeoutError, 504, "workflow-timeout"),
     (ce.NoNodeForSegmentError, 503, "no-segment-store"),
+    (ce.SegmentStoreUnavailableError, 503, "segment-store-unavailable"),
 ]
 _DRF = [
     (drf.NotAuthenticated, "not-authenticated"),

@@ -1,4 +1,4 @@
-"""What every workflow module shares: finding records, sending tasks, waiting, crash points."""
+"""What every workflow module shares: finding records, waiting, crash points."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import signal
 import time
 from collections.abc import Callable
 from typing import Any
-
-from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.errors import StreamNotFoundError, WorkflowTimeoutError
@@ -28,12 +26,6 @@ def get_stream(scope: str, name: str) -> Stream:
         return sel.get_stream(scope, name)
     except Stream.DoesNotExist:
         raise StreamNotFoundError(f"stream {scope}/{name} does not exist") from None
-
-
-def send_on_commit(task: Any, *args: Any, countdown: float | None = None) -> None:
-    """Send ``task`` once the current database transaction commits (at once outside one)."""
-    options = {} if countdown is None else {"countdown": countdown}
-    transaction.on_commit(lambda: task.apply_async(args=args, **options))
 
 
 def wait_until(done: Callable[[], Any], wait: float | None, what: str) -> Any:

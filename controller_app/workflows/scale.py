@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import transaction
 
+from controller_app import dispatch
 from controller_app import selectors as sel
 from controller_app.choices import EPOCH_TRANSITION_PENDING, EpochTransitionState, StreamState
 from controller_app.errors import (
@@ -27,19 +28,13 @@ from controller_app.errors import (
 from controller_app.models import Epoch, EpochTransition, SegmentRecord, Stream, transition
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments
-from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
+from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
 from controller_app.workflows.streams import start_when_active
 from millrace.naming import segment_epoch, segment_number
 
 _EPSILON = 1e-9
 _S, _E = StreamState, EpochTransitionState
-
-
-def _tasks():  # type: ignore[no-untyped-def]
-    from controller_app import tasks
-
-    return tasks
 
 
 def _intervals(ranges: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -139,7 +134,7 @@ def scale_stream(
 
     start_when_active(scope, name, _S.SCALING, wait, "scale", then=record)
     job = created[-1]
-    send_on_commit(_tasks().scale_stream, stream.pk)
+    dispatch.send_on_commit(dispatch.SCALE_STREAM, stream.pk)
     return (
         wait_until(  # type: ignore[no-any-return]
             lambda: _finished(job.pk), wait, f"scale of stream {scope}/{name}"

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from controller_app import dispatch
 from controller_app import selectors as sel
 from controller_app.choices import BucketService, StreamState
 from controller_app.errors import (
@@ -38,7 +39,7 @@ from controller_app.models import (
 )
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments, uniform_ranges
-from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
+from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.scopes import get_scope
 from millrace.naming import transaction_segment_name
@@ -55,12 +56,6 @@ BUSY = frozenset(
         StreamState.COMMITTING_TXN,
     }
 )
-
-
-def _tasks():  # type: ignore[no-untyped-def]
-    from controller_app import tasks
-
-    return tasks
 
 
 # -- create ------------------------------------------------------------------------------------
@@ -236,9 +231,11 @@ def seal_stream(scope: str, name: str, *, wait: float | None = 30.0) -> Stream:
         raise PreconditionFailedError(f"stream {scope}/{name} is being deleted")
     if stream.state not in (StreamState.SEALING, StreamState.SEALED):
         stream = start_when_active(scope, name, StreamState.SEALING, wait, "seal")
-        send_on_commit(_tasks().seal_stream, stream.pk)  # lost if we die now: the sweeper sends it
+        # Lost if we die now: the sweeper sends it.
+        dispatch.send_on_commit(dispatch.SEAL_STREAM, stream.pk)
     elif stream.state == StreamState.SEALING:
-        send_on_commit(_tasks().seal_stream, stream.pk)  # maybe lost: sending again is harmless
+        # Maybe lost: sending again is harmless.
+        dispatch.send_on_commit(dispatch.SEAL_STREAM, stream.pk)
 
     def sealed() -> Stream | None:
         current = get_stream(scope, name)
@@ -276,9 +273,9 @@ def delete_stream(scope: str, name: str, *, wait: float | None = 30.0) -> None:
                 stream = transition(stream, StreamState.SEALED, StreamState.DELETING)
             except ConflictError:
                 stream = get_stream(scope, name)
-            send_on_commit(_tasks().delete_stream, stream.pk)
+            dispatch.send_on_commit(dispatch.DELETE_STREAM, stream.pk)
     elif stream.state == StreamState.DELETING:
-        send_on_commit(_tasks().delete_stream, stream.pk)
+        dispatch.send_on_commit(dispatch.DELETE_STREAM, stream.pk)
     else:
         raise PreconditionFailedError(
             f"stream {scope}/{name} is {stream.state.lower()}: seal it before deleting it"

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controller_app import dispatch
 from controller_app import selectors as sel
 from controller_app.choices import StreamState, TxnState
 from controller_app.errors import (
@@ -45,7 +46,7 @@ from controller_app.models import (
 )
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment, encode_segments
-from controller_app.workflows.common import get_stream, now_ms, send_on_commit, step, wait_until
+from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from millrace.naming import (
     SEGMENT_NUMBER_BITS,
     segment_epoch,
@@ -65,12 +66,6 @@ COMPLETED_KEPT = dt.timedelta(hours=24)
 
 class Postpone(Exception):
     """The stream is busy with another workflow: run this step again later."""
-
-
-def _tasks():  # type: ignore[no-untyped-def]
-    from controller_app import tasks
-
-    return tasks
 
 
 def _bits(txn_id: uuid.UUID) -> tuple[int, int]:
@@ -199,7 +194,7 @@ def commit_transaction(
         txn = _mark_committing(stream, txn, timestamp)
     elif txn.state != _T.COMMITTING:
         raise PreconditionFailedError(f"transaction {txn_id} is {txn.state.lower()}")
-    send_on_commit(_tasks().commit_transactions, stream.pk)
+    dispatch.send_on_commit(dispatch.COMMIT_TRANSACTIONS, stream.pk)
     if wait is None:
         return txn
     state = wait_until(
@@ -370,7 +365,7 @@ def abort_transaction(
             return abort_transaction(scope, name, txn_id, wait=wait)
     elif txn.state != _T.ABORTING:
         raise PreconditionFailedError(f"transaction {txn_id} is {txn.state.lower()}")
-    send_on_commit(_tasks().abort_transaction, txn.pk)
+    dispatch.send_on_commit(dispatch.ABORT_TRANSACTION, txn.pk)
     if wait is not None:
         wait_until(
             lambda: transaction_state(scope, name, txn_id) == _T.ABORTED,
@@ -405,7 +400,7 @@ def abort_expired(limit: int = 1000) -> int:
             transition(txn, _T.OPEN, _T.ABORTING)
         except ConflictError:
             continue
-        send_on_commit(_tasks().abort_transaction, txn.pk)
+        dispatch.send_on_commit(dispatch.ABORT_TRANSACTION, txn.pk)
         count += 1
     return count
 

@@ -13,22 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from controller_app import dispatch
 from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.errors import InvalidStreamCutError, PreconditionFailedError
 from controller_app.models import Stream, TruncationRecord, transition
 from controller_app.segment_client import segment_store
 from controller_app.segments import CutOrder, encode_segments, encode_stream_cut
-from controller_app.workflows.common import get_stream, send_on_commit, step, wait_until
+from controller_app.workflows.common import get_stream, step, wait_until
 from controller_app.workflows.streams import start_when_active
 
 _S = StreamState
-
-
-def _tasks():  # type: ignore[no-untyped-def]
-    from controller_app import tasks
-
-    return tasks
 
 
 def truncate_stream(
@@ -47,7 +42,7 @@ def truncate_stream(
     _record(stream, cut, save=False)  # check before taking the stream: a clear error at once
     _check_lengths(stream, cut)
     start_when_active(scope, name, _S.TRUNCATING, wait, "truncate", then=record)
-    send_on_commit(_tasks().truncate_stream, stream.pk)
+    dispatch.send_on_commit(dispatch.TRUNCATE_STREAM, stream.pk)
     number = records[-1].number
 
     def done() -> Stream | None:

@@ -1,0 +1,39 @@
+"""Sending the controller's Celery tasks by name: what workflows use to hand work to a worker.
+
+Workflows record their intent in the database, then send the task that carries it on, once
+the database transaction commits (``send_on_commit``: a task sent before the commit could run
+before its intent is visible, or for an intent rolled back). Tasks are sent by name through the
+current Celery app (Millrace's, loaded by ``ControllerAppConfig.ready``), so workflows never
+import ``controller_app.tasks`` and ``tasks`` may import the workflows without a circle. Queues
+come from ``CELERY_TASK_ROUTES``, which routes by these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+
+CREATE_STREAM = "millrace.create_stream"
+SEAL_STREAM = "millrace.seal_stream"
+DELETE_STREAM = "millrace.delete_stream"
+SCALE_STREAM = "millrace.scale_stream"
+TRUNCATE_STREAM = "millrace.truncate_stream"
+COMMIT_TRANSACTIONS = "millrace.commit_transactions"
+ABORT_TRANSACTION = "millrace.abort_transaction"
+SWEEP = "millrace.sweep"
+TRANSACTION_TIMEOUTS = "millrace.transaction_timeouts"
+COMPLETED_TRANSACTION_CLEANUP = "millrace.completed_transaction_cleanup"
+
+
+def send(task: str, *args: Any, countdown: float | None = None) -> None:
+    """Send the task named ``task`` now."""
+    options = {} if countdown is None else {"countdown": countdown}
+    current_app.send_task(task, args=args, **options)
+
+
+def send_on_commit(task: str, *args: Any, countdown: float | None = None) -> None:
+    """Send the task named ``task`` once the current database transaction commits (at once
+    outside one)."""
+    transaction.on_commit(lambda: send(task, *args, countdown=countdown))
