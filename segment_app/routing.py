@@ -1,10 +1,20 @@
 """WebSocket routes of the segment store role (mounted by ``millrace.asgi``)."""
 
+from typing import Any
+
 from django.urls import path, re_path
 
+from segment_app.consumers.directory import StreamDirectory
 from segment_app.consumers.tail import SegmentTailConsumer, StreamTailConsumer
 
-websocket_urlpatterns = [
-    path("ws/streams/<str:scope>/<str:stream>", StreamTailConsumer.as_asgi()),
-    re_path(r"^ws/segments/(?P<segment>[^?]+)$", SegmentTailConsumer.as_asgi()),
-]
+
+def websocket_urlpatterns(directory: StreamDirectory) -> list[Any]:
+    """The tail-read routes, their consumers asking ``directory`` about streams."""
+    return [
+        path(
+            "ws/streams/<str:scope>/<str:stream>", StreamTailConsumer.as_asgi(directory=directory)
+        ),
+        re_path(
+            r"^ws/segments/(?P<segment>[^?]+)$", SegmentTailConsumer.as_asgi(directory=directory)
+        ),
+    ]

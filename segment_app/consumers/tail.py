@@ -41,7 +41,9 @@ from millrace.client import segment_store as ssc
 from millrace.client.events import Event, EventFormatError
 from millrace.client.follower import StreamFollower, Target
 from millrace.client.pool import SegmentStorePool
+from millrace.naming import parse_segment_name
 from millrace.tokens import delegation_token
+from segment_app.consumers.directory import NoNodeError, StreamDirectory, StreamNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +67,15 @@ def read_token(resource: str) -> str:
 
 
 class TailConsumer(AsyncWebsocketConsumer):
-    """What the stream and segment consumers share: auth, messages, segment reads."""
+    """What the stream and segment consumers share: auth, messages, segment reads.
+
+    ``directory`` (given to ``as_asgi``) answers their questions about streams."""
 
     encoding = "base64"
+
+    def __init__(self, *args: Any, directory: StreamDirectory, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.directory = directory
 
     async def connect(self) -> None:
         #: Segment id -> next offset of each segment being read (what a resume starts from).
@@ -224,46 +232,26 @@ class StreamTailConsumer(TailConsumer):
         )
 
     def _start_position(self, start: str) -> dict[Target, int]:
-        from controller_app import selectors as sel
-        from controller_app.errors import ControllerError
-        from controller_app.models import Stream
-
+        kind, _, value = start.partition(":")
+        parsed: object = value
         try:
-            stream = sel.get_stream(self.scope_name, self.stream_name)
-        except Stream.DoesNotExist:
-            raise SubscriptionError(
-                "not-found", f"stream {self.scope_name}/{self.stream_name} does not exist",
-                CLOSE_NOT_FOUND,
-            ) from None  # fmt: skip
-        self.stream = stream
-        try:
-            if start in ("head", "tail"):
-                cut = (
-                    sel.head_segments(stream)
-                    if start == "head"
-                    else dict.fromkeys(sel.current_segments(stream), 0)
-                )
-            elif start.startswith("time:"):
-                cut = sel.segments_at_time(stream, int(start[5:]))
-            elif start.startswith("cut:"):
-                cut = sel.validate_stream_cut(stream, _parse_cut(start[4:]))
-            elif start.startswith("position:"):
-                ids = _parse_cut(start[9:], allow_empty=True)
-                cut = sel.validate_reading_position(stream, ids)
+            if kind in ("head", "tail") and not value:
+                parsed = None
+            elif kind == "time":
+                parsed = int(value)
+            elif kind in ("cut", "position"):
+                parsed = _parse_cut(value, allow_empty=kind == "position")
             else:
                 raise SubscriptionError(
                     "bad-request",
                     "from must be head, tail, time:<ms>, cut:<id>=<offset>,... "
                     "or position:<id>=<offset>,...",
                 )
-            count = sel.container_count()
-            return {self._target(sel, s.id, count): offset for s, offset in cut.items()}
-        except (ValueError, ControllerError) as exc:
+            return self.directory.start_position(self.scope_name, self.stream_name, kind, parsed)
+        except StreamNotFoundError as exc:
+            raise SubscriptionError("not-found", str(exc), CLOSE_NOT_FOUND) from None
+        except ValueError as exc:
             raise SubscriptionError("bad-request", str(exc)) from exc
-
-    def _target(self, sel: Any, segment_id: int, count: int) -> Target:
-        uri = sel.segment_uri(self.stream, segment_id, count)
-        return Target(sel.segment_name(self.stream, segment_id), segment_id, uri.host, uri.port)
 
     async def _tail_offsets(self, position: dict[Target, int]) -> dict[Target, int]:
         tail = {}
@@ -287,26 +275,9 @@ class StreamTailConsumer(TailConsumer):
 
     async def _successors(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
         """The successors of a segment read to its end, and whether the stream has ended."""
-        return await database_sync_to_async(self._successors_now)(segment_id)
-
-    def _successors_now(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
-        from controller_app import selectors as sel
-        from controller_app.choices import StreamState
-        from controller_app.models import Stream
-
-        try:
-            self.stream.refresh_from_db(fields=["state", "current_epoch"])
-        except Stream.DoesNotExist:
-            return {}, True  # deleted
-        found = sel.successors(self.stream, segment_id)
-        count = sel.container_count()
-        targets = {self._target(sel, s.id, count): preds for s, preds in found.items()}
-        sealed = self.stream.state in (
-            StreamState.SEALED,
-            StreamState.SEALING,
-            StreamState.DELETING,
+        return await database_sync_to_async(self.directory.successors)(
+            self.scope_name, self.stream_name, segment_id
         )
-        return targets, sealed
 
 
 class SegmentTailConsumer(TailConsumer):
@@ -317,19 +288,18 @@ class SegmentTailConsumer(TailConsumer):
     """
 
     async def subscribe(self) -> None:
-        from controller_app.segments import parse_segment_name
-
         name = self.scope["url_route"]["kwargs"]["segment"]
         try:
-            scope, stream, segment_id = parse_segment_name(name)
+            scope, stream, _ = parse_segment_name(name)
+            self.target = await database_sync_to_async(self.directory.segment_target)(name)
         except ValueError as exc:
             raise SubscriptionError("bad-request", str(exc)) from exc
+        except NoNodeError as exc:
+            raise SubscriptionError("no-node", str(exc), CLOSE_FAILED) from exc
         self.token_resource = f"{scope}/{stream}/"
         self.token = read_token(self.token_resource)
-        uri = await database_sync_to_async(_node_for)(name)
-        self.target = Target(name, segment_id, uri.host, uri.port)
         start = self.params.get("offset", "head")
-        client = await self.pool.get(uri.host, uri.port)
+        client = await self.pool.get(self.target.host, self.target.port)
         try:
             info = await client.get_info(name, token=self.token)
         except ssc.SegmentNotFoundError:
@@ -350,16 +320,6 @@ class SegmentTailConsumer(TailConsumer):
         await self.follow(self.follower().read_segment(self.target, self.offset))
         await self.emit({"type": "end"})
         await self.close()
-
-
-def _node_for(name: str) -> Any:
-    from controller_app import selectors as sel
-    from controller_app.errors import NoNodeForSegmentError
-
-    try:
-        return sel.node_uri(name)
-    except NoNodeForSegmentError as exc:
-        raise SubscriptionError("no-node", str(exc), CLOSE_FAILED) from exc
 
 
 def _parse_cut(text: str, allow_empty: bool = False) -> dict[int, int]:
