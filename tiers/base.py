@@ -48,7 +48,7 @@ import abc
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import ClassVar, TypeVar, TypeVarTuple, Unpack
+from typing import Any, ClassVar, TypeVar, TypeVarTuple, Unpack
 
 __all__ = [
     "BadChunkOffsetError",
@@ -161,6 +161,13 @@ class DurableDataLog(abc.ABC):
     supports_fencing: ClassVar[bool] = True
     #: The primitives block (disk or network I/O) and run in a worker thread.
     blocking: ClassVar[bool] = False
+
+    @classmethod
+    def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
+        """Options the composition root gives the log ``log_id`` (one per container, e.g.
+        ``container-0``) of a node whose local state is under ``data_dir``, unless the user's
+        tier options set them: where a local backend keeps its files, which log to open."""
+        return {}
 
     def __init__(self, *, frame_bytes_max: int = 8 * 1024 * 1024, batch_frames_max: int = 256):
         self.frame_bytes_max = frame_bytes_max
@@ -355,6 +362,12 @@ class ChunkStorage(abc.ABC):
     is_durable: ClassVar[bool] = True
     #: The primitives block (disk or network I/O) and run in a worker thread.
     blocking: ClassVar[bool] = False
+
+    @classmethod
+    def default_options(cls, data_dir: str) -> dict[str, Any]:
+        """Options the composition root gives this backend on a node whose local state is under
+        ``data_dir``, unless the user's tier options set them."""
+        return {}
 
     # -- public API ----------------------------------------------------------------------------
 

@@ -1,19 +1,20 @@
 """The composition root: builds a real segment store from typed configuration.
 
 This is the one place that picks tier backends (through the plugin registry) and wires them
-into containers; everything else receives its components through constructors.
+into containers; everything else receives its components through constructors. It knows no
+backend by name: each declares its defaults for a node (``default_options``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import SegmentContainer
 from segment_app.engine.store import SegmentStore
 from tiers import load_tier1, load_tier2
+from tiers.registry import resolve_tier1, resolve_tier2
 
 __all__ = ["StoreSettings", "build_segment_store"]
 
@@ -36,20 +37,17 @@ class StoreSettings:
 
 
 def build_segment_store(settings: StoreSettings) -> SegmentStore:
-    tier2_options = dict(settings.tier2_options)
-    if settings.tier2 == "filesystem":
-        tier2_options.setdefault("root", os.path.join(settings.data_dir, "tier2"))
+    """The store of ``settings``: each backend gets its own defaults for this node
+    (``default_options``), then the user's tier options over them."""
+    tier2 = resolve_tier2(settings.tier2)
+    tier2_options = {**tier2.default_options(settings.data_dir), **settings.tier2_options}
     storage = load_tier2(settings.tier2, **tier2_options)
+    tier1 = resolve_tier1(settings.tier1)
+    frame_bytes_max = settings.store.container.durable_log.frame_bytes_max
 
     def make_container(container_id: int) -> SegmentContainer:
-        options = dict(settings.tier1_options)
-        if settings.tier1 == "file":
-            options.setdefault(
-                "path", os.path.join(settings.data_dir, "tier1", f"container-{container_id}")
-            )
-        elif settings.tier1 == "memory":
-            options.setdefault("log_id", f"container-{container_id}")
-        options.setdefault("frame_bytes_max", settings.store.container.durable_log.frame_bytes_max)
+        defaults = tier1.default_options(settings.data_dir, f"container-{container_id}")
+        options = {"frame_bytes_max": frame_bytes_max, **defaults, **settings.tier1_options}
         data_log = load_tier1(settings.tier1, **options)
         return SegmentContainer(container_id, data_log, storage, settings.store.container)
 

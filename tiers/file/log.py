@@ -26,7 +26,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 from tiers.base import (
     DataLogClosedError,
@@ -88,6 +88,11 @@ class FileDurableDataLog(DurableDataLog):
     is_durable = True
     supports_fencing = True
     blocking = True
+
+    @classmethod
+    def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
+        """Each container's log in its own directory, ``<data dir>/tier1/<log id>``."""
+        return {"path": os.path.join(data_dir, "tier1", log_id)}
 
     def __init__(
         self,

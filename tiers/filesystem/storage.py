@@ -24,6 +24,7 @@ import os
 import string
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from tiers.base import (
     BadChunkOffsetError,
@@ -79,6 +80,11 @@ class FileSystemChunkStorage(ChunkStorage):
     supports_concat = True
     is_durable = True
     blocking = True
+
+    @classmethod
+    def default_options(cls, data_dir: str) -> dict[str, Any]:
+        """Chunks under ``<data dir>/tier2``."""
+        return {"root": os.path.join(data_dir, "tier2")}
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 from tiers.base import DataLogError, DataLogFencedError, DurableDataLog, LogAddress
 from tiers.memory.faults import FaultInjector, inject
@@ -69,6 +69,11 @@ class MemoryDurableDataLog(DurableDataLog):
     is_durable = False
     supports_fencing = True
     blocking = False
+
+    @classmethod
+    def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
+        """Each container's log is the process-global log named ``log_id``."""
+        return {"log_id": log_id}
 
     def __init__(
         self,
