@@ -278,6 +278,9 @@ class WebSettings:
     secret_key: str = dataclasses.field(default="", repr=False)
     #: Whether REST endpoints require an authenticated user (MILLRACE_AUTH, default on).
     auth_enabled: bool = True
+    #: Secret the delegation tokens this node mints are signed with (MILLRACE_TOKEN_SECRET, else
+    #: generated once into the data directory): the segment stores check them with the same one.
+    token_secret: str = dataclasses.field(default="", repr=False)
     #: Lifetime of the segment store delegation tokens this node issues
     #: (MILLRACE_TOKEN_TTL_SECONDS; Pravega's delegation token TTL is 600 s as well). Clients
     #: ask for a new one when theirs expires.
@@ -301,6 +304,7 @@ class WebSettings:
             redis_url=parse_redis_url(env),
             secret_key=_secret(env, "MILLRACE_SECRET_KEY", data_dir, "django-secret-key"),
             auth_enabled=parse_bool(env, "MILLRACE_AUTH", True),
+            token_secret=_secret(env, "MILLRACE_TOKEN_SECRET", data_dir, "token-secret"),
             token_ttl_seconds=parse_int(
                 env, "MILLRACE_TOKEN_TTL_SECONDS", cls.token_ttl_seconds, low=2, high=7 * 86400
             ),

@@ -6,7 +6,6 @@ Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 
@@ -39,17 +38,11 @@ def create_user_token(username: str, *, superuser: bool = False, rotate: bool = 
     return token_for(user)
 
 
-@functools.cache
-def _token_secret() -> str:
-    from millrace.config import SegmentStoreSettings
-
-    return SegmentStoreSettings.from_env().token_secret
-
-
 def delegation_token(resource: str, access: str, ttl_seconds: float | None = None) -> str:
     """A segment store delegation token for ``resource`` (``scope/stream/``, a segment, or
     ``*``), signed with the cluster's token secret, valid ``ttl_seconds`` (default: the
-    node's ``MILLRACE_TOKEN_TTL_SECONDS``); empty when authentication is off."""
+    node's ``MILLRACE_TOKEN_TTL_SECONDS``); empty when authentication is off. The secret is the
+    node's (``WebSettings.token_secret``, read from the environment once, at the edge)."""
     from django.conf import settings
 
     if not settings.MILLRACE.auth_enabled:
@@ -57,4 +50,4 @@ def delegation_token(resource: str, access: str, ttl_seconds: float | None = Non
     from millrace.claims import mint_token
 
     ttl = settings.MILLRACE.token_ttl_seconds if ttl_seconds is None else ttl_seconds
-    return mint_token(_token_secret(), resource, access, ttl)
+    return mint_token(settings.MILLRACE.token_secret, resource, access, ttl)

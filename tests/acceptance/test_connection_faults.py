@@ -55,6 +55,7 @@ class Collector(threading.Thread):
         super().__init__(daemon=True)
         self.read_next = read_next
         self.seen: list[str] = []
+        self.places: dict[str, list[tuple[str, int]]] = {}
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -68,6 +69,8 @@ class Collector(threading.Thread):
                     return
                 if not getattr(event, "is_checkpoint", False):
                     self.seen.append(event.data.decode())
+                    place = (str(event.segment), event.offset)
+                    self.places.setdefault(self.seen[-1], []).append(place)
         except BaseException as exc:  # shown by the test
             self.error = exc
 
@@ -116,6 +119,11 @@ def test_clients_recover_from_cuts_stalls_and_resets(
             collector.join(120)
             assert not collector.is_alive(), f"a reader is stuck at {len(collector.seen)}"
             assert collector.error is None, repr(collector.error)
+        expected = {data for data, _ in written}
+        found = [(len(c.seen) - len(set(c.seen)), len(expected - set(c.seen))) for c in collectors]
+        twice = {d: p for d, p in collectors[0].places.items() if len(p) > 1}
+        assert found == [(0, 0), (0, 0)], f"(repeated, missing) per reader: {found}: {twice}"
+        for collector in collectors:
             in_order_once(collector.seen, written)
         member.close()
         reader.close()

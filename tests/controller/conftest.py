@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -30,7 +31,6 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
-from millrace import tokens
 
 TOKEN_SECRET = "controller-tests-token-secret-0123456789abcdef"
 CONTAINERS = 4
@@ -78,8 +78,10 @@ class NodeProcess:
 
 @pytest.fixture(scope="session")
 def segment_store_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    os.environ["MILLRACE_TOKEN_SECRET"] = TOKEN_SECRET
-    tokens._token_secret.cache_clear()
+    from django.conf import settings
+
+    os.environ["MILLRACE_TOKEN_SECRET"] = TOKEN_SECRET  # for the processes the tests start
+    settings.MILLRACE = dataclasses.replace(settings.MILLRACE, token_secret=TOKEN_SECRET)
     node = NodeProcess(tmp_path_factory.mktemp("segmentstore") / "data")
     yield node
     segment_client.segment_store().close()

@@ -247,6 +247,44 @@ async def test_restart_recovers_everything_acknowledged(tiers: Tiers) -> None:
     await c.stop()
 
 
+async def test_last_event_number_counts_appends_in_flight_once_durable(tiers: Tiers) -> None:
+    """A writer that reconnects asks for its last event number while its appends of the lost
+    connection are still on their way to tier-1: the answer comes once they are durable and
+    counts them, so it resends nothing twice (the store dedups by whole blocks)."""
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    writer = uuid.uuid4()
+    await c.append(SEG, b"a", writer_id=writer, event_number=1)
+    tiers.log_faults.add_latency("append_batch", 0.2)
+    in_flight = asyncio.ensure_future(c.append(SEG, b"bcd", writer_id=writer, event_number=4))
+    await asyncio.sleep(0.01)  # accepted, not yet durable
+    assert not in_flight.done()
+    assert await c.last_event_number(SEG, writer) == 4
+    assert in_flight.done()
+    await c.stop()
+
+
+async def test_last_event_number_fails_with_the_appends_before_it(tiers: Tiers) -> None:
+    """If tier-1 loses the appends in flight, the question fails with them: no number counts an
+    event that is not durable."""
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    writer = uuid.uuid4()
+    await c.append(SEG, b"a", writer_id=writer, event_number=1)
+    tiers.log_faults.add_latency("append_batch", 0.1)
+    tiers.log_faults.fail_next("append_batch")
+    lost = asyncio.ensure_future(c.append(SEG, b"b", writer_id=writer, event_number=2))
+    await asyncio.sleep(0.01)
+    with pytest.raises(ContainerOfflineError):
+        await c.last_event_number(SEG, writer)
+    with pytest.raises(ContainerOfflineError):
+        await lost
+    await c.stop()
+    c = await tiers.start()
+    assert await c.last_event_number(SEG, writer) == 1
+    await c.stop()
+
+
 async def test_failed_tier1_write_rolls_back_and_restart_recovers(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment(SEG)

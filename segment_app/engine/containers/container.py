@@ -28,7 +28,7 @@ from segment_app.engine.api import (
 )
 from segment_app.engine.config import ContainerConfig
 from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
-from segment_app.engine.containers.updater import Request
+from segment_app.engine.containers.updater import LastEventNumber, Request
 from segment_app.engine.errors import (
     ContainerOfflineError,
     InvalidArgumentError,
@@ -366,7 +366,11 @@ class SegmentContainer:
         await self._submit(UpdateAttributes(-1, values, expected), name)
 
     async def last_event_number(self, name: str, writer_id: uuid.UUID) -> int:
-        return self._committed(name).attributes.get(writer_id, NULL_ATTRIBUTE_VALUE)
+        """``writer_id``'s last event number on ``name`` once every operation accepted before
+        this call is durable (``LastEventNumber``): what a writer that reconnects must resend
+        after, so that an append still in flight on its lost connection is neither resent
+        (a duplicate) nor counted before it is durable."""
+        return cast(int, await self._submit(LastEventNumber(writer_id), name))
 
     def _committed(self, name: str) -> SegmentMetadata:
         self._check_running()

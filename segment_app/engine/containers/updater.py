@@ -49,6 +49,18 @@ NO_WRITE = _NoWrite()
 
 
 @dataclasses.dataclass(slots=True)
+class LastEventNumber(Operation):
+    """A question, not a log operation (never written): an idempotent writer's last event
+    number on a segment, as it will be once every operation accepted before it is durable.
+
+    It goes through the durable log queue like an operation, so it is answered after every
+    append queued before it (a reconnecting writer's appends still on their way to tier-1
+    count, once they are there), and fails with them if tier-1 fails."""
+
+    writer_id: uuid.UUID
+
+
+@dataclasses.dataclass(slots=True)
 class _Pending:
     segment_id: int
     name: str
@@ -178,6 +190,19 @@ class MetadataUpdater:
         segment.length = length + size
         return AppendResult(length + size, previous), segment.segment_id, length
 
+    def _accept_last_event_number(self, op: LastEventNumber, request: Request) -> object:
+        name = request.names[0]
+        segment = self._by_name.get(name)
+        if segment is None or segment.gone:
+            segment = self._by_name[name] = self._resolve(name)
+        value = segment.attributes.get(op.writer_id.int)
+        request.result = (
+            value
+            if value is not None
+            else segment.committed.get(op.writer_id, NULL_ATTRIBUTE_VALUE)
+        )
+        return NO_WRITE
+
     def _accept_map(self, op: MapSegment, request: Request) -> object:
         name = op.name
         current = self._names[name] if name in self._names else self.metadata.by_name.get(name)
@@ -291,4 +316,5 @@ _ACCEPT: dict[type[Operation], Callable[[MetadataUpdater, Any, Request], object]
     Delete: MetadataUpdater._accept_delete,
     UpdateStorage: MetadataUpdater._accept_internal,
     MetadataCheckpoint: MetadataUpdater._accept_internal,
+    LastEventNumber: MetadataUpdater._accept_last_event_number,
 }
