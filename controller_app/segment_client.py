@@ -28,6 +28,7 @@ from controller_app import selectors as sel
 from controller_app.errors import SegmentStoreUnavailableError
 from controller_app.models import Container, ContainerAssignment, Node
 from millrace.client import segment_store as ssc
+from millrace.client.sync import SyncSegmentStoreClient
 from millrace.tokens import delegation_token
 
 T = TypeVar("T")
@@ -89,11 +90,11 @@ class SegmentStorePort:
     """Blocking segment operations, each routed to the node that serves the segment."""
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, int], ssc.SyncSegmentStoreClient] = {}
+        self._clients: dict[tuple[str, int], SyncSegmentStoreClient] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def _client(self, segment: str) -> ssc.SyncSegmentStoreClient:
+    def _client(self, segment: str) -> SyncSegmentStoreClient:
         if os.getpid() != self._pid:  # forked: the parent's connections are not ours
             self._clients, self._pid = {}, os.getpid()
         uri = sel.node_uri(segment)
@@ -101,7 +102,7 @@ class SegmentStorePort:
         with self._lock:
             client = self._clients.get(key)
             if client is None or client._client.is_closed:
-                client = ssc.SyncSegmentStoreClient(
+                client = SyncSegmentStoreClient(
                     uri.host, uri.port, request_timeout=REQUEST_TIMEOUT_SECONDS
                 )
                 self._clients[key] = client

@@ -1,5 +1,26 @@
-"""Millrace's Python client SDK.
+"""Millrace's Python client SDK (no Django: programs and Spark executors import it).
 
-``millrace.client.segment_store`` talks to a segment store over the wire protocol
-(``SegmentStoreClient`` and its sync wrapper ``SyncSegmentStoreClient``).
+The public names, importable from here:
+
+* ``StreamManager`` / ``AsyncStreamManager``: scopes, streams, writers, readers, reader groups,
+  transactions and byte streams over a node's REST API and the wire protocol;
+* ``StreamCut``: a position across a stream;
+* ``SegmentStoreClient`` (asyncio) and ``SyncSegmentStoreClient``: one connection to a segment
+  store over Pravega's wire protocol, and the errors it raises (``millrace.client.errors``).
 """
+
+from millrace.client.errors import *  # noqa: F403
+from millrace.client.errors import __all__ as _errors
+from millrace.client.manager import AsyncStreamManager, StreamManager
+from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.streamcut import StreamCut
+from millrace.client.sync import SyncSegmentStoreClient
+
+__all__ = [
+    *_errors,
+    "AsyncStreamManager",
+    "SegmentStoreClient",
+    "StreamCut",
+    "StreamManager",
+    "SyncSegmentStoreClient",
+]

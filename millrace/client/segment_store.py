@@ -17,26 +17,42 @@ connection fails every pending call; appends fail with ``AppendsLostError`` list
 event numbers and payloads, so a caller can reconnect, ``setup_append`` again and resend the
 events numbered above the returned last event number (the server drops duplicates).
 
-``SyncSegmentStoreClient`` runs the async client on a private event loop in a thread.
+``millrace.client.sync.SyncSegmentStoreClient`` runs it on a private event loop in a thread;
+its errors are in ``millrace.client.errors`` (and importable from here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import functools
 import itertools
 import logging
 import struct
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 from millrace import wire as wire
+from millrace.client.errors import (
+    AppendsLostError,
+    AuthTokenCheckFailedError,
+    BadEventNumberError,
+    BadOffsetError,
+    ConnectionLostError,
+    ContainerOfflineError,
+    InvalidArgumentError,
+    OperationUnsupportedError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+    SegmentStoreError,
+    SegmentTruncatedError,
+    ServerError,
+    error_from_reply,
+)
 
 __all__ = [
     "NO_EVENT_NUMBER",
@@ -60,8 +76,8 @@ __all__ = [
     "SegmentStoreError",
     "SegmentTruncatedError",
     "ServerError",
-    "SyncSegmentStoreClient",
     "WriterHandle",
+    "error_from_reply",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,135 +113,6 @@ BUSY_WINDOW_S = 0.1
 BUSY_SWEEP_S = 0.02
 #: Java's largest read reply; asking for more gets at most this much.
 READ_BYTES_DEFAULT = 2 * 1024 * 1024
-
-
-# --------------------------------------------------------------------------------------------
-# errors
-
-
-class SegmentStoreError(Exception):
-    """An error reply from the segment store (or a failure of the connection)."""
-
-    def __init__(self, message: str, *, segment: str = "", request_id: int = -1) -> None:
-        super().__init__(message)
-        self.segment = segment
-        self.request_id = request_id
-
-
-class SegmentNotFoundError(SegmentStoreError):
-    """NoSuchSegment."""
-
-
-class SegmentExistsError(SegmentStoreError):
-    """SegmentAlreadyExists."""
-
-
-class SegmentSealedError(SegmentStoreError):
-    """SegmentIsSealed."""
-
-
-class SegmentTruncatedError(SegmentStoreError):
-    """SegmentIsTruncated; ``start_offset`` is the first readable byte."""
-
-    def __init__(self, message: str, *, start_offset: int = 0, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.start_offset = start_offset
-
-
-class BadOffsetError(SegmentStoreError):
-    """ConditionalCheckFailed: the segment length was not the expected offset."""
-
-
-class BadEventNumberError(SegmentStoreError):
-    """InvalidEventNumber."""
-
-
-class ContainerOfflineError(SegmentStoreError):
-    """WrongHost: the segment's container is not served here (now); ask again later."""
-
-    def __init__(self, message: str, *, correct_host: str = "", **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.correct_host = correct_host
-
-
-class InvalidArgumentError(SegmentStoreError):
-    """ErrorMessage with errorCode 0 (illegal argument)."""
-
-
-class ServerError(SegmentStoreError):
-    """ErrorMessage with another error code: the server failed."""
-
-
-class AuthTokenCheckFailedError(SegmentStoreError):
-    """AuthTokenCheckFailed; ``expired`` when the token was good but has expired."""
-
-    def __init__(self, message: str, *, expired: bool = False, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.expired = expired
-
-
-class OperationUnsupportedError(SegmentStoreError):
-    """OperationUnsupported."""
-
-
-class ConnectionLostError(SegmentStoreError):
-    """The connection closed (or could not be set up) before the reply arrived."""
-
-
-class AppendsLostError(ConnectionLostError):
-    """Appends of one writer whose acknowledgement was lost with the connection."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        writer_id: uuid.UUID,
-        unacked_events: list[tuple[int, bytes]],
-        **kw: Any,
-    ) -> None:
-        super().__init__(message, **kw)
-        self.writer_id = writer_id
-        #: (event number, payload as given to append_block) of every unacknowledged event.
-        self.unacked_events = unacked_events
-
-    @property
-    def unacked_event_numbers(self) -> list[int]:
-        return [number for number, _ in self.unacked_events]
-
-
-def error_from_reply(reply: Any) -> SegmentStoreError:
-    """The exception an error reply stands for."""
-    rid = getattr(reply, "request_id", -1)
-    segment = getattr(reply, "segment", "")
-    detail = getattr(reply, "server_stack_trace", "")
-    name = type(reply).__name__
-    message = f"{name}: {segment}" + (f" ({detail})" if detail else "")
-    kw: dict[str, Any] = {"segment": segment, "request_id": rid}
-    match reply:
-        case wire.NoSuchSegment():
-            return SegmentNotFoundError(message, **kw)
-        case wire.SegmentAlreadyExists():
-            return SegmentExistsError(message, **kw)
-        case wire.SegmentIsSealed():
-            return SegmentSealedError(message, **kw)
-        case wire.SegmentIsTruncated():
-            return SegmentTruncatedError(message, start_offset=reply.start_offset, **kw)
-        case wire.ConditionalCheckFailed():
-            return BadOffsetError(f"{name}: event {reply.event_number}", request_id=rid)
-        case wire.InvalidEventNumber():
-            return BadEventNumberError(f"{name}: {detail}", request_id=rid)
-        case wire.WrongHost():
-            return ContainerOfflineError(message, correct_host=reply.correct_host, **kw)
-        case wire.AuthTokenCheckFailed():
-            expired = reply.error_code == wire.TOKEN_EXPIRED
-            return AuthTokenCheckFailedError(f"{name}: {detail}", expired=expired, request_id=rid)
-        case wire.OperationUnsupported():
-            return OperationUnsupportedError(f"{name}: {reply.operation_name}", request_id=rid)
-        case wire.ErrorMessage(error_code=wire.ERROR_ILLEGAL_ARGUMENT):
-            return InvalidArgumentError(f"{name}: {reply.message}", **kw)
-        case wire.ErrorMessage():
-            return ServerError(f"{name}: {reply.message}", **kw)
-    return SegmentStoreError(f"unexpected reply {reply!r}", request_id=rid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,6 +185,12 @@ class AppendLimits:
 #: bytes: the garbage collector stops tracking such tuples, so thousands of blocks in flight
 #: cost its full passes nothing (a class instance would).
 _Block = tuple[int, int, int, tuple[bytes, ...], int]
+#: The fields of a ``_Block``, by name (request id, first and last event number, events, call).
+_RID: Final = 0
+_FIRST: Final = 1
+_LAST: Final = 2
+_EVENTS: Final = 3
+_CALL: Final = 4
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -1336,7 +1229,7 @@ class SegmentStoreClient:
     def _send_block(self, session: _Session, block: _Block, cmd: Any) -> None:
         self.blocks_sent += 1
         session.in_flight.append(block)
-        self._blocks[block[0]] = session.writer_id.int
+        self._blocks[block[_RID]] = session.writer_id.int
         self._send(cmd)
 
     def _on_data_appended(self, reply: wire.DataAppended) -> None:
@@ -1353,8 +1246,8 @@ class SegmentStoreClient:
         if session is None:
             return
         in_flight, blocks, resolved = session.in_flight, self._blocks, self._resolved
-        while in_flight and in_flight[0][2] <= number:
-            rid = in_flight.popleft()[0]
+        while in_flight and in_flight[0][_LAST] <= number:
+            rid = in_flight.popleft()[_RID]
             blocks.pop(rid, None)
             resolved.add(rid)  # (``_ClientProtocol`` advances the order after the read)
         if session.call_lasts:
@@ -1382,7 +1275,7 @@ class SegmentStoreClient:
             self._advance()
 
     def _fail_conditional(self, session: _Session, request_id: int, error: Exception) -> None:
-        block = next((b for b in session.in_flight if b[0] == request_id), None)
+        block = next((b for b in session.in_flight if b[_RID] == request_id), None)
         if block is None:
             return
         session.in_flight.remove(block)
@@ -1390,7 +1283,7 @@ class SegmentStoreClient:
         self._advance()
         lasts, waiters = session.call_lasts, session.call_waiters
         for index in reversed(range(len(lasts))):
-            if lasts[index] == block[2]:
+            if lasts[index] == block[_LAST]:
                 waiter = waiters[index]
                 del lasts[index], waiters[index]
                 if not waiter.done():
@@ -1410,12 +1303,12 @@ class SegmentStoreClient:
         session.failure = session.failure or error
         # the append_many calls that can have unacknowledged events of this writer: from the
         # first that can have events in its oldest block unacknowledged
-        oldest = session.in_flight[0][4] if session.in_flight else session.open_call
+        oldest = session.in_flight[0][_CALL] if session.in_flight else session.open_call
         if (session.in_flight or session.open_events) and self._call_futures:
             self._call_failures[id(session)] = (oldest, session.failure)
         for block in session.in_flight:
-            self._blocks.pop(block[0], None)
-            self._resolved.add(block[0])
+            self._blocks.pop(block[_RID], None)
+            self._resolved.add(block[_RID])
         session.in_flight.clear()
         session.call_lasts.clear()
         while session.call_waiters:
@@ -1443,82 +1336,3 @@ def _block_data(events: tuple[bytes, ...], size: int, raw: bool) -> bytes:
         return header + header.join(events)
     pack = _EVENT_HEADER.pack
     return b"".join([part for event in events for part in (pack(0, len(event)), event)])
-
-
-# --------------------------------------------------------------------------------------------
-# the sync wrapper
-
-
-class SyncSegmentStoreClient:
-    """Blocking wrapper: the async client runs on a private event loop in a daemon thread."""
-
-    def __init__(self, host: str, port: int, *, timeout: float = 60.0, **kwargs: Any) -> None:
-        self.timeout = timeout
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="millrace-segment-store-client", daemon=True
-        )
-        self._thread.start()
-        try:
-            self._client = self._run(SegmentStoreClient.connect(host, port, **kwargs))
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
-
-    def __getattr__(self, name: str) -> Any:
-        """The request/response methods of the async client, made blocking."""
-        if name in _SYNC_METHODS:
-            method = getattr(self._client, name)
-            return functools.wraps(method)(lambda *a, **kw: self._run(method(*a, **kw)))
-        raise AttributeError(name)
-
-    def append_block(
-        self, writer_id: uuid.UUID, events: bytes | Sequence[bytes], *, raw: bool = False
-    ) -> concurrent.futures.Future[AppendAck]:
-        """Blocks until the events are queued; the returned future completes on their ack."""
-        result: concurrent.futures.Future[AppendAck] = concurrent.futures.Future()
-
-        async def submit() -> None:
-            ack = await self._client.append_block(writer_id, events, raw=raw)
-            ack.add_done_callback(functools.partial(_copy_outcome, result))
-
-        self._run(submit())
-        return result
-
-    def close(self) -> None:
-        try:
-            self._run(self._client.close())
-        finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(self.timeout)
-        if not self._thread.is_alive():
-            self._loop.close()
-
-    def __enter__(self) -> SyncSegmentStoreClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-_SYNC_METHODS = frozenset(
-    {
-        "create_segment", "get_info", "read_segment", "seal", "truncate", "delete", "merge",
-        "get_attribute", "update_attribute", "setup_append", "flush", "conditional_append",
-    }
-)  # fmt: skip
-
-
-def _copy_outcome(target: concurrent.futures.Future[T], source: asyncio.Future[T]) -> None:
-    if source.cancelled():
-        target.cancel()
-    elif source.exception() is not None:
-        target.set_exception(source.exception())
-    else:
-        target.set_result(source.result())

@@ -117,7 +117,7 @@ def write_events(port: int, segment: str, *payloads: bytes) -> None:
     import uuid
 
     from millrace.claims import READ_UPDATE, mint_token
-    from millrace.client.segment_store import SyncSegmentStoreClient
+    from millrace.client.sync import SyncSegmentStoreClient
 
     token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
     client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)

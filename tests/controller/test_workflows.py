@@ -32,7 +32,7 @@ from controller_app.segment_client import segment_store
 from controller_app.workflows import scale, scopes, streams, transactions, truncate
 from controller_app.workflows.config import StreamConfig
 from millrace.claims import READ_UPDATE, mint_token
-from millrace.client.segment_store import SyncSegmentStoreClient
+from millrace.client.sync import SyncSegmentStoreClient
 from tests.controller.conftest import TOKEN_SECRET
 from tests.controller.invariants import check_stream
 

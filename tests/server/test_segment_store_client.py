@@ -11,6 +11,7 @@ import pytest
 from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+from millrace.client.sync import SyncSegmentStoreClient
 
 SEG = "sc/st/0.#epoch.0"
 
@@ -154,7 +155,7 @@ async def test_sync_client(server) -> None:
     """The blocking client runs in a worker thread while this loop serves."""
 
     def use_sync_client() -> c.SegmentInfo:
-        with c.SyncSegmentStoreClient("127.0.0.1", server.port) as client:
+        with SyncSegmentStoreClient("127.0.0.1", server.port) as client:
             client.create_segment(SEG)
             writer = uuid.uuid4()
             assert client.setup_append(SEG, writer) == c.NO_EVENT_NUMBER

@@ -18,7 +18,7 @@ from controller_app.workflows.config import StreamConfig
 from millrace.claims import READ, mint_token
 from millrace.client.events import EventSplitter
 from millrace.client.routing import key_point
-from millrace.client.segment_store import SyncSegmentStoreClient
+from millrace.client.sync import SyncSegmentStoreClient
 from tests.controller.conftest import TOKEN_SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)

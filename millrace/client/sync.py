@@ -1,0 +1,97 @@
+"""A blocking wrapper of the segment store client, for synchronous code (the controller).
+
+``SyncSegmentStoreClient`` runs a ``SegmentStoreClient`` on a private event loop in a daemon
+thread; its request/response methods block until the answer, ``append_block`` until the events
+are queued (its future completes on their acknowledgement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+import uuid
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from millrace.client.segment_store import AppendAck, SegmentStoreClient
+
+__all__ = ["SyncSegmentStoreClient"]
+
+T = TypeVar("T")
+
+
+class SyncSegmentStoreClient:
+    """Blocking wrapper: the async client runs on a private event loop in a daemon thread."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 60.0, **kwargs: Any) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="millrace-segment-store-client", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._client = self._run(SegmentStoreClient.connect(host, port, **kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        """The request/response methods of the async client, made blocking."""
+        if name in _SYNC_METHODS:
+            method = getattr(self._client, name)
+            return functools.wraps(method)(lambda *a, **kw: self._run(method(*a, **kw)))
+        raise AttributeError(name)
+
+    def append_block(
+        self, writer_id: uuid.UUID, events: bytes | Sequence[bytes], *, raw: bool = False
+    ) -> concurrent.futures.Future[AppendAck]:
+        """Blocks until the events are queued; the returned future completes on their ack."""
+        result: concurrent.futures.Future[AppendAck] = concurrent.futures.Future()
+
+        async def submit() -> None:
+            ack = await self._client.append_block(writer_id, events, raw=raw)
+            ack.add_done_callback(functools.partial(_copy_outcome, result))
+
+        self._run(submit())
+        return result
+
+    def close(self) -> None:
+        try:
+            self._run(self._client.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> SyncSegmentStoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_SYNC_METHODS = frozenset(
+    {
+        "create_segment", "get_info", "read_segment", "seal", "truncate", "delete", "merge",
+        "get_attribute", "update_attribute", "setup_append", "flush", "conditional_append",
+    }
+)  # fmt: skip
+
+
+def _copy_outcome(target: concurrent.futures.Future[T], source: asyncio.Future[T]) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
