@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from segment_app.engine.config import SegmentStoreConfig
-from segment_app.engine.containers.container import SegmentContainer
+from segment_app.engine.containers.container import ContainerParts, SegmentContainer
 from segment_app.engine.store import SegmentStore
 from tiers import load_tier1, load_tier2
 from tiers.registry import resolve_tier1, resolve_tier2
@@ -49,6 +49,8 @@ def build_segment_store(settings: StoreSettings) -> SegmentStore:
         defaults = tier1.default_options(settings.data_dir, f"container-{container_id}")
         options = {"frame_bytes_max": frame_bytes_max, **defaults, **settings.tier1_options}
         data_log = load_tier1(settings.tier1, **options)
-        return SegmentContainer(container_id, data_log, storage, settings.store.container)
+        return SegmentContainer(
+            container_id, data_log, storage, settings.store.container, parts=ContainerParts()
+        )
 
     return SegmentStore(settings.store, make_container)

@@ -453,3 +453,34 @@ async def test_large_reads_and_flushes_join_pieces_off_the_event_loop(
     assert await read_all(c, SEG) == b"".join(chunks)  # ...and read back from tier-2
     assert joins_in_threads and max(joins_in_threads) >= 10_000
     await c.stop()
+
+
+async def test_a_container_builds_its_parts_with_what_it_is_given(tiers: Tiers) -> None:
+    """The composition root (or a test) chooses the read index, durable log and storage writer
+    a container builds (``ContainerParts``)."""
+    from segment_app.engine.containers.container import ContainerParts, SegmentContainer
+    from segment_app.engine.logs.durable_log import DurableLog
+    from segment_app.engine.reading.read_index import ReadIndex
+    from segment_app.engine.writer.storage_writer import StorageWriter
+
+    built: list[str] = []
+
+    def recording(cls: type, name: str) -> object:
+        def make(*args: object, **kwargs: object) -> object:
+            built.append(name)
+            return cls(*args, **kwargs)
+
+        return make
+
+    parts = ContainerParts(
+        read_index=recording(ReadIndex, "read index"),  # type: ignore[arg-type]
+        durable_log=recording(DurableLog, "durable log"),  # type: ignore[arg-type]
+        storage_writer=recording(StorageWriter, "storage writer"),  # type: ignore[arg-type]
+    )
+    template = tiers.container()
+    c = SegmentContainer(0, template.data_log, template.storage, template.config, parts=parts)
+    await c.start()
+    await c.create_segment(SEG)
+    await c.append(SEG, b"x")
+    assert built == ["read index", "durable log", "storage writer"]
+    await c.stop()

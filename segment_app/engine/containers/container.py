@@ -10,6 +10,7 @@ then serve.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import logging
@@ -74,6 +75,16 @@ class ContainerState(enum.Enum):
     FAILED = "failed"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContainerParts:
+    """What a container builds its parts with (the classes, or anything called the same way):
+    the composition root passes the real ones; a test may pass others."""
+
+    read_index: Callable[..., ReadIndex] = ReadIndex
+    durable_log: Callable[..., DurableLog] = DurableLog
+    storage_writer: Callable[..., StorageWriter] = StorageWriter
+
+
 class SegmentContainer:
     def __init__(
         self,
@@ -82,6 +93,7 @@ class SegmentContainer:
         storage: ChunkStorage,
         config: ContainerConfig | None = None,
         *,
+        parts: ContainerParts = ContainerParts(),
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -89,11 +101,12 @@ class SegmentContainer:
         self.data_log = data_log
         self.storage = storage
         self.config = config or ContainerConfig()
+        self.parts = parts
         self.clock = clock
         self.monotonic = monotonic
         self.state = ContainerState.NEW
         self.metadata = ContainerMetadata(container_id)
-        self.read_index = ReadIndex(self.metadata, storage, self.config.read_index)
+        self.read_index = parts.read_index(self.metadata, storage, self.config.read_index)
         self.durable_log: DurableLog | None = None
         self.storage_writer: StorageWriter | None = None
 
@@ -173,7 +186,7 @@ class SegmentContainer:
         last_address: LogAddress | None,
         first_sequence: int,
     ) -> None:
-        self.durable_log = DurableLog(
+        self.durable_log = self.parts.durable_log(
             self.data_log,
             self.metadata,
             self.config.durable_log,
@@ -183,7 +196,7 @@ class SegmentContainer:
             deduplicate=self.config.deduplicate,
             over_budget=self._over_budget,
         )
-        self.storage_writer = StorageWriter(
+        self.storage_writer = self.parts.storage_writer(
             self.metadata,
             self.read_index,
             self.storage,
