@@ -229,13 +229,35 @@ class Supervisor:
         for child in self.children:
             if child.state is ChildState.WAITING:
                 if now >= child.restart_at:
-                    self._spawn(child)
+                    self._respawn(child, now)
             elif child.exit_status() is not None:
                 self._exited(child, now)
             elif child.state is ChildState.STARTING:
                 self._check_ready(child, now)
             elif child.state is ChildState.READY:
                 self._check_alive(child, now)
+
+    def _respawn(self, child: Child, now: float) -> None:
+        """Start ``child`` again; a start that fails (no memory, no file descriptors left) is
+        one more failure in a row, retried after the next delay: never the end of the node."""
+        try:
+            self._spawn(child)
+        except OSError as exc:
+            child.reason = f"could not be started ({exc})"
+            child.exits_in_a_row += 1
+            delay = self._delay(child)
+            child.restart_at = now + delay
+            self.echo(
+                f"millrace standalone: {child.name} {child.reason}; retrying in {delay:.1f} s"
+            )
+            self._set(child, ChildState.WAITING, child.reason)
+
+    def _delay(self, child: Child) -> float:
+        """The delay before the next start after ``exits_in_a_row`` failures in a row."""
+        return min(
+            RESTART_DELAY_FIRST_SECONDS * RESTART_DELAY_FACTOR ** (child.exits_in_a_row - 1),
+            RESTART_DELAY_MAX_SECONDS,
+        )
 
     def _check_ready(self, child: Child, now: float) -> None:
         if child.ready():
@@ -270,10 +292,7 @@ class Supervisor:
             raise StandaloneError(self._failure(child, "exited while starting"))
         child.exits_in_a_row += 1
         child.restarts += 1
-        delay = min(
-            RESTART_DELAY_FIRST_SECONDS * RESTART_DELAY_FACTOR ** (child.exits_in_a_row - 1),
-            RESTART_DELAY_MAX_SECONDS,
-        )
+        delay = self._delay(child)
         child.restart_at = now + delay
         why = f"{child.reason or 'exited'} (exit status {child.exit_status()})"
         what = f"{why}; restarting in {delay:.1f} s (restart {child.restarts})"

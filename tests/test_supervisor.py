@@ -219,3 +219,17 @@ def test_stop_all_stops_children_in_reverse_order(tmp_path: Path) -> None:
     assert order == ["c", "b", "a"]
     assert all(child.process is not None and child.process.poll() is not None for child in children)
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_child_that_cannot_be_started_again_is_retried(tmp_path: Path, run: list) -> None:
+    """A restart that fails to start the process at all (here its program is gone; in life no
+    memory or file descriptors) is one more failure, retried: the node goes on."""
+    child = make_child(tmp_path, "store", "ready")
+    running = start(run, [child])
+    program = child.argv
+    child.argv = [str(tmp_path / "no-such-program")]
+    kill(child)
+    running.until(lambda: any("could not be started" in line for line in running.lines))
+    assert child.state is ChildState.WAITING and running.error is None
+    child.argv = program
+    running.until(lambda: child.state is ChildState.READY and child.restarts == 1)
