@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from millrace.claims import ACCESS_LEVELS, READ, mint_token
@@ -20,7 +20,6 @@ from millrace.claims import ACCESS_LEVELS, READ, mint_token
 __all__ = [
     "AllowAll",
     "Authorizer",
-    "auth_enabled_from_env",
     "main_mint_token",
 ]
 
@@ -35,12 +34,6 @@ class AllowAll:
 
     def check(self, token: str, resource: str, access: str) -> None:
         return None
-
-
-def auth_enabled_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """False only when ``MILLRACE_AUTH`` says off (off, false, 0, no); on by default."""
-    value = (os.environ if environ is None else environ).get("MILLRACE_AUTH", "on")
-    return value.strip().lower() not in {"off", "false", "0", "no"}
 
 
 def main_mint_token(argv: Sequence[str] | None = None) -> int:

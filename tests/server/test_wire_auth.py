@@ -198,12 +198,6 @@ def test_mint_token_rejects_unknown_access() -> None:
         claims.mint_token(SECRET, "*", "WRITE", 10)
 
 
-def test_auth_enabled_from_env() -> None:
-    assert auth.auth_enabled_from_env({}) is True
-    assert auth.auth_enabled_from_env({"MILLRACE_AUTH": "off"}) is False
-    assert auth.auth_enabled_from_env({"MILLRACE_AUTH": "On"}) is True
-
-
 def test_main_mint_token_prints_a_valid_token(capsys, monkeypatch) -> None:
     monkeypatch.setenv("MILLRACE_TOKEN_SECRET", SECRET)
     assert auth.main_mint_token(["sc/st/", "--access", "READ_UPDATE", "--ttl", "30"]) == 0
