@@ -26,10 +26,13 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_SECONDS = 2.0
 #: A role whose newest heartbeat is older than this is down.
 HEARTBEAT_STALE_SECONDS = 10.0
-#: Rows of processes silent for this long are deleted (restarted processes get new rows).
+#: Rows of processes silent for this long are deleted, when a process of the role starts
+#: (restarted processes get new rows).
 HEARTBEAT_FORGET_SECONDS = 3600.0
 
 _started = timezone.now()
+#: Roles whose stale rows this process has deleted (it does so once, at its first heartbeat).
+_cleaned: set[str] = set()
 
 
 def process_name() -> str:
@@ -44,8 +47,10 @@ def record(role: str) -> None:
         ProcessHeartbeat.objects.update_or_create(
             role=role, process=process_name(), defaults={"beat_at": now, "started_at": _started}
         )
-        forget = now - dt.timedelta(seconds=HEARTBEAT_FORGET_SECONDS)
-        ProcessHeartbeat.objects.filter(role=role, beat_at__lt=forget).delete()
+        if role not in _cleaned:  # once per process: rows of processes long gone
+            forget = now - dt.timedelta(seconds=HEARTBEAT_FORGET_SECONDS)
+            ProcessHeartbeat.objects.filter(role=role, beat_at__lt=forget).delete()
+            _cleaned.add(role)
     except DatabaseError as exc:
         log.warning("%s heartbeat not recorded: %s", role, exc)
     finally:

@@ -27,15 +27,15 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+
+from millrace.status_files import read_fresh
 
 #: The longest a health request takes: a contributor that has not answered by then is down.
 HEALTH_TIMEOUT_SECONDS = 3.0
@@ -78,22 +78,11 @@ class Health:
 # -- the state files of the same host ---------------------------------------------------------
 
 
-def _read_fresh(path: Path) -> dict[str, Any] | None:
-    """A status file's JSON if it was written in the last ``STATUS_FRESH_SECONDS``."""
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(found, dict) or time.time() - found.get("updated", 0) > STATUS_FRESH_SECONDS:
-        return None
-    return found
-
-
 def supervised() -> dict[str, Any]:
     """The standalone supervisor's children (name → state), or {} when not under one."""
     from millrace.standalone import state_file
 
-    found = _read_fresh(state_file(settings.MILLRACE.data_dir))
+    found = read_fresh(state_file(settings.MILLRACE.data_dir), STATUS_FRESH_SECONDS)
     return found.get("children", {}) if found else {}
 
 
@@ -258,7 +247,9 @@ def contributors() -> list[Health]:
     probes = {address: answers[address][1] for address in nodes if answers[address][0]}
     reports = {}
     for address in nodes:
-        found = _read_fresh(status_path(settings.MILLRACE.data_dir, address[1]))
+        found = read_fresh(
+            status_path(settings.MILLRACE.data_dir, address[1]), STATUS_FRESH_SECONDS
+        )
         if found is not None and _pid_alive(found.get("pid")):
             reports[address] = found
     done, broker = answers["broker"]

@@ -31,7 +31,6 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
-import json
 import os
 import secrets
 import signal
@@ -45,6 +44,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from millrace.status_files import write_status
 
 #: Seconds a child has to stop after SIGTERM before it gets SIGKILL.
 STOP_GRACE_SECONDS = 10.0
@@ -65,6 +66,9 @@ LIVENESS_TIMEOUT_SECONDS = 15.0
 LIVENESS_INTERVAL_SECONDS = 1.0
 #: Seconds between two rounds of the supervisor's loop (exits, deadlines, the state file).
 TICK_SECONDS = 0.2
+#: Seconds between two writes of the state file while nothing changes (readers believe it
+#: for ``millrace.health.STATUS_FRESH_SECONDS``).
+STATE_WRITE_SECONDS = 1.0
 #: Output lines of a child kept to show when it fails.
 OUTPUT_TAIL_LINES = 30
 
@@ -155,6 +159,7 @@ class Supervisor:
         self.unsafe = unsafe
         self.stopping = threading.Event()
         self.started = False
+        self._state_written = 0.0
         self._probes: dict[str, threading.Thread] = {}
 
     # -- starting -------------------------------------------------------------------------------
@@ -221,7 +226,8 @@ class Supervisor:
         """Until ``stopping`` is set: look after the children (``tick``) every ``TICK_SECONDS``."""
         while not self.stopping.wait(TICK_SECONDS):
             self.tick()
-            self._write_state()
+            if time.monotonic() - self._state_written >= STATE_WRITE_SECONDS:
+                self._write_state()  # (changes are written at once; this keeps it fresh)
 
     def tick(self) -> None:
         """One round: notice exits, readiness and silence; restart children whose delay ran out."""
@@ -324,7 +330,6 @@ class Supervisor:
         now = time.monotonic()
         return {
             "pid": os.getpid(),
-            "updated": time.time(),
             "started": self.started,
             "children": {
                 child.name: {
@@ -342,10 +347,9 @@ class Supervisor:
     def _write_state(self) -> None:
         if self.state_file is None:
             return
-        scratch = self.state_file.with_suffix(".tmp")
         with contextlib.suppress(OSError):
-            scratch.write_text(json.dumps(self.snapshot()))
-            os.replace(scratch, self.state_file)
+            write_status(self.state_file, self.snapshot())
+        self._state_written = time.monotonic()
 
     # -- stopping ---------------------------------------------------------------------------------
 

@@ -15,16 +15,15 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import json
 import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from millrace.status_files import write_status
 from segment_app.engine.errors import EngineError
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
@@ -197,18 +196,10 @@ async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
     check on the same host reads it; its ``updated`` time tells a stale file from a live one."""
     path = status_path(config.data_dir, port)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_suffix(".tmp")
     while True:
-        report = {
-            "pid": os.getpid(),
-            "updated": time.time(),
-            "tier1": config.tier1,
-            "tier2": config.tier2,
-            **store.health(),
-        }
+        report = {"pid": os.getpid(), "tier1": config.tier1, "tier2": config.tier2}
         try:
-            scratch.write_text(json.dumps(report))
-            os.replace(scratch, path)
+            write_status(path, {**report, **store.health()})
         except OSError as exc:  # a full or read-only disk must not stop the node
             log.warning("cannot write the status file %s: %s", path, exc)
         await asyncio.sleep(STATUS_INTERVAL_SECONDS)
