@@ -28,18 +28,19 @@ import uuid
 from append_producer import PAYLOAD_POOL, payloads  # a sibling module: bench/ is not a package
 
 from millrace.client import segment_store as ss
+from millrace.client.append_blocks import Session
 
 EVENT_BYTES = 100
 
 
 async def run(args: argparse.Namespace) -> list[float]:
     client = ss.SegmentStoreClient()
-    client._transport = object()  # type: ignore[assignment]  # (never written to: see below)
+    client._conn.transport = object()  # type: ignore[assignment]  # (never written to: see below)
     dropped: list[object] = []
-    client._send = lambda cmd: dropped.extend(ss.wire.encode_parts(cmd))  # type: ignore[method-assign]
+    client._conn.send = lambda cmd: dropped.extend(ss.wire.encode_parts(cmd))  # type: ignore[method-assign]
     ids = [uuid.uuid4() for _ in range(args.writers)]
     for writer_id in ids:
-        client._sessions[writer_id.int] = ss._Session(
+        client._sessions[writer_id.int] = Session(
             client=client, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
         )
     writers = ids if args.ids else [client.writer_handle(w) for w in ids]
@@ -74,7 +75,7 @@ def _send_and_ack(client: ss.SegmentStoreClient) -> None:
     client._lingering.clear()
     for key, session in client._sessions.items():
         if session.in_flight:
-            client._data_appended(key, session.in_flight[-1][2], -1, 0)
+            client.data_appended(key, session.in_flight[-1][2], -1, 0)
     client._advance()
 
 

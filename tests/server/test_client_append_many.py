@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from millrace import wire as wire
+from millrace.client import appends
 from millrace.client import segment_store as c
 from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 
@@ -132,8 +133,8 @@ async def test_blocks_coalesce_while_the_transport_is_congested(server, store) -
     sends one block of everything it gathered."""
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
-    assert client._transport is not None
-    protocol = client._transport.get_protocol()
+    assert client._conn.transport is not None
+    protocol = client._conn.transport.get_protocol()
     protocol.pause_writing()  # as the transport does above its high-water mark
     sent = client.blocks_sent
     acks = [await client.append_block(writers[0], b"a%d" % i) for i in range(3)]
@@ -157,11 +158,11 @@ async def test_appends_wait_while_congested_with_open_blocks_full(
 ) -> None:
     """Open blocks are bounded while congested: beyond OPEN_BYTES_MAX, append_block and
     append_many wait for the transport to drain."""
-    monkeypatch.setattr(c, "OPEN_BYTES_MAX", 100)
+    monkeypatch.setattr(appends, "OPEN_BYTES_MAX", 100)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
-    assert client._transport is not None
-    protocol = client._transport.get_protocol()
+    assert client._conn.transport is not None
+    protocol = client._conn.transport.get_protocol()
     protocol.pause_writing()
     first = await client.append_block(writers[0], [b"a" * 60, b"a" * 60])  # over the limit now
     one = asyncio.ensure_future(client.append_block(writers[0], b"c"))
@@ -184,25 +185,25 @@ async def test_nothing_goes_to_a_congested_transport_and_waiting_appends_resume(
     """While congested, even full blocks wait in the client (the transport's buffer does not
     grow); when it drains they go, and appends waiting for room in open blocks go on even with
     no block held (here the open one lingers)."""
-    monkeypatch.setattr(c, "OPEN_BYTES_MAX", 50)
+    monkeypatch.setattr(appends, "OPEN_BYTES_MAX", 50)
     limits = dataclasses.replace(AppendLimits(), block_bytes_max=100, linger_ms=60_000)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
     segments, writers = await _writers(client, 2)
-    assert client._transport is not None
-    protocol = client._transport.get_protocol()
+    assert client._conn.transport is not None
+    protocol = client._conn.transport.get_protocol()
     protocol.pause_writing()
     # two blocks (58 bytes each with the event header): the first is full and goes, the
     # second lingers, over OPEN_BYTES_MAX
     lingering = await client.append_block(writers[1], [b"l" * 50, b"m" * 50])
     await asyncio.sleep(0.1)
-    assert client._out and client._transport.get_write_buffer_size() == 0
+    assert client._conn.out and client._conn.transport.get_write_buffer_size() == 0
     assert not client._held  # (the lingering block is not due)
     waiting = asyncio.ensure_future(client.append_many([(writers[0], b"w")]))
     await asyncio.sleep(0.1)
     assert not waiting.done()
     protocol.resume_writing()
     done = await asyncio.wait_for(waiting, 10)  # (the call went on; its block lingers)
-    assert not client._out
+    assert not client._conn.out
     await asyncio.wait_for(client.flush(), 10)
     assert lingering.done() and done.done()
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"w")
@@ -215,14 +216,14 @@ async def test_held_blocks_go_a_send_buffer_at_a_time(server, store, monkeypatch
     turn (here a few bytes: one writer per turn), until every writer's block went."""
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 5)
-    assert client._transport is not None
-    protocol = client._transport.get_protocol()
+    assert client._conn.transport is not None
+    protocol = client._conn.transport.get_protocol()
     protocol.pause_writing()
     sent = client.blocks_sent
     done = await client.append_many([(w, [b"x%d" % i, b"y%d" % i]) for i, w in enumerate(writers)])
     await asyncio.sleep(0.1)
     assert client.blocks_sent == sent and len(client._held) == 5
-    monkeypatch.setattr(c, "SEND_BUFFER_BYTES", 1)
+    monkeypatch.setattr(appends, "SEND_BUFFER_BYTES", 1)
     protocol.resume_writing()
     assert len(client._held) == 4  # the oldest went at once; the others follow, turn by turn
     await asyncio.wait_for(done, 10)

@@ -1,0 +1,227 @@
+"""The transport of a segment store client: one TCP connection, its send queue and congestion.
+
+Responsibility: ``Connection`` is the asyncio protocol of one connection to a segment store.
+It queues encoded commands and hands them to the socket in large writes (``send``,
+``flush_out``), tracks congestion (the socket takes no more), says Hello, matches replies to
+requests by request id (``request``), and gives everything about appends (acknowledgements,
+errors of append blocks, a drained send buffer, a lost connection) to its ``AppendListener``.
+It knows nothing of the commands' meaning: ``millrace.client.calls`` and
+``millrace.client.appends`` build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from millrace import wire
+from millrace.client.errors import ConnectionLostError, SegmentStoreError
+
+__all__ = ["SEND_BUFFER_BYTES", "WRITE_CHUNK_BYTES", "AppendListener", "Connection"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes queued in the transport before it is congested (the socket takes no more: the
+#: server reads slower than we append): blocks then wait in their writers' open blocks, which
+#: grow (fewer, larger blocks for the server), and sent blocks in ``Connection.out``, instead
+#: of this buffer. (Kept small: the transport copies what the socket does not take into a
+#: buffer that grows and shrinks by as much, and at megabytes each growth is fresh pages for
+#: the kernel to fault in and zero, which cost the producer a fifth of its time.)
+SEND_BUFFER_BYTES = 1024 * 1024
+#: Bytes handed to the transport in one write (it joins them into one buffer: see above).
+WRITE_CHUNK_BYTES = 256 * 1024
+#: DataAppended's payload as this version sends it (writer id, event number, previous event
+#: number, request id, segment write offset), decoded without the generic codec.
+_DATA_APPENDED = struct.Struct(">16sqqqq")
+_DATA_APPENDED_TYPE = wire.DataAppended.TYPE
+
+
+class AppendListener(Protocol):
+    """What a connection tells the append side (``millrace.client.appends``)."""
+
+    def data_appended(self, writer: int, number: int, previous: int, offset: int) -> None:
+        """An acknowledgement for the writer whose ``writer_id.int`` is ``writer``."""
+
+    def block_reply(self, request_id: int, reply: Any) -> bool:
+        """A reply no request waits for: if it answers an append block, take it (True)."""
+
+    def replies_read(self) -> None:
+        """The replies of one read from the socket were all given."""
+
+    def drained(self) -> None:
+        """The transport is not congested (after a flush or ``resume_writing``)."""
+
+    def lost(self) -> None:
+        """The connection is gone (``Connection.lost`` says why)."""
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One connection to a segment store (made by ``loop.create_connection``)."""
+
+    def __init__(self, appends: AppendListener, request_timeout: float) -> None:
+        self.appends = appends
+        self.request_timeout = request_timeout
+        self.assembler = wire.FrameAssembler()
+        self.transport: asyncio.Transport | None = None
+        #: Encoded commands not yet handed to the transport (see ``send``).
+        self.out: list[bytes | bytearray | memoryview] = []
+        self._out_scheduled = False
+        #: Request ids, for requests and append blocks alike (replies are matched by them).
+        self.request_ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._hello: asyncio.Future[wire.Hello] | None = None
+        #: Why the connection is gone (None while it is up).
+        self.lost: SegmentStoreError | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        #: The transport's send buffer is over SEND_BUFFER_BYTES.
+        self.congested = False
+
+    # -- asyncio protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES)  # type: ignore[attr-defined]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.assembler.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        appends = self.appends
+        try:
+            for type_code, payload in self.assembler.buffer_updated(nbytes):
+                if type_code == _DATA_APPENDED_TYPE and len(payload) == _DATA_APPENDED.size:
+                    writer, number, previous, _rid, offset = _DATA_APPENDED.unpack(payload)
+                    appends.data_appended(int.from_bytes(writer), number, previous, offset)
+                    continue
+                self._on_reply(wire.decode_frame(type_code, payload, lenient=True))
+        except wire.ProtocolError as exc:
+            self.abort(ConnectionLostError(f"undecodable reply: {exc}"))
+        appends.replies_read()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.congested = False
+        lost = self.lost or ConnectionLostError(f"connection lost: {exc or 'closed'}")
+        self.lost = lost
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(lost)
+        self._pending.clear()
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(lost)
+        self.appends.lost()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        """The transport's send buffer is over its high-water mark (the server reads slower
+        than we append): the append side holds blocks that are not full instead."""
+        self.congested = True
+
+    def resume_writing(self) -> None:
+        self.congested = False
+        self.flush_out()  # (and the held blocks)
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def send(self, cmd: Any) -> None:
+        """Queue a command; those queued during one event-loop turn (e.g. the blocks of many
+        writers whose linger expired together) go out in one write (one syscall)."""
+        if self.lost is not None:
+            raise self.lost
+        assert self.transport is not None
+        self.out.extend(wire.encode_parts(cmd))
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_out)
+
+    def flush_out(self, *, everything: bool = False) -> None:
+        """Hand the queued commands to the transport, WRITE_CHUNK_BYTES at a time, until it is
+        congested (the rest wait for ``resume_writing``, unless ``everything``)."""
+        self._out_scheduled = False
+        transport, out = self.transport, self.out
+        if transport is None or transport.is_closing():
+            out.clear()
+        elif out:
+            start = size = 0
+            last = len(out)
+            for end, part in enumerate(out, 1):
+                size += len(part)
+                if size >= WRITE_CHUNK_BYTES or end == last:
+                    if self.congested and not everything:
+                        break
+                    transport.writelines(out[start:end])  # may call pause_writing
+                    start, size = end, 0
+            if start:
+                del out[:start]
+        if not self.congested:
+            self.appends.drained()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def request(self, make: Callable[[int], Any]) -> Any:
+        """Send ``make(request_id)`` and return its reply (whatever it is)."""
+        request_id = next(self.request_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self.send(make(request_id))
+            return await asyncio.wait_for(future, self.request_timeout)
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def handshake(self) -> None:
+        """Exchange Hello; a server that speaks no version of ours is refused."""
+        self._hello = asyncio.get_running_loop().create_future()
+        self.send(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
+        hello = await asyncio.wait_for(self._hello, self.request_timeout)
+        if not hello.low_version <= wire.WIRE_VERSION <= hello.high_version:
+            low, high = hello.low_version, hello.high_version
+            error = ConnectionLostError(
+                f"server speaks versions {low}..{high}, not {wire.WIRE_VERSION}"
+            )
+            self.abort(error)
+            raise error
+
+    def _on_reply(self, reply: Any) -> None:
+        if isinstance(reply, wire.DataAppended):
+            self.appends.data_appended(
+                reply.writer_id.int,
+                reply.event_number,
+                reply.previous_event_number,
+                reply.current_segment_write_offset,
+            )
+            return
+        if isinstance(reply, wire.Hello):
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(reply)
+            return
+        request_id = getattr(reply, "request_id", None)
+        future = self._pending.pop(request_id, None) if request_id is not None else None
+        if future is not None:
+            if not future.done():
+                future.set_result(reply)
+        elif request_id is not None and self.appends.block_reply(request_id, reply):
+            pass
+        elif not isinstance(reply, wire.KeepAlive):
+            log.warning("segment store sent an unsolicited %r", reply)
+            if request_id == wire.NO_REQUEST_ID and isinstance(reply, wire.ErrorMessage):
+                self.lost = ConnectionLostError(f"server closed the connection: {reply.message}")
+
+    # -- closing --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Send what is queued, close, and wait until the connection is gone."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.flush_out(everything=True)  # queued commands go out before it closes
+            self.transport.close()
+        if self.transport is not None:
+            await asyncio.shield(self.closed)
+
+    def abort(self, error: SegmentStoreError) -> None:
+        self.lost = self.lost or error
+        if self.transport is not None:
+            self.transport.abort()
