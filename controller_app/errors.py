@@ -40,6 +40,10 @@ class SegmentStoreUnavailableError(ControllerError):
     the operation may succeed if tried again."""
 
 
+class SegmentTruncatedError(ControllerError):
+    """A read below the segment's start offset: those bytes were truncated away."""
+
+
 class NotFoundError(ControllerError, LookupError):
     """A named record (scope, stream, transaction, reader group) does not exist."""
 

@@ -1,13 +1,16 @@
-"""The controller's port to the segment store, for synchronous code (workflows, tasks, views).
+"""The controller's port to the segment store over the wire client (``ports.SegmentStore``).
 
-Responsibility: create, seal, truncate, delete and merge segments on whichever node serves
-them (the host store: ``Node`` and ``ContainerAssignment`` rows, read by
+Responsibility: ``SegmentStorePort`` creates, seals, truncates, deletes and merges segments on
+whichever node serves them (the host store: ``Node`` and ``ContainerAssignment`` rows, read by
 ``selectors.node_uri``), with the idempotence a retried workflow step needs: creating a segment
 that exists, sealing a sealed one, deleting a missing one, merging a transaction segment that
-was merged already all succeed. One blocking connection per node and process
-(``SyncSegmentStoreClient``: the async client on a private event loop thread), opened on first
-use, so a forked Celery worker never shares a socket with its parent. Delegation tokens are
-minted here with the cluster's token secret when authentication is on.
+was merged already all succeed; the wire client's errors become the controller's own
+(``SegmentStoreUnavailableError``, ``SegmentTruncatedError``). One blocking connection per node
+and process (``SyncSegmentStoreClient``: the async client on a private event loop thread),
+opened on first use, so a forked Celery worker never shares a socket with its parent.
+Delegation tokens are minted here with the cluster's token secret when authentication is on.
+``segment_store()`` is the process's one port, which the Celery tasks and the REST views pass
+to the workflows.
 
 ``register_node`` is how a segment store node (``millrace standalone``, tests, an operator)
 becomes the owner of every container.
@@ -19,14 +22,14 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.db import transaction
 
 from controller_app import selectors as sel
-from controller_app.errors import SegmentStoreUnavailableError
+from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
 from controller_app.models import Container, ContainerAssignment, Node
+from controller_app.ports import SegmentState
 from millrace.client import segment_store as ssc
 from millrace.client.sync import SyncSegmentStoreClient
 from millrace.tokens import delegation_token
@@ -37,16 +40,6 @@ T = TypeVar("T")
 REQUEST_TIMEOUT_SECONDS = 30.0
 #: The wire client's errors that mean "not reachable now" (translated by the port).
 _UNREACHABLE = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError, TimeoutError)
-
-
-@dataclass(frozen=True)
-class SegmentState:
-    """What the segment store says of a segment."""
-
-    exists: bool
-    sealed: bool
-    length: int
-    start_offset: int
 
 
 def register_node(
@@ -87,7 +80,8 @@ def _token(segment: str) -> str:
 
 
 class SegmentStorePort:
-    """Blocking segment operations, each routed to the node that serves the segment."""
+    """Blocking segment operations, each routed to the node that serves the segment (a
+    ``ports.SegmentStore``)."""
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, int], SyncSegmentStoreClient] = {}
@@ -153,9 +147,12 @@ class SegmentStorePort:
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at
         the tail would wait for data)."""
-        got = self._call(
-            segment, lambda c: c.read_segment(segment, offset, length, token=_token(segment))
-        )
+        try:
+            got = self._call(
+                segment, lambda c: c.read_segment(segment, offset, length, token=_token(segment))
+            )
+        except ssc.SegmentTruncatedError as exc:
+            raise SegmentTruncatedError(str(exc)) from exc
         return bytes(got.data)
 
     def info(self, segment: str) -> SegmentState:
@@ -173,23 +170,12 @@ class SegmentStorePort:
             client.close()
 
 
-def tail_cut(stream: Any) -> dict[Any, int]:
-    """Where the stream ends now: each segment of its current epoch (of its last epoch once
-    sealed) at its length in the segment store, as ``{Segment: offset}``."""
-    segments = (
-        sel.current_segments(stream)
-        or sel.epoch_record(stream, stream.current_epoch).segment_list()
-    )
-    port = segment_store()
-    return {s: port.info(sel.segment_name(stream, s.id)).length for s in segments}
-
-
 _port: SegmentStorePort | None = None
 _port_lock = threading.Lock()
 
 
 def segment_store() -> SegmentStorePort:
-    """The process's port to the segment store."""
+    """The process's port to the segment store (the edges pass it to the workflows)."""
     global _port
     with _port_lock:
         if _port is None:

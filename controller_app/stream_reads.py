@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller_app import selectors as sel
+from controller_app.errors import SegmentTruncatedError
 from controller_app.models import Stream
-from controller_app.segment_client import SegmentStorePort, segment_store
-from millrace.client import segment_store as ssc
+from controller_app.ports import SegmentStore
+from controller_app.segments import Segment
 from millrace.client.events import Event, EventSplitter
 
 #: Bytes one page holds at most (events beyond are left for the next page).
@@ -40,9 +41,8 @@ class Page:
     end_of_stream: bool = False
 
 
-def read_page(stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
+def read_page(store: SegmentStore, stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
     """Up to ``limit`` events of ``stream`` from the valid stream cut ``cut``."""
-    port = segment_store()
     page = Page(position=dict(cut))
     ended: dict[int, int] = {}
     size = 0
@@ -55,7 +55,7 @@ def read_page(stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
             if room <= 0 or size >= PAGE_BYTES_MAX:
                 break
             name = sel.segment_name(stream, segment_id)
-            state = port.info(name)
+            state = store.info(name)
             offset = page.position[segment_id]
             if not state.exists:  # deleted (truncated away): nothing more in it
                 ended[segment_id] = offset
@@ -65,7 +65,7 @@ def read_page(stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
                 offset = page.position[segment_id] = state.start_offset
                 page.truncated.append(segment_id)
             if offset < state.length:
-                events = _read(port, name, offset, state.length, room, PAGE_BYTES_MAX - size)
+                events = _read(store, name, offset, state.length, room, PAGE_BYTES_MAX - size)
                 for event in events:
                     page.events.append((segment_id, event))
                     size += len(event.data)
@@ -87,7 +87,7 @@ def read_page(stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
 
 
 def _read(
-    port: SegmentStorePort, name: str, offset: int, length: int, count: int, budget: int
+    store: SegmentStore, name: str, offset: int, length: int, count: int, budget: int
 ) -> list[Event]:
     """Up to ``count`` whole events (about ``budget`` bytes) of ``name`` from ``offset``,
     which is below the segment's ``length`` (so no read waits at the tail)."""
@@ -96,8 +96,8 @@ def _read(
     at = offset
     while at < length and len(events) < count and budget > 0:
         try:
-            chunk = port.read(name, at, min(READ_CHUNK_BYTES, length - at))
-        except ssc.SegmentTruncatedError:
+            chunk = store.read(name, at, min(READ_CHUNK_BYTES, length - at))
+        except SegmentTruncatedError:
             break  # truncated meanwhile: the next page starts at the new head
 
         if not chunk:
@@ -134,3 +134,13 @@ def _start_successors(stream: Stream, position: dict[int, int], ended: dict[int,
             ended.pop(segment_id)
             changed = True
     return changed
+
+
+def tail_cut(store: SegmentStore, stream: Stream) -> dict[Segment, int]:
+    """Where the stream ends now: each segment of its current epoch (of its last epoch once
+    sealed) at its length in the segment store, as ``{Segment: offset}``."""
+    segments = (
+        sel.current_segments(stream)
+        or sel.epoch_record(stream, stream.current_epoch).segment_list()
+    )
+    return {s: store.info(sel.segment_name(stream, s.id)).length for s in segments}

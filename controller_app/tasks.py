@@ -26,6 +26,7 @@ from controller_app.errors import (
     NoNodeForSegmentError,
     SegmentStoreUnavailableError,
 )
+from controller_app.segment_client import segment_store
 from controller_app.workflows import scale, streams, sweeper, transactions, truncate
 from controller_app.workflows.transactions import Postpone
 
@@ -41,8 +42,9 @@ _UNREACHABLE = (SegmentStoreUnavailableError, NoNodeForSegmentError, OSError)
 
 
 def _run(task: Any, step: Callable[..., Any], *args: Any) -> None:
+    """Run ``step(store, *args)`` with the process's segment-store port; own the retries."""
     try:
-        step(*args)
+        step(segment_store(), *args)
     except Postpone as exc:
         raise task.retry(countdown=POSTPONE_SECONDS, exc=exc, max_retries=None) from None
     except (ConflictError, IntegrityError) as exc:

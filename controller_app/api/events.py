@@ -32,7 +32,8 @@ from rest_framework.views import APIView
 
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError
-from controller_app.stream_reads import read_page
+from controller_app.segment_client import segment_store
+from controller_app.stream_reads import read_page, tail_cut
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
 from millrace.client.routing import SegmentRange
@@ -182,9 +183,7 @@ def _read_from(stream: Any, scope: str, name: str, where: str) -> dict[int, int]
     if where == "head":
         return {s.id: o for s, o in sel.head_segments(stream).items()}
     if where == "tail":
-        from controller_app.segment_client import tail_cut
-
-        return {s.id: o for s, o in tail_cut(stream).items()}
+        return {s.id: o for s, o in tail_cut(segment_store(), stream).items()}
     try:
         cut = StreamCut.from_text(where)
     except ValueError as exc:
@@ -230,7 +229,9 @@ class EventsView(APIView):
             or not (1 <= int(raw_limit) <= READ_LIMIT_MAX)
         ):
             raise InvalidArgumentError(f"limit must be an integer from 1 to {READ_LIMIT_MAX}")
-        page = read_page(row, _read_from(row, scope, stream, where), int(raw_limit))
+        page = read_page(
+            segment_store(), row, _read_from(row, scope, stream, where), int(raw_limit)
+        )
         return Response(
             {
                 "events": [_event_json(sid, e) for sid, e in page.events],

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import ReaderGroup
+from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows import scopes
 from millrace.client.streamcut import StreamCut
@@ -138,7 +139,9 @@ class ReaderGroupsView(APIView):
     )
     def post(self, request: Request, scope: str) -> Response:
         data = _valid(CreateSerializer, request.data)
-        group = rg.create_reader_group(scope, data["readerGroupName"], _config(data))
+        group = rg.create_reader_group(
+            segment_store(), scope, data["readerGroupName"], _config(data)
+        )
         return Response(_detail(rg.get_reader_group(scope, group.name)), status=201)
 
 
@@ -161,7 +164,7 @@ class ResetView(APIView):
         group = rg.get_reader_group(scope, reader_group)
         data = _valid(ResetSerializer, request.data)
         current = rg.ReaderGroupConfig.from_json(group.configuration)
-        group = rg.reset_reader_group(scope, reader_group, _config(data, current))
+        group = rg.reset_reader_group(segment_store(), scope, reader_group, _config(data, current))
         return Response(_detail(group))
 
 

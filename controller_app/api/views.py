@@ -22,6 +22,7 @@ from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream
+from controller_app.segment_client import segment_store
 from controller_app.segments import Segment
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
 from controller_app.workflows.common import get_stream
@@ -137,7 +138,7 @@ class StreamsView(APIView):
         scopes.get_scope(scope)  # 404 before 400, as Pravega answers
         serializer = _valid(s.StreamCreateSerializer, request.data)
         stream = streams.create_stream(
-            scope, serializer.validated_data["streamName"], serializer.to_config()
+            segment_store(), scope, serializer.validated_data["streamName"], serializer.to_config()
         )
         return Response(_property(stream), status=201)
 
@@ -268,8 +269,6 @@ class SegmentsView(APIView):
 class SegmentView(APIView):
     @extend_schema(operation_id="getSegment", responses=s.SegmentDetailSerializer)
     def get(self, request: Request, scope: str, stream: str, segment_id: int) -> Response:
-        from controller_app.segment_client import segment_store
-
         row = get_stream(scope, stream)
         record = sel.segment_record(row, segment_id)
         state = segment_store().info(sel.segment_name(row, segment_id))
@@ -390,7 +389,7 @@ class TruncateView(APIView):
     def post(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
-        truncate.truncate_stream(scope, stream, cut, wait=WORKFLOW_WAIT_SECONDS)
+        truncate.truncate_stream(segment_store(), scope, stream, cut, wait=WORKFLOW_WAIT_SECONDS)
         row = get_stream(scope, stream)
         return Response({"head": [_segment(row, g, o) for g, o in sel.head_segments(row).items()]})
 
@@ -428,7 +427,7 @@ class TransactionsView(APIView):
         get_stream(scope, stream)
         data = _valid(s.TransactionCreateSerializer, request.data).validated_data
         txn = transactions.create_transaction(
-            scope, stream, lease_ms=data["leaseMs"], writer_id=data["writerId"]
+            segment_store(), scope, stream, lease_ms=data["leaseMs"], writer_id=data["writerId"]
         )
         return Response(_txn(scope, stream, txn, with_segments=True), status=201)
 

@@ -7,14 +7,17 @@ layer maps to status codes: ``NotFoundError`` 404, ``AlreadyExistsError`` 409,
 ``PreconditionFailedError`` 412, ``InvalidArgumentError`` / ``InvalidStreamCutError`` 400,
 ``ConflictError`` 409, ``WorkflowTimeoutError`` 504 (the work goes on).
 
-The public surface (signatures are the contract between the API, the CLI and the tasks):
+The public surface (signatures are the contract between the API, the CLI and the tasks).
+A function that works on segments takes the segment-store port (``ports.SegmentStore``) as its
+first argument, written ``store`` below; the edges (tasks, views) pass
+``segment_client.segment_store()``:
 
 ``scopes``
     ``create_scope(name) -> Scope``  (AlreadyExistsError if it exists)
     ``delete_scope(name) -> None``  (PreconditionFailedError unless empty)
 
 ``streams``
-    ``create_stream(scope, name, config: StreamConfig) -> Stream``  creates the segments of
+    ``create_stream(store, scope, name, config: StreamConfig) -> Stream``  creates the segments of
         epoch 0 in the segment store and returns the stream ACTIVE (a retry of the same
         create completes a half-done one; a different existing config -> AlreadyExistsError)
     ``update_stream(scope, name, config, *, wait=30.0) -> Stream``
@@ -22,13 +25,13 @@ The public surface (signatures are the contract between the API, the CLI and the
     ``delete_stream(scope, name, *, wait=30.0) -> None``  (PreconditionFailedError unless SEALED)
     ``scale_stream(scope, name, sealed_segment_ids, new_ranges, *, scale_time=None, wait=30.0)
         -> EpochTransition``
-    ``truncate_stream(scope, name, stream_cut: {segment id: offset}, *, wait=30.0) -> Stream``
+    ``truncate_stream(store, scope, name, stream_cut: {segment id: offset}, *, wait=30.0) -> Stream``
     Request workflows record their intent, send the Celery task on commit and, when ``wait``
     is not None, poll the database until the workflow is done (WorkflowTimeoutError after
     ``wait`` seconds; the work then completes in the background).
 
 ``transactions``
-    ``create_transaction(scope, name, *, lease_ms, writer_id="") -> Transaction``
+    ``create_transaction(store, scope, name, *, lease_ms, writer_id="") -> Transaction``
     ``ping_transaction(scope, name, txn_id: uuid.UUID, lease_ms) -> Transaction``
     ``commit_transaction(scope, name, txn_id, *, writer_id="", timestamp=None) -> Transaction``
     ``abort_transaction(scope, name, txn_id) -> Transaction``
@@ -36,4 +39,11 @@ The public surface (signatures are the contract between the API, the CLI and the
 
 ``marks``
     ``note_writer_mark(scope, name, writer_id, timestamp, position: {segment id: offset})``
+
+``reader_groups``
+    ``create_reader_group(store, scope, name, config)``, ``reset_reader_group(store, scope,
+    name, config=None)`` (they read the tail of a stream) and the reader calls
+
+Task steps (``run_seal``, ``run_delete``, ``run_scale``, ``run_truncate``, ``run_commits``,
+``run_abort``, ``complete_create``) take ``(store, id)``.
 """

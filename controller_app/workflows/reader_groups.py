@@ -34,12 +34,14 @@ from controller_app.errors import (
     StreamNotFoundError,
 )
 from controller_app.models import ReaderGroup, Stream, Subscriber
+from controller_app.ports import SegmentStore
 from controller_app.reader_group_state import (
     GroupState,
     ReaderNotInGroup,
     segment_key,
     split_key,
 )
+from controller_app.stream_reads import tail_cut
 from controller_app.workflows import scopes
 from controller_app.workflows.common import get_stream, now_ms
 from controller_app.workflows.config import check_name
@@ -157,9 +159,7 @@ def get_reader_group(scope: str, name: str) -> ReaderGroup:
     return group
 
 
-def _start_positions(config: ReaderGroupConfig) -> dict[str, int]:
-    from controller_app.segment_client import tail_cut
-
+def _start_positions(store: SegmentStore, config: ReaderGroupConfig) -> dict[str, int]:
     positions: dict[str, int] = {}
     for scoped, start in config.streams.items():
         scope, name = _split_scoped(scoped)
@@ -167,7 +167,7 @@ def _start_positions(config: ReaderGroupConfig) -> dict[str, int]:
         if start == "head":
             cut = sel.head_segments(stream)
         elif start == "tail":
-            cut = tail_cut(stream)
+            cut = tail_cut(store, stream)
         else:
             cut = sel.validate_stream_cut(stream, {int(k): int(v) for k, v in start.items()})
         for segment, offset in cut.items():
@@ -175,7 +175,9 @@ def _start_positions(config: ReaderGroupConfig) -> dict[str, int]:
     return positions
 
 
-def create_reader_group(scope: str, name: str, config: ReaderGroupConfig) -> ReaderGroup:
+def create_reader_group(
+    store: SegmentStore, scope: str, name: str, config: ReaderGroupConfig
+) -> ReaderGroup:
     """Create the group, its readers' state at the configured starts and its subscriptions.
     The same create again returns the group; another configuration -> AlreadyExistsError."""
     check_name("reader group", name)
@@ -185,7 +187,7 @@ def create_reader_group(scope: str, name: str, config: ReaderGroupConfig) -> Rea
         if ReaderGroupConfig.from_json(existing.configuration) == config:
             return existing
         raise AlreadyExistsError(f"reader group {scope}/{name} exists with another configuration")
-    positions = _start_positions(config)
+    positions = _start_positions(store, config)
     try:
         with transaction.atomic():
             group = ReaderGroup.objects.create(
@@ -197,18 +199,18 @@ def create_reader_group(scope: str, name: str, config: ReaderGroupConfig) -> Rea
             )
             _subscribe(group, config, positions)
     except IntegrityError:  # a concurrent create of the same group won
-        return create_reader_group(scope, name, config)
+        return create_reader_group(store, scope, name, config)
     return group
 
 
 def reset_reader_group(
-    scope: str, name: str, config: ReaderGroupConfig | None = None
+    store: SegmentStore, scope: str, name: str, config: ReaderGroupConfig | None = None
 ) -> ReaderGroup:
     """Start the group again at ``config``'s starts (default: its own configuration): a new
     generation; every reader gives up its segments and acquires anew; checkpoints cleared."""
     group = get_reader_group(scope, name)
     config = config or ReaderGroupConfig.from_json(group.configuration)
-    positions = _start_positions(config)
+    positions = _start_positions(store, config)
     for _ in range(CAS_ATTEMPTS):
         state = GroupState.load(group.sync_state)
         fresh = GroupState.start(positions)

@@ -26,7 +26,7 @@ from controller_app.errors import (
     SegmentNotFoundError,
 )
 from controller_app.models import Epoch, EpochTransition, SegmentRecord, Stream, transition
-from controller_app.segment_client import segment_store
+from controller_app.ports import SegmentStore
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
@@ -159,7 +159,7 @@ def _new_segments(stream: Stream, job: EpochTransition) -> list[Segment]:
     ]
 
 
-def run_scale(stream_id: int) -> None:
+def run_scale(store: SegmentStore, stream_id: int) -> None:
     """Task step: carry out the stream's pending scale (see the module docstring)."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != _S.SCALING:
@@ -172,12 +172,11 @@ def run_scale(stream_id: int) -> None:
         return
     if job.state == _E.REQUESTED:
         transition(job, _E.REQUESTED, _E.STARTED)
-    port = segment_store()
     new = _new_segments(stream, job)
     for segment in new:
-        port.create_segment(sel.segment_name(stream, segment.id))
+        store.create_segment(sel.segment_name(stream, segment.id))
     step("scale.create")
-    sizes = {sid: port.seal(sel.segment_name(stream, sid)) for sid in job.segments_to_seal}
+    sizes = {sid: store.seal(sel.segment_name(stream, sid)) for sid in job.segments_to_seal}
     step("scale.seal")
     _complete(stream, job, new, sizes)
     step("scale.complete")

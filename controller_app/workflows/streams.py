@@ -37,7 +37,7 @@ from controller_app.models import (
     Transaction,
     transition,
 )
-from controller_app.segment_client import segment_store
+from controller_app.ports import SegmentStore
 from controller_app.segments import Segment, encode_segments, uniform_ranges
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
@@ -61,7 +61,7 @@ BUSY = frozenset(
 # -- create ------------------------------------------------------------------------------------
 
 
-def create_stream(scope: str, name: str, config: StreamConfig) -> Stream:
+def create_stream(store: SegmentStore, scope: str, name: str, config: StreamConfig) -> Stream:
     """Create ``scope/name`` with ``config`` and its epoch-0 segments; return it ACTIVE.
 
     A retry of the same create finishes a half-done one; a stream that exists with another
@@ -82,7 +82,7 @@ def create_stream(scope: str, name: str, config: StreamConfig) -> Stream:
                 raise AlreadyExistsError(f"stream {scope}/{name} exists already")
     except IntegrityError:  # a concurrent create won the race
         raise AlreadyExistsError(f"stream {scope}/{name} exists already") from None
-    complete_create(created.pk)
+    complete_create(store, created.pk)
     return get_stream(scope, name)
 
 
@@ -134,14 +134,13 @@ def _set_tags(stream: Stream, tags: tuple[str, ...]) -> None:
     )
 
 
-def complete_create(stream_id: int) -> None:
+def complete_create(store: SegmentStore, stream_id: int) -> None:
     """Create the epoch-0 segments in the segment store and make the stream ACTIVE."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.CREATING:
         return
-    port = segment_store()
     for segment in sel.epoch_record(stream, 0).segment_list():
-        port.create_segment(sel.segment_name(stream, segment.id))
+        store.create_segment(sel.segment_name(stream, segment.id))
     step("create.segments")
     with contextlib.suppress(ConflictError):  # another run finished it
         transition(stream, StreamState.CREATING, StreamState.ACTIVE)
@@ -244,15 +243,14 @@ def seal_stream(scope: str, name: str, *, wait: float | None = 30.0) -> Stream:
     return wait_until(sealed, wait, f"seal of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
 
 
-def run_seal(stream_id: int) -> None:
+def run_seal(store: SegmentStore, stream_id: int) -> None:
     """Task step: seal the current segments in the segment store, then SEALING → SEALED."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.SEALING:
         return
-    port = segment_store()
     tail = sel.current_epoch(stream)
     for segment in tail.segment_list():
-        size = port.seal(sel.segment_name(stream, segment.id))
+        size = store.seal(sel.segment_name(stream, segment.id))
         SegmentRecord.objects.filter(
             stream=stream, creation_epoch=segment.creation_epoch, number=segment.number
         ).update(sealed_size=size)
@@ -288,17 +286,16 @@ def delete_stream(scope: str, name: str, *, wait: float | None = 30.0) -> None:
     )
 
 
-def run_delete(stream_id: int) -> None:
+def run_delete(store: SegmentStore, stream_id: int) -> None:
     """Task step: delete every segment of the stream from the segment store, then its rows."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.DELETING:
         return
-    port = segment_store()
     for txn in Transaction.objects.filter(stream=stream):
         for segment in sel.epoch_record(stream, txn.epoch).segment_list():
-            port.delete(transaction_segment_name(sel.segment_name(stream, segment.id), txn.hex))
+            store.delete(transaction_segment_name(sel.segment_name(stream, segment.id), txn.hex))
     records = SegmentRecord.objects.filter(stream=stream).only("number", "creation_epoch")
     for record in records.iterator(chunk_size=1000):
-        port.delete(sel.segment_name(stream, record.segment_id))
+        store.delete(sel.segment_name(stream, record.segment_id))
     step("delete.segments")
     Stream.objects.filter(pk=stream_id, state=StreamState.DELETING).delete()

@@ -44,7 +44,7 @@ from controller_app.models import (
     Transaction,
     transition,
 )
-from controller_app.segment_client import segment_store
+from controller_app.ports import SegmentStore
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from millrace.naming import (
@@ -120,7 +120,9 @@ def _check_lease(lease_ms: int) -> int:
 # -- create, ping, state -------------------------------------------------------------------------
 
 
-def create_transaction(scope: str, name: str, *, lease_ms: int, writer_id: str = "") -> Transaction:
+def create_transaction(
+    store: SegmentStore, scope: str, name: str, *, lease_ms: int, writer_id: str = ""
+) -> Transaction:
     """Open a transaction on the current epoch and create its shadow segments."""
     lease = _check_lease(lease_ms)
     stream = get_stream(scope, name)
@@ -137,10 +139,9 @@ def create_transaction(scope: str, name: str, *, lease_ms: int, writer_id: str =
         lease_expires_at=now + dt.timedelta(milliseconds=lease),
         max_execution_deadline=now + MAX_EXECUTION,
     )
-    port = segment_store()
     try:
         for segment in epoch.segment_list():
-            port.create_segment(shadow_name(sel.segment_name(stream, segment.id), txn))
+            store.create_segment(shadow_name(sel.segment_name(stream, segment.id), txn))
     except Exception:
         Transaction.objects.filter(pk=txn.pk).delete()
         raise
@@ -233,7 +234,7 @@ def _mark_committing(stream: Stream, txn: Transaction, timestamp: int | None) ->
     raise ConflictError(f"too many concurrent commits on stream {stream}; try again")
 
 
-def run_commits(stream_id: int) -> None:
+def run_commits(store: SegmentStore, stream_id: int) -> None:
     """Task step: commit every COMMITTING transaction of the stream (raises ``Postpone``
     while another workflow holds the stream)."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
@@ -258,26 +259,24 @@ def run_commits(stream_id: int) -> None:
         epoch = batch[0].epoch
         group = [t for t in batch if t.epoch == epoch]
         if epoch == stream.current_epoch:
-            _merge_in_place(stream, group)
+            _merge_in_place(store, stream, group)
         else:
-            stream = _roll(stream, epoch, group)
+            stream = _roll(store, stream, epoch, group)
     transition(stream, _S.COMMITTING_TXN, _S.ACTIVE)
 
 
-def _merge_in_place(stream: Stream, group: list[Transaction]) -> None:
-    port = segment_store()
+def _merge_in_place(store: SegmentStore, stream: Stream, group: list[Transaction]) -> None:
     segments = sel.epoch_record(stream, group[0].epoch).segment_list()
     for txn in group:
         for segment in segments:
             parent = sel.segment_name(stream, segment.id)
-            port.merge(parent, shadow_name(parent, txn))
+            store.merge(parent, shadow_name(parent, txn))
         step("commit.merge")
         _complete(txn, _T.COMMITTED)
 
 
-def _roll(stream: Stream, txn_epoch: int, group: list[Transaction]) -> Stream:
+def _roll(store: SegmentStore, stream: Stream, txn_epoch: int, group: list[Transaction]) -> Stream:
     """Commit ``group`` (of a scaled-away epoch) by rolling: see the module docstring."""
-    port = segment_store()
     current = stream.current_epoch
     rolled, duplicate = current + 1, current + 2
     created = max(now_ms(), sel.current_epoch(stream).creation_time)
@@ -287,15 +286,15 @@ def _roll(stream: Stream, txn_epoch: int, group: list[Transaction]) -> Stream:
     dup_tail = [Segment(s.number, duplicate, s.key_start, s.key_end, created) for s in tail]
     for source, copy in zip(old, dup_old, strict=True):
         target = sel.segment_name(stream, copy.id)
-        port.create_segment(target)
+        store.create_segment(target)
         parent = sel.segment_name(stream, source.id)
         for txn in group:
-            port.merge(target, shadow_name(parent, txn))
+            store.merge(target, shadow_name(parent, txn))
     step("commit.roll.merge")
-    sizes_rolled = {s.id: port.seal(sel.segment_name(stream, s.id)) for s in dup_old}
+    sizes_rolled = {s.id: store.seal(sel.segment_name(stream, s.id)) for s in dup_old}
     for segment in dup_tail:
-        port.create_segment(sel.segment_name(stream, segment.id))
-    sizes_tail = {s.id: port.seal(sel.segment_name(stream, s.id)) for s in tail}
+        store.create_segment(sel.segment_name(stream, segment.id))
+    sizes_tail = {s.id: store.seal(sel.segment_name(stream, s.id)) for s in tail}
     step("commit.roll.seal")
     with transaction.atomic():
         for epoch, reference, segments in (
@@ -376,15 +375,14 @@ def abort_transaction(
     return txn
 
 
-def run_abort(txn_pk: int) -> None:
+def run_abort(store: SegmentStore, txn_pk: int) -> None:
     """Task step: delete an ABORTING transaction's shadow segments and complete it."""
     txn = Transaction.objects.select_related("stream__scope").filter(pk=txn_pk).first()
     if txn is None or txn.state != _T.ABORTING:
         return
     stream = txn.stream
-    port = segment_store()
     for segment in sel.epoch_record(stream, txn.epoch).segment_list():
-        port.delete(shadow_name(sel.segment_name(stream, segment.id), txn))
+        store.delete(shadow_name(sel.segment_name(stream, segment.id), txn))
     step("abort.delete")
     _complete(txn, _T.ABORTED)
 

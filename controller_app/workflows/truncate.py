@@ -18,7 +18,7 @@ from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.errors import InvalidStreamCutError, PreconditionFailedError
 from controller_app.models import Stream, TruncationRecord, transition
-from controller_app.segment_client import segment_store
+from controller_app.ports import SegmentStore
 from controller_app.segments import CutOrder, encode_segments, encode_stream_cut
 from controller_app.workflows.common import get_stream, step, wait_until
 from controller_app.workflows.streams import start_when_active
@@ -27,7 +27,12 @@ _S = StreamState
 
 
 def truncate_stream(
-    scope: str, name: str, stream_cut: Mapping[int, int], *, wait: float | None = 30.0
+    store: SegmentStore,
+    scope: str,
+    name: str,
+    stream_cut: Mapping[int, int],
+    *,
+    wait: float | None = 30.0,
 ) -> Stream:
     """Truncate ``scope/name`` at ``stream_cut`` ({segment id: offset})."""
     stream = get_stream(scope, name)
@@ -40,7 +45,7 @@ def truncate_stream(
         records.append(_record(locked, cut))
 
     _record(stream, cut, save=False)  # check before taking the stream: a clear error at once
-    _check_lengths(stream, cut)
+    _check_lengths(store, stream, cut)
     start_when_active(scope, name, _S.TRUNCATING, wait, "truncate", then=record)
     dispatch.send_on_commit(dispatch.TRUNCATE_STREAM, stream.pk)
     number = records[-1].number
@@ -54,10 +59,9 @@ def truncate_stream(
     return wait_until(done, wait, f"truncation of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
 
 
-def _check_lengths(stream: Stream, cut: dict[int, int]) -> None:
-    port = segment_store()
+def _check_lengths(store: SegmentStore, stream: Stream, cut: dict[int, int]) -> None:
     for segment_id, offset in cut.items():
-        length = port.info(sel.segment_name(stream, segment_id)).length
+        length = store.info(sel.segment_name(stream, segment_id)).length
         if offset > length:
             raise InvalidStreamCutError(
                 f"offset {offset} is beyond the end ({length}) of segment {segment_id}"
@@ -96,20 +100,19 @@ def _record(stream: Stream, cut: dict[int, int], *, save: bool = True) -> Trunca
     return truncation
 
 
-def run_truncate(stream_id: int) -> None:
+def run_truncate(store: SegmentStore, stream_id: int) -> None:
     """Task step: apply the latest truncation record in the segment store; TRUNCATING → ACTIVE."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != _S.TRUNCATING:
         return
     truncation = sel.latest_truncation(stream)
-    port = segment_store()
     if truncation is not None:
         for segment_id in truncation.deleted_segments:
-            port.delete(sel.segment_name(stream, int(segment_id)))
+            store.delete(sel.segment_name(stream, int(segment_id)))
         step("truncate.delete")
         for segment, offset in truncation.cut().items():
             name = sel.segment_name(stream, segment.id)
-            if port.info(name).start_offset < offset:
-                port.truncate(name, offset)
+            if store.info(name).start_offset < offset:
+                store.truncate(name, offset)
         step("truncate.segments")
     transition(stream, _S.TRUNCATING, _S.ACTIVE)

@@ -39,7 +39,9 @@ class Case:
     def __init__(self, port: int) -> None:
         self.scope = f"sc{uuid.uuid4().hex[:12]}"
         scopes.create_scope(self.scope)
-        self.stream = streams.create_stream(self.scope, "st", StreamConfig(min_segments=2))
+        self.stream = streams.create_stream(
+            segment_store(), self.scope, "st", StreamConfig(min_segments=2)
+        )
         self.port = port
         self.txn: Any = None
 
@@ -50,7 +52,9 @@ class Case:
         write_events(self.port, segment, payload)
 
     def open_txn(self, payload: bytes) -> None:
-        self.txn = transactions.create_transaction(self.scope, "st", lease_ms=60_000)
+        self.txn = transactions.create_transaction(
+            segment_store(), self.scope, "st", lease_ms=60_000
+        )
         for segment in sel.epoch_record(self.stream, self.txn.epoch).segment_list():
             parent = sel.segment_name(self.stream, segment.id)
             self.write(transactions.shadow_name(parent, self.txn), payload)
@@ -67,7 +71,7 @@ def _scale(case: Case) -> Callable[[], bool]:
 def _truncate(case: Case) -> Callable[[], bool]:
     low, high = sel.current_segments(case.stream)
     case.write(sel.segment_name(case.stream, low.id), b"x" * 12)
-    truncate.truncate_stream(case.scope, "st", {low.id: 20, high.id: 0}, wait=None)
+    truncate.truncate_stream(segment_store(), case.scope, "st", {low.id: 20, high.id: 0}, wait=None)
 
     def done() -> bool:
         stream = case.refresh()

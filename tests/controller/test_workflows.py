@@ -48,7 +48,9 @@ def sc() -> str:
 @pytest.fixture
 def stream(registered_node, sc: str) -> Stream:
     scopes.create_scope(sc)
-    return streams.create_stream(sc, "st", StreamConfig(min_segments=2, tags=("a", "b")))
+    return streams.create_stream(
+        segment_store(), sc, "st", StreamConfig(min_segments=2, tags=("a", "b"))
+    )
 
 
 @pytest.fixture
@@ -89,13 +91,15 @@ def test_create_stream_creates_its_segments(stream: Stream) -> None:
 
 def test_create_errors(stream: Stream, sc: str) -> None:
     with pytest.raises(AlreadyExistsError):
-        streams.create_stream(sc, "st", StreamConfig(min_segments=2, tags=("a", "b")))
+        streams.create_stream(
+            segment_store(), sc, "st", StreamConfig(min_segments=2, tags=("a", "b"))
+        )
     with pytest.raises(ScopeNotFoundError):
-        streams.create_stream("nosuch", "st", StreamConfig())
+        streams.create_stream(segment_store(), "nosuch", "st", StreamConfig())
     with pytest.raises(InvalidArgumentError, match="letters, digits"):
-        streams.create_stream("sc", "bad name!", StreamConfig())
+        streams.create_stream(segment_store(), "sc", "bad name!", StreamConfig())
     with pytest.raises(InvalidArgumentError, match="minSegments"):
-        streams.create_stream("sc", "zero", StreamConfig(min_segments=0))
+        streams.create_stream(segment_store(), "sc", "zero", StreamConfig(min_segments=0))
     with pytest.raises(AlreadyExistsError):
         scopes.create_scope(sc)
     with pytest.raises(PreconditionFailedError, match="not empty"):
@@ -107,7 +111,7 @@ def test_a_half_done_create_is_finished_by_the_same_create(registered_node, sc: 
     config = StreamConfig(min_segments=3)
     row = streams._insert_stream(scopes.get_scope(sc), "half", config)  # as if we crashed
     assert row.state == StreamState.CREATING
-    done = streams.create_stream(sc, "half", config)
+    done = streams.create_stream(segment_store(), sc, "half", config)
     assert done.state == StreamState.ACTIVE
     assert check_stream(done) == []
 
@@ -133,8 +137,8 @@ def test_seal_then_delete(stream: Stream, wire, sc: str) -> None:
         streams.delete_stream(sc, "st", wait=None)
     streams.seal_stream(sc, "st", wait=None)
     assert _refresh(stream).state == StreamState.SEALING
-    streams.run_seal(stream.pk)
-    streams.run_seal(stream.pk)  # twice: harmless
+    streams.run_seal(segment_store(), stream.pk)
+    streams.run_seal(segment_store(), stream.pk)  # twice: harmless
     sealed = _refresh(stream)
     assert sealed.state == StreamState.SEALED
     assert sel.current_segments(sealed) == ()
@@ -145,8 +149,8 @@ def test_seal_then_delete(stream: Stream, wire, sc: str) -> None:
 
     names = [_name(sealed, s.id) for s in sel.epoch_record(sealed, 0).segment_list()]
     streams.delete_stream(sc, "st", wait=None)
-    streams.run_delete(stream.pk)
-    streams.run_delete(stream.pk)
+    streams.run_delete(segment_store(), stream.pk)
+    streams.run_delete(segment_store(), stream.pk)
     assert not Stream.objects.filter(pk=stream.pk).exists()
     assert not any(segment_store().info(name).exists for name in names)
     with pytest.raises(StreamNotFoundError):
@@ -162,8 +166,8 @@ def test_scale_splits_and_merges(stream: Stream, wire, sc: str) -> None:
     _write(wire, _name(stream, high.id), b"before")
     job = scale.scale_stream(sc, "st", [high.id], [(0.5, 0.75), (0.75, 1.0)], wait=None)
     assert _refresh(stream).state == StreamState.SCALING
-    scale.run_scale(stream.pk)
-    scale.run_scale(stream.pk)
+    scale.run_scale(segment_store(), stream.pk)
+    scale.run_scale(segment_store(), stream.pk)
     job.refresh_from_db()
     assert job.state == EpochTransitionState.COMPLETED
     scaled = _refresh(stream)
@@ -181,7 +185,7 @@ def test_scale_splits_and_merges(stream: Stream, wire, sc: str) -> None:
 
     a, b = sel.current_segments(scaled)[1:]
     scale.scale_stream(sc, "st", [a.id, b.id], [(0.5, 1.0)], wait=None)
-    scale.run_scale(stream.pk)
+    scale.run_scale(segment_store(), stream.pk)
     merged = _refresh(stream)
     assert [s.number for s in sel.current_segments(merged)] == [0, 4]
     assert check_stream(merged) == []
@@ -219,16 +223,18 @@ def test_truncate_deletes_and_truncates_and_never_moves_back(stream: Stream, wir
     _write(wire, _name(stream, low.id), b"a" * 12, b"b" * 12)  # 20 bytes per event
     _write(wire, _name(stream, high.id), b"c" * 12)
     scale.scale_stream(sc, "st", [high.id], [(0.5, 1.0)], wait=None)
-    scale.run_scale(stream.pk)
+    scale.run_scale(segment_store(), stream.pk)
     scaled = _refresh(stream)
     new_high = sel.current_segments(scaled)[1]
     _write(wire, _name(scaled, new_high.id), b"d" * 12)
 
     with pytest.raises(InvalidStreamCutError, match="beyond the end"):
-        truncate.truncate_stream(sc, "st", {low.id: 400, new_high.id: 0}, wait=None)
-    truncate.truncate_stream(sc, "st", {low.id: 20, new_high.id: 0}, wait=None)
+        truncate.truncate_stream(
+            segment_store(), sc, "st", {low.id: 400, new_high.id: 0}, wait=None
+        )
+    truncate.truncate_stream(segment_store(), sc, "st", {low.id: 20, new_high.id: 0}, wait=None)
     assert _refresh(stream).state == StreamState.TRUNCATING
-    truncate.run_truncate(stream.pk)
+    truncate.run_truncate(segment_store(), stream.pk)
     done = _refresh(stream)
     assert done.state == StreamState.ACTIVE
     assert segment_store().info(_name(done, low.id)).start_offset == 20
@@ -236,7 +242,7 @@ def test_truncate_deletes_and_truncates_and_never_moves_back(stream: Stream, wir
     assert {s.id: o for s, o in sel.head_segments(done).items()} == {low.id: 20, new_high.id: 0}
     assert check_stream(done) == []
     with pytest.raises(InvalidStreamCutError, match="never moves back"):
-        truncate.truncate_stream(sc, "st", {low.id: 0, new_high.id: 0}, wait=None)
+        truncate.truncate_stream(segment_store(), sc, "st", {low.id: 0, new_high.id: 0}, wait=None)
 
 
 # -- transactions --------------------------------------------------------------------------
@@ -253,7 +259,9 @@ def _bytes(wire, name: str) -> bytes:
 
 
 def test_commit_merges_into_the_parents(stream: Stream, wire, sc: str) -> None:
-    txn = transactions.create_transaction(sc, "st", lease_ms=10_000, writer_id="w1")
+    txn = transactions.create_transaction(
+        segment_store(), sc, "st", lease_ms=10_000, writer_id="w1"
+    )
     txn_id = transactions.transaction_uuid(txn)
     assert transactions.transaction_state(sc, "st", txn_id) == TxnState.OPEN
     _txn_events(wire, stream, txn, b"in-txn")
@@ -263,8 +271,8 @@ def test_commit_merges_into_the_parents(stream: Stream, wire, sc: str) -> None:
     transactions.ping_transaction(sc, "st", txn_id, 20_000)
     transactions.commit_transaction(sc, "st", txn_id)
     assert transactions.transaction_state(sc, "st", txn_id) == TxnState.COMMITTING
-    transactions.run_commits(stream.pk)
-    transactions.run_commits(stream.pk)
+    transactions.run_commits(segment_store(), stream.pk)
+    transactions.run_commits(segment_store(), stream.pk)
     assert transactions.transaction_state(sc, "st", txn_id) == TxnState.COMMITTED
     for segment in sel.current_segments(stream):
         assert _bytes(wire, _name(stream, segment.id)).endswith(b"in-txn")
@@ -276,11 +284,11 @@ def test_commit_merges_into_the_parents(stream: Stream, wire, sc: str) -> None:
 
 
 def test_abort_drops_the_events(stream: Stream, wire, sc: str) -> None:
-    txn = transactions.create_transaction(sc, "st", lease_ms=10_000)
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
     txn_id = transactions.transaction_uuid(txn)
     _txn_events(wire, stream, txn, b"dropped")
     transactions.abort_transaction(sc, "st", txn_id)
-    transactions.run_abort(txn.pk)
+    transactions.run_abort(segment_store(), txn.pk)
     assert transactions.transaction_state(sc, "st", txn_id) == TxnState.ABORTED
     for segment in sel.current_segments(stream):
         parent = _name(stream, segment.id)
@@ -293,13 +301,13 @@ def test_abort_drops_the_events(stream: Stream, wire, sc: str) -> None:
 
 
 def test_commit_after_a_scale_rolls_the_transaction(stream: Stream, wire, sc: str) -> None:
-    txn = transactions.create_transaction(sc, "st", lease_ms=10_000)
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
     _txn_events(wire, stream, txn, b"rolled")
     high = sel.current_segments(stream)[1]
     scale.scale_stream(sc, "st", [high.id], [(0.5, 0.75), (0.75, 1.0)], wait=None)
-    scale.run_scale(stream.pk)
+    scale.run_scale(segment_store(), stream.pk)
     transactions.commit_transaction(sc, "st", transactions.transaction_uuid(txn))
-    transactions.run_commits(stream.pk)
+    transactions.run_commits(segment_store(), stream.pk)
     rolled = _refresh(stream)
     assert (rolled.state, rolled.current_epoch) == (StreamState.ACTIVE, 3)
     epochs = {e: sel.epoch_record(rolled, e) for e in (2, 3)}
@@ -313,15 +321,15 @@ def test_commit_after_a_scale_rolls_the_transaction(stream: Stream, wire, sc: st
 
 
 def test_expired_leases_are_aborted(stream: Stream, sc: str) -> None:
-    txn = transactions.create_transaction(sc, "st", lease_ms=1_000)
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=1_000)
     Transaction.objects.filter(pk=txn.pk).update(
         lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     assert transactions.abort_expired() == 1
-    transactions.run_abort(txn.pk)
+    transactions.run_abort(segment_store(), txn.pk)
     assert CompletedTransaction.objects.get().state == TxnState.ABORTED
     with pytest.raises(InvalidArgumentError, match="lease"):
-        transactions.create_transaction(sc, "st", lease_ms=10)
+        transactions.create_transaction(segment_store(), sc, "st", lease_ms=10)
 
 
 def test_a_scale_request_of_a_past_epoch_is_refused_at_once(stream: Stream, sc: str) -> None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def stream(registered_node):
     sc = f"ev{uuid.uuid4().hex[:10]}"
     scopes.create_scope(sc)
-    return streams.create_stream(sc, "st", StreamConfig(min_segments=2))
+    return streams.create_stream(segment_store(), sc, "st", StreamConfig(min_segments=2))
 
 
 def _events_of(port: int, name: str) -> list[bytes]:
@@ -88,7 +88,7 @@ def test_bad_batches_are_400_and_append_nothing(api: APIClient, stream, body) ->
 def test_append_to_a_sealed_stream_is_412(api: APIClient, stream) -> None:
     sc = stream.scope.name
     streams.seal_stream(sc, "st", wait=None)
-    streams.run_seal(stream.pk)
+    streams.run_seal(segment_store(), stream.pk)
     response = api.post(f"/v1/scopes/{sc}/streams/st/events", {"events": [{"data": "x"}]},
                         format="json")  # fmt: skip
     assert response.status_code == 412, response.json()

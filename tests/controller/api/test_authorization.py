@@ -30,10 +30,10 @@ pytestmark = pytest.mark.django_db
 def world(registered_node) -> dict[str, Any]:
     sc = f"sc{uuid.uuid4().hex[:12]}"
     scopes.create_scope(sc)
-    stream = streams.create_stream(sc, "st", StreamConfig(min_segments=2))
-    txn = transactions.create_transaction(sc, "st", lease_ms=60_000)
+    stream = streams.create_stream(segment_store(), sc, "st", StreamConfig(min_segments=2))
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=60_000)
     rg_config = reader_groups.ReaderGroupConfig(streams={f"{sc}/st": "head"})
-    reader_groups.create_reader_group(sc, "rg", rg_config)
+    reader_groups.create_reader_group(segment_store(), sc, "rg", rg_config)
     reader_groups.add_reader(sc, "rg", "r")
     user = get_user_model().objects.create_user("bob", password="correct-horse")
     return {

@@ -1,0 +1,51 @@
+"""The controller's port to the segment store, as the workflows see it.
+
+Responsibility: ``SegmentStore`` is what a workflow may ask of the segment store (create, seal,
+truncate, delete and merge segments, read bytes, a segment's state), with the idempotence a
+retried step needs, raising the controller's own ``SegmentStoreUnavailableError`` when the store
+cannot be reached. Workflows receive one as their first argument; the edges that call them
+(the Celery tasks, the REST views) pass ``segment_client.segment_store()``, the process's
+implementation over the wire client, and tests may pass any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["SegmentState", "SegmentStore"]
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    """What the segment store says of a segment."""
+
+    exists: bool
+    sealed: bool
+    length: int
+    start_offset: int
+
+
+class SegmentStore(Protocol):
+    """Blocking segment operations (see the module's docstring)."""
+
+    def create_segment(self, segment: str) -> None:
+        """Create ``segment`` (existing already is fine)."""
+
+    def seal(self, segment: str) -> int:
+        """Seal ``segment`` (sealed already is fine); its final length."""
+
+    def truncate(self, segment: str, offset: int) -> None:
+        """Drop the bytes of ``segment`` before ``offset``."""
+
+    def delete(self, segment: str) -> None:
+        """Delete ``segment`` (missing already is fine)."""
+
+    def merge(self, target: str, source: str) -> None:
+        """Merge transaction segment ``source`` into ``target`` (merged already is fine)."""
+
+    def read(self, segment: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length)."""
+
+    def info(self, segment: str) -> SegmentState:
+        """The segment's state (a missing segment: ``exists`` False)."""
