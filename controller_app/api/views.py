@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
-from controller_app.models import Scope, Stream
+from controller_app.models import Scope, Stream, StreamTag
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
@@ -144,8 +144,6 @@ class StreamsView(APIView):
 
 
 def _tags_of(found: list[Stream]) -> dict[int, list[str]]:
-    from controller_app.models import StreamTag
-
     tags: dict[int, list[str]] = {}
     rows = StreamTag.objects.filter(stream__in=[x.pk for x in found]).order_by("tag")
     for stream_id, tag in rows.values_list("stream_id", "tag"):

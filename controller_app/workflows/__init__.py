@@ -25,7 +25,8 @@ first argument, written ``store`` below; the edges (tasks, views) pass
     ``delete_stream(scope, name, *, wait=30.0) -> None``  (PreconditionFailedError unless SEALED)
     ``scale_stream(scope, name, sealed_segment_ids, new_ranges, *, scale_time=None, wait=30.0)
         -> EpochTransition``
-    ``truncate_stream(store, scope, name, stream_cut: {segment id: offset}, *, wait=30.0) -> Stream``
+    ``truncate_stream(store, scope, name, stream_cut: {segment id: offset}, *, wait=30.0)
+        -> Stream``
     Request workflows record their intent, send the Celery task on commit and, when ``wait``
     is not None, poll the database until the workflow is done (WorkflowTimeoutError after
     ``wait`` seconds; the work then completes in the background).

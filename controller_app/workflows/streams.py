@@ -38,7 +38,7 @@ from controller_app.models import (
     transition,
 )
 from controller_app.ports import SegmentStore
-from controller_app.segments import Segment, encode_segments, uniform_ranges
+from controller_app.segments import Segment, bucket_for, encode_segments, uniform_ranges
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.scopes import get_scope
@@ -122,8 +122,6 @@ def _insert_stream(scope_row: object, name: str, config: StreamConfig) -> Stream
 
 
 def _bucket(stream: Stream) -> int:
-    from controller_app.segments import bucket_for
-
     return bucket_for(stream.scope.name, stream.name, BUCKET_COUNT)
 
 
