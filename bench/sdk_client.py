@@ -197,8 +197,80 @@ async def role_reader(spec: dict[str, Any]) -> dict[str, Any]:
     return {"bytes": total, "events": events, "started": started, "ended": ended}
 
 
+def role_blocking_writer(spec: dict[str, Any]) -> dict[str, Any]:
+    """The README's loop: blocking ``write_event`` of 100 B events with routing keys, one
+    thread, one ``flush`` at the end. With ``hold``: nothing flushed until the end, and the
+    peak memory of the process is reported (the writer's back-pressure bounds it)."""
+    import resource
+
+    from millrace.client.manager import StreamManager
+
+    manager = StreamManager(spec["base"], token=spec["token"])
+    manager.create_scope(spec["scope"])
+    manager.create_stream(spec["scope"], spec["stream"], initial_segments=4)
+    writer = manager.create_writer(spec["scope"], spec["stream"])
+    payload = bytes(range(100))
+    keys = [f"key-{i}" for i in range(64)]
+    count = spec["events"]
+    writer.write_event(payload, keys[0])  # connect before the clock starts
+    writer.flush()
+    before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    write = writer.write_event
+    started = time.perf_counter()
+    for i in range(count):
+        write(payload, keys[i & 63])
+    writer.flush()
+    elapsed = time.perf_counter() - started
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    writer.close()
+    manager.close()
+    return {
+        "events": count + 1,
+        "seconds": elapsed,
+        "events_per_s": count / elapsed,
+        "rss_before_mb": before_kb / 1024,
+        "rss_peak_mb": peak_kb / 1024,
+    }
+
+
+def role_blocking_reader(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read the whole stream through a new reader group with the blocking reader:
+    ``read_next`` per event, or ``read_batch``; the clock starts at the first event."""
+    from millrace.client.manager import StreamManager
+
+    manager = StreamManager(spec["base"], token=spec["token"])
+    stream = f"{spec['scope']}/{spec['stream']}"
+    group = manager.create_reader_group(spec["scope"], spec["group"], [stream])
+    reader = group.create_reader("r")
+    want = spec["events"]
+    first = reader.read_next(timeout=60)
+    assert first is not None
+    got, size = 1, len(first.data)
+    started = time.perf_counter()
+    if spec["mode"] == "batch":
+        while got < want:
+            batch = reader.read_batch(8192, timeout=60)
+            if not batch:
+                break
+            got += len(batch)
+    else:
+        read_next = reader.read_next
+        while got < want:
+            event = read_next(60)
+            if event is None:
+                break
+            got += 1
+    elapsed = time.perf_counter() - started
+    reader.close()
+    manager.close()
+    return {"events": got, "event_bytes": size, "seconds": elapsed,
+            "events_per_s": (got - 1) / elapsed}  # fmt: skip
+
+
 ROLES = {
     "producer": role_producer,
+    "blocking_writer": role_blocking_writer,
+    "blocking_reader": role_blocking_reader,
     "paced": role_paced,
     "ws": role_ws,
     "fill": role_fill,
@@ -239,6 +311,60 @@ def measure_producer(base: str, token: str, work: Path, repeat: int, events: int
         "runs": {"sdk": sdk, "sdk_batched": batched, "redis": redis},
         "met": mine >= 250_000 and mine >= 3 * theirs,
         "batched_met": lists >= 250_000 and lists >= 3 * theirs,
+    }
+
+
+def _redis_pipelined(host: str, port: int) -> float:
+    redis_spec = {"target": "redis", "host": host, "port": port, "event_bytes": 100,
+                  "pipeline": 1000, "warmup": 1.0, "duration": 5.0}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(HERE.parent / "append_producer.py"), json.dumps(redis_spec)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    result = [x for x in done.stdout.splitlines() if x.startswith("result ")][-1]
+    return float(json.loads(result.split(" ", 1)[1])["events_per_s"])
+
+
+def measure_blocking(base: str, token: str, work: Path, repeat: int, events: int) -> dict[str, Any]:
+    """Issue 13: the blocking calls as the README shows them, the asyncio ``write_event``, and
+    redis-py pipelines into Redis (AOF always), interleaved run by run."""
+    runs: dict[str, list[float]] = {"write": [], "read_next": [], "read_batch": [],
+                                    "async_write": [], "redis": [], "rss_peak_mb": []}  # fmt: skip
+    with redis_server(work / "redis") as (host, port, _pid):
+        for run in range(repeat):
+            spec = {"base": base, "token": token, "scope": f"blk{run}", "stream": "s",
+                    "events": events}  # fmt: skip
+            wrote = _role("blocking_writer", spec)
+            runs["write"].append(wrote["events_per_s"])
+            runs["rss_peak_mb"].append(wrote["rss_peak_mb"])
+            for mode in ("read_next", "read_batch"):
+                how = mode.split("_")[1]
+                reader_spec = {**spec, "events": wrote["events"], "group": f"g{run}{how}",
+                               "mode": how}  # fmt: skip
+                read = _role("blocking_reader", reader_spec)
+                if read["events"] != wrote["events"]:
+                    raise RuntimeError(f"{mode} read {read['events']} of {wrote['events']}")
+                runs[mode].append(read["events_per_s"])
+            runs["async_write"].append(
+                _role("producer", {**spec, "scope": f"asy{run}"})["events_per_s"]
+            )
+            runs["redis"].append(_redis_pipelined(host, port))
+            print(f"  run {run + 1}: write_event {runs['write'][-1]:,.0f}/s, read_next"
+                  f" {runs['read_next'][-1]:,.0f}/s, read_batch {runs['read_batch'][-1]:,.0f}/s,"
+                  f" async write_event {runs['async_write'][-1]:,.0f}/s,"
+                  f" Redis {runs['redis'][-1]:,.0f}/s", file=sys.stderr)  # fmt: skip
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {
+        "events": events,
+        "medians": med,
+        "runs": runs,
+        "write_ratio": med["write"] / med["redis"],
+        "met": {
+            "write": med["write"] >= 500_000,
+            "read_next": med["read_next"] >= 500_000,
+            "read_batch": med["read_batch"] >= 1_500_000,
+            "async_write": med["async_write"] >= 462_862,
+        },
     }
 
 
@@ -341,7 +467,7 @@ def measure_catchup(base: str, token: str, work: Path, total: int, readers: int)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="producer,latency,catchup")
+    parser.add_argument("--only", default="blocking,producer,latency,catchup")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--readers", type=int, default=2)
@@ -360,14 +486,15 @@ def main() -> int:
         "load_before": os.getloadavg()[0],
     }
     sizes = {
+        "blocking": (1 if quick else args.repeat, 50_000 if quick else PRODUCER_EVENTS),
         "producer": (1 if quick else args.repeat, 50_000 if quick else PRODUCER_EVENTS),
         "latency": (10_000 if quick else LATENCY_RATE, 2.0 if quick else LATENCY_SECONDS),
         "catchup": (20_000_000 if quick else CATCHUP_BYTES, args.readers),
     }
-    measures = {"producer": measure_producer, "latency": measure_latency,
-                "catchup": measure_catchup}  # fmt: skip
+    measures = {"blocking": measure_blocking, "producer": measure_producer,
+                "latency": measure_latency, "catchup": measure_catchup}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="millrace-sdk-") as scratch:
-        for name in ("producer", "latency", "catchup"):
+        for name in ("blocking", "producer", "latency", "catchup"):
             if name not in wanted:
                 continue
             print(f"{name}: on a node of its own", file=sys.stderr)
@@ -384,6 +511,23 @@ def main() -> int:
 
 def _print(results: dict[str, Any]) -> None:
     print(f"machine: {results['machine']} (load before: {results['load_before']:.2f})")
+    if "blocking" in results:
+        b = results["blocking"]
+        m, met = b["medians"], b["met"]
+
+        def verdict(name: str) -> str:
+            return "MET" if met[name] else "NOT MET"
+
+        print(f"blocking API, {b['events']:,} events of 100 B, 64 routing keys, medians:")
+        print(f"  write_event loop + flush: {m['write']:,.0f} events/s = {b['write_ratio']:.1f}x"
+              f" Redis ({m['redis']:,.0f})  target >= 500,000: {verdict('write')}")  # fmt: skip
+        print(f"  reader group read_next:   {m['read_next']:,.0f} events/s"
+              f"  target >= 500,000: {verdict('read_next')}")  # fmt: skip
+        print(f"  reader group read_batch:  {m['read_batch']:,.0f} events/s"
+              f"  target >= 1,500,000: {verdict('read_batch')}")  # fmt: skip
+        print(f"  asyncio write_event:      {m['async_write']:,.0f} events/s"
+              f"  target >= 462,862: {verdict('async_write')}")  # fmt: skip
+        print(f"  writer process peak RSS:  {m['rss_peak_mb']:.0f} MB")
     if "producer" in results:
         p = results["producer"]
         print(f"producer, 100 B durable: Redis (AOF always, pipelines of 1000)"

@@ -435,6 +435,9 @@ class TransactionView(APIView):
     def get(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
         txn = _txn_id(txn_id)
         state = transactions.transaction_state(scope, stream, txn)
+        row = transactions.open_transaction(scope, stream, txn) if state == "OPEN" else None
+        if row is not None:  # with its shadow segments: another client may write to it
+            return Response(_txn(scope, stream, row, with_segments=True))
         return Response({"txnId": str(txn), "state": state})
 
 

@@ -161,6 +161,15 @@ def ping_transaction(scope: str, name: str, txn_id: uuid.UUID, lease_ms: int) ->
         return ping_transaction(scope, name, txn_id, lease_ms)
 
 
+def open_transaction(scope: str, name: str, txn_id: uuid.UUID) -> Transaction | None:
+    """The transaction if it is OPEN (to write to it from another client), else ``None``."""
+    stream = get_stream(scope, name)
+    high, low = _bits(txn_id)
+    return Transaction.objects.filter(
+        stream=stream, high_bits=high, low_bits=low, state=_T.OPEN
+    ).first()
+
+
 def transaction_state(scope: str, name: str, txn_id: uuid.UUID) -> str:
     """OPEN, COMMITTING, COMMITTED, ABORTING or ABORTED."""
     stream = get_stream(scope, name)

@@ -9,9 +9,10 @@ for the next chunk.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 EVENT_HEADER = struct.Struct(">ii")
+_HEADER_UNPACK = EVENT_HEADER.unpack_from
 EVENT_TYPE = 0
 #: Pravega's largest event.
 EVENT_BYTES_MAX = 8 * 1024 * 1024
@@ -29,8 +30,7 @@ def encode_event(payload: bytes) -> bytes:
     return EVENT_HEADER.pack(EVENT_TYPE, len(payload)) + payload
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One event read back: where it starts in its segment, and its payload."""
 
     offset: int
@@ -41,40 +41,70 @@ class Event:
         return self.offset + EVENT_HEADER.size + len(self.data)
 
 
-class EventSplitter:
-    """Splits consecutive reads of one segment into events."""
+class EventRead(NamedTuple):
+    """One event as a reader hands it out: the segment it was read from, its offset there,
+    and its bytes. A reader group's reader also hands out checkpoint markers:
+    ``is_checkpoint``, no data. (A tuple: cheap to make by the million.)"""
 
-    def __init__(self, offset: int) -> None:
+    segment: str
+    offset: int
+    data: bytes
+    checkpoint_name: str | None = None
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return self.checkpoint_name is not None
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + EVENT_HEADER.size + len(self.data)
+
+
+_new_tuple = tuple.__new__
+
+
+class EventSplitter:
+    """Splits consecutive reads of one segment into events (``Event``; ``EventRead`` of
+    ``segment`` when one is given)."""
+
+    def __init__(self, offset: int, segment: str | None = None) -> None:
         #: Offset of the first byte not yet returned as part of an event.
         self.offset = offset
-        self._pending = bytearray()
+        self.segment = segment
+        self._pending = b""
 
-    def feed(self, offset: int, data: bytes) -> list[Event]:
+    def feed(self, offset: int, data: bytes) -> list[Any]:
         """The complete events of ``data`` (read at ``offset``) and of what was left before."""
         expected = self.offset + len(self._pending)
         if offset != expected:
             raise EventFormatError(f"read at offset {offset}, expected {expected}")
-        self._pending += data
-        events: list[Event] = []
-        view = memoryview(self._pending)
+        buffer = self._pending + data if self._pending else bytes(data)
+        events: list[Any] = []
+        append = events.append
+        unpack = _HEADER_UNPACK
+        header = EVENT_HEADER.size
+        size = len(buffer)
+        base = self.offset
+        segment = self.segment
         position = 0
-        while len(view) - position >= EVENT_HEADER.size:
-            kind, length = EVENT_HEADER.unpack_from(view, position)
+        while size - position >= header:
+            kind, length = unpack(buffer, position)
             if kind != EVENT_TYPE or not 0 <= length <= EVENT_BYTES_MAX:
-                at = self.offset + position
+                at = base + position
                 raise EventFormatError(
                     f"no event header at offset {at} (type {kind}, length {length})"
                 )
-            end = position + EVENT_HEADER.size + length
-            if end > len(view):
+            start = position + header
+            end = start + length
+            if end > size:
                 break
-            events.append(
-                Event(self.offset + position, bytes(view[position + EVENT_HEADER.size : end]))
-            )
+            if segment is None:
+                append(_new_tuple(Event, (base + position, buffer[start:end])))
+            else:
+                append(_new_tuple(EventRead, (segment, base + position, buffer[start:end], None)))
             position = end
-        view.release()
-        del self._pending[:position]
-        self.offset += position
+        self._pending = buffer[position:] if position < size else b""
+        self.offset = base + position
         return events
 
     @property

@@ -92,10 +92,11 @@ class StreamFollower:
         splitter = EventSplitter(offset)
         delay = RECONNECT_DELAY_SECONDS
         while True:
+            used = self.token
             try:
                 client = await self.pool.get(target.host, target.port)
                 result = await client.read_segment(
-                    target.name, splitter.offset + splitter.buffered, READ_BYTES, token=self.token
+                    target.name, splitter.offset + splitter.buffered, READ_BYTES, token=used
                 )
             except ssc.SegmentTruncatedError as exc:
                 splitter = EventSplitter(exc.start_offset)
@@ -111,8 +112,10 @@ class StreamFollower:
             except ssc.AuthTokenCheckFailedError as exc:
                 if not exc.expired or self.token_refresh is None:
                     raise
+                if self.token != used:
+                    continue  # another segment's read renewed it meanwhile
                 token = await self.token_refresh()
-                if token == self.token:
+                if token == used:
                     raise  # (no newer one to be had)
                 self.token = token
                 continue

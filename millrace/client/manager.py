@@ -13,21 +13,23 @@ private event loop in a daemon thread.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
-from collections.abc import Coroutine
+import dataclasses
+import uuid
 from typing import Any, TypeVar
 
+from millrace.client.blocking_readers import EventReader, GroupReader
+from millrace.client.blocking_writer import EventWriter, WriterOptions
 from millrace.client.byte_stream import AsyncByteStream
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.reader import AsyncEventReader, EventRead, cut_of
-from millrace.client.reader_group import AsyncGroupReader, AsyncReaderGroup
+from millrace.client.io_loop import IoLoop
+from millrace.client.reader import AsyncEventReader, cut_of
+from millrace.client.reader_group import AsyncReaderGroup
 from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.writer import AsyncEventWriter
 
 T = TypeVar("T")
+_C = TypeVar("_C", bound="_Closing")
 
 
 class AsyncStreamManager:
@@ -96,81 +98,23 @@ class AsyncStreamManager:
         await self.controller.close()
 
 
-class _Loop:
-    """An event loop on a daemon thread; ``run`` blocks on a coroutine there."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                       name="millrace-client")  # fmt: skip
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-class EventWriter:
-    """Blocking facade of ``AsyncEventWriter``."""
-
-    def __init__(self, loop: _Loop, writer: AsyncEventWriter) -> None:
-        self._loop, self._writer = loop, writer
-
-    def write_event(
-        self, event: bytes | str, routing_key: str | None = None
-    ) -> concurrent.futures.Future[None]:
-        """Queue the event (waits only for room); the future completes once it is durable."""
-        result: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        async def submit() -> None:
-            done = await self._writer.write_event(event, routing_key)
-            done.add_done_callback(lambda f: _copy(f, result))
-
-        self._loop.run(submit())
-        return result
-
-    def write_events(
-        self, events: list[bytes | str], routing_key: str | None = None
-    ) -> concurrent.futures.Future[None]:
-        """Queue several events of one routing key, in order; one future for all of them."""
-        result: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        async def submit() -> None:
-            done = await self._writer.write_events(events, routing_key)
-            done.add_done_callback(lambda f: _copy(f, result))
-
-        self._loop.run(submit())
-        return result
-
-    def flush(self) -> None:
-        self._loop.run(self._writer.flush())
+class _Closing:
+    """A context manager that closes the object when the block is left."""
 
     def close(self) -> None:
-        self._loop.run(self._writer.close())
+        raise NotImplementedError
 
+    def __enter__(self: _C) -> _C:
+        return self
 
-class EventReader:
-    """Blocking facade of ``AsyncEventReader``."""
-
-    def __init__(self, loop: _Loop, reader: AsyncEventReader) -> None:
-        self._loop, self._reader = loop, reader
-
-    def read_next(self, timeout: float | None = None) -> EventRead | None:
-        """The next event, ``None`` at the end of a sealed stream; ``TimeoutError`` after
-        ``timeout`` seconds without one."""
-        return self._loop.run(self._reader.read_next(timeout))
-
-    def close(self) -> None:
-        self._loop.run(self._reader.close())
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class ReaderGroup:
     """Blocking facade of ``AsyncReaderGroup``."""
 
-    def __init__(self, loop: _Loop, group: AsyncReaderGroup) -> None:
+    def __init__(self, loop: IoLoop, group: AsyncReaderGroup) -> None:
         self._loop, self._group = loop, group
         self.scope, self.name = group.scope, group.name
 
@@ -195,27 +139,13 @@ class ReaderGroup:
         self._loop.run(self._group.delete())
 
 
-class GroupReader:
-    """Blocking facade of ``AsyncGroupReader``."""
+class ByteStream(_Closing):
+    """Blocking facade of ``AsyncByteStream`` (file-like: write, read, seek, tell; a context
+    manager)."""
 
-    def __init__(self, loop: _Loop, reader: AsyncGroupReader) -> None:
-        self._loop, self._reader = loop, reader
-        self.reader_id = reader.reader_id
-
-    def read_next(self, timeout: float | None = None) -> EventRead | None:
-        """The next event or checkpoint marker, ``None`` once the group's streams are sealed
-        and read; ``TimeoutError`` after ``timeout`` s without one."""
-        return self._loop.run(self._reader.read_next(timeout))
-
-    def close(self) -> None:
-        self._loop.run(self._reader.close())
-
-
-class ByteStream:
-    """Blocking facade of ``AsyncByteStream`` (file-like: write, read, seek, tell)."""
-
-    def __init__(self, loop: _Loop, stream: AsyncByteStream) -> None:
+    def __init__(self, loop: IoLoop, stream: AsyncByteStream) -> None:
         self._loop, self._stream = loop, stream
+        loop.on_exit(self, stream.close)
 
     def write(self, data: bytes) -> int:
         return self._loop.run(self._stream.write(data))
@@ -248,36 +178,60 @@ class ByteStream:
         self._loop.run(self._stream.seal())
 
     def close(self) -> None:
+        self._loop.forget(self)
         self._loop.run(self._stream.close())
 
 
-class TransactionalWriter:
+class TransactionalWriter(_Closing):
     """Blocking facade of ``AsyncTransactionalWriter``: ``begin_txn()`` gives a transaction
     whose ``write_event``, ``commit``, ``abort``, ``ping`` and ``check_status`` block."""
 
-    def __init__(self, loop: _Loop, writer: AsyncTransactionalWriter) -> None:
+    def __init__(self, loop: IoLoop, writer: AsyncTransactionalWriter) -> None:
         self._loop, self._writer = loop, writer
+        loop.on_exit(self, writer.close)
 
     def begin_txn(self, lease_ms: int = 30_000) -> BlockingTransaction:
         return BlockingTransaction(self._loop, self._loop.run(self._writer.begin_txn(lease_ms)))
 
+    def get_txn(self, txn_id: uuid.UUID) -> BlockingTransaction:
+        """The OPEN transaction ``txn_id``, to write to it, commit or abort it."""
+        return BlockingTransaction(self._loop, self._loop.run(self._writer.get_txn(txn_id)))
+
     def close(self) -> None:
+        self._loop.forget(self)
         self._loop.run(self._writer.close())
 
 
 class BlockingTransaction:
-    def __init__(self, loop: _Loop, txn: Transaction) -> None:
+    """One open transaction. As a context manager: committed when the block ends normally,
+    aborted when it raises (unless committed or aborted already)."""
+
+    def __init__(self, loop: IoLoop, txn: Transaction) -> None:
         self._loop, self.txn = loop, txn
         self.txn_id = txn.txn_id
+        self._ended = False
+
+    def __enter__(self) -> BlockingTransaction:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if self._ended:
+            return
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
 
     def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
         self._loop.run(self.txn.write_event(event, routing_key))
 
     def commit(self, timestamp: int | None = None) -> None:
         self._loop.run(self.txn.commit(timestamp))
+        self._ended = True
 
     def abort(self) -> None:
         self._loop.run(self.txn.abort())
+        self._ended = True
 
     def ping(self, lease_ms: int = 30_000) -> None:
         self._loop.run(self.txn.ping(lease_ms))
@@ -286,21 +240,14 @@ class BlockingTransaction:
         return self._loop.run(self.txn.check_status())
 
 
-def _copy(source: asyncio.Future[None], target: concurrent.futures.Future[None]) -> None:
-    if source.cancelled():
-        target.cancel()
-    elif (error := source.exception()) is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(None)
-
-
-class StreamManager:
-    """Scopes, streams and writers, blocking (Pravega's Python client names)."""
+class StreamManager(_Closing):
+    """Scopes, streams and writers, blocking (Pravega's Python client names). A context
+    manager: closing it closes the writers, readers and byte streams still open."""
 
     def __init__(self, controller_uri: str, token: str = "") -> None:
-        self._loop = _Loop()
+        self._loop = IoLoop()
         self._async = self._loop.run(_make(controller_uri, token))
+        self._loop.on_exit(self, self._async.close)
 
     def create_scope(self, scope: str) -> bool:
         return self._loop.run(self._async.create_scope(scope))
@@ -318,7 +265,19 @@ class StreamManager:
         self._loop.run(self._async.delete_stream(scope, stream))
 
     def create_writer(self, scope: str, stream: str, **options: Any) -> EventWriter:
-        return EventWriter(self._loop, self._async.create_writer(scope, stream, **options))
+        """A blocking writer of ``scope/stream``; options: the fields of ``WriterOptions``
+        (batching: ``batch_events``, ``batch_bytes``, ``linger_ms``; the memory bound:
+        ``pending_events_max``, ``pending_bytes_max``)."""
+        fields = {f.name for f in dataclasses.fields(WriterOptions)}
+        unknown = sorted(set(options) - fields)
+        if unknown:
+            raise TypeError(f"create_writer got unknown options {unknown}; known: {sorted(fields)}")
+        chosen = WriterOptions(**options)
+        chosen.validate()
+        writer = self._async.create_writer(
+            scope, stream, pending_events_max=chosen.pending_events_max
+        )
+        return EventWriter(self._loop, writer, chosen)
 
     def create_reader(self, scope: str, stream: str, **options: Any) -> EventReader:
         return EventReader(self._loop, self._async.create_reader(scope, stream, **options))
@@ -349,6 +308,10 @@ class StreamManager:
         return ByteStream(self._loop, self._loop.run(self._async.create_byte_stream(scope, stream)))
 
     def close(self) -> None:
+        if self._loop.stopped:
+            return
+        self._loop.forget(self)
+        self._loop.close_open()
         self._loop.run(self._async.close())
         self._loop.stop()
 

@@ -4,39 +4,25 @@
 waits for new ones at the tail, and returns ``None`` once the stream is sealed and read to its
 end. Per routing key, events come in the order written, across scaling (``StreamFollower``).
 Events are buffered up to ``buffered_events_max`` ahead of the caller; reading then pauses
-(back-pressure). Reader groups, which share a stream between readers with checkpoints, are not
-built yet.
+(back-pressure). Reader groups, which share streams between readers with checkpoints, are in
+``millrace.client.reader_group``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from collections import deque
 from typing import Any
 
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.events import Event
+from millrace.client.events import Event, EventRead
 from millrace.client.follower import StreamFollower, Target
 from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
 
 _END = object()
-
-
-@dataclass(frozen=True)
-class EventRead:
-    """One event: the segment it was read from, its offset there, and its bytes. A reader
-    group's reader also hands out checkpoint markers: ``is_checkpoint``, no data."""
-
-    segment: str
-    offset: int
-    data: bytes
-    checkpoint_name: str | None = None
-
-    @property
-    def is_checkpoint(self) -> bool:
-        return self.checkpoint_name is not None
+_new_tuple = tuple.__new__
 
 
 class AsyncEventReader:
@@ -55,7 +41,14 @@ class AsyncEventReader:
             raise ValueError(f"the stream cut is of {start.scope}/{start.stream}")
         self.controller = controller
         self.scope, self.stream, self.start = scope, stream, start
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(buffered_events_max)
+        if buffered_events_max < 1:
+            raise ValueError(f"buffered_events_max must be at least 1, not {buffered_events_max}")
+        self.buffered_events_max = buffered_events_max
+        #: Events read ahead of the caller; the end (``_END``) or an error comes after them.
+        self._buffer: deque[EventRead] = deque()
+        self._outcome: Any = None
+        self._data = asyncio.Event()
+        self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pool: SegmentStorePool | None = None
         self._ended = False
@@ -80,8 +73,12 @@ class AsyncEventReader:
         return {}, info["state"] in ("SEALING", "SEALED", "DELETING")
 
     async def _emit(self, target: Target, events: list[Event], next_offset: int) -> None:
-        for event in events:
-            await self._queue.put(EventRead(target.name, event.offset, event.data))
+        while len(self._buffer) >= self.buffered_events_max:
+            self._room.clear()
+            await self._room.wait()
+        name = target.name
+        self._buffer.extend([_new_tuple(EventRead, (name, o, d, None)) for o, d in events])
+        self._data.set()
 
     async def _run(self) -> None:
         try:
@@ -91,38 +88,63 @@ class AsyncEventReader:
                                       successors=self._successors,
                                       token_refresh=pool.token_refresh)  # fmt: skip
             await follower.run(await self._position())
-            await self._queue.put(_END)
+            self._outcome = _END
         except BaseException as exc:  # hand it to read_next
-            await self._queue.put(exc)
+            self._outcome = exc
             raise
+        finally:
+            self._data.set()
 
     async def _ensure_started(self) -> None:
         if self._task is None:
             self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
             self._task = asyncio.get_running_loop().create_task(self._run())
 
+    @property
+    def finished(self) -> bool:
+        """The stream is sealed and every event was handed out."""
+        return self._ended
+
     async def read_next(self, timeout: float | None = None) -> EventRead | None:
-        """The next event; ``None`` at the end of a sealed stream. ``TimeoutError`` if none
-        comes within ``timeout`` seconds."""
+        """The next event; ``None`` if none comes within ``timeout`` seconds, or at the end
+        of a sealed stream (``finished`` then says so)."""
+        batch = await self.read_batch(1, timeout)
+        return batch[0] if batch else None
+
+    async def read_batch(
+        self, max_events: int = 4096, timeout: float | None = None
+    ) -> list[EventRead]:
+        """Up to ``max_events`` events read ahead now, waiting up to ``timeout`` s for the
+        first; empty if none came in time, or at the end of a sealed stream (``finished``)."""
+        if max_events < 1:
+            raise ValueError(f"max_events must be at least 1, not {max_events}")
         if self._ended:
-            return None
+            return []
         await self._ensure_started()
-        item = await asyncio.wait_for(self._queue.get(), timeout)
-        if item is _END:
+        buffer = self._buffer
+        if not buffer and self._outcome is None:
+            self._data.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._data.wait(), timeout)
+        if buffer:
+            pop = buffer.popleft
+            batch = [pop() for _ in range(min(max_events, len(buffer)))]
+            self._room.set()
+            return batch
+        if self._outcome is _END:
             self._ended = True
-            return None
-        if isinstance(item, BaseException):
+        elif self._outcome is not None:
             self._ended = True
-            raise item
-        return item  # type: ignore[no-any-return]
+            raise self._outcome
+        return []
 
     def __aiter__(self) -> AsyncEventReader:
         return self
 
     async def __anext__(self) -> EventRead:
-        item = await self.read_next()
-        if item is None:
-            raise StopAsyncIteration
+        while (item := await self.read_next()) is None:
+            if self._ended:
+                raise StopAsyncIteration
         return item
 
     async def close(self) -> None:

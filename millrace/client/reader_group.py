@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,14 +37,13 @@ import httpx
 
 from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient, ControllerError
-from millrace.client.events import Event, EventSplitter
+from millrace.client.events import EventRead, EventSplitter
 from millrace.client.follower import (
     READ_BYTES,
     RECONNECT_DELAY_MAX_SECONDS,
     RECONNECT_DELAY_SECONDS,
 )
 from millrace.client.pool import SegmentStorePool
-from millrace.client.reader import EventRead
 from millrace.client.streamcut import StreamCut
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
@@ -168,16 +168,43 @@ class _Segment:
     host: str
     port: int
     delivered: int
-    buffer: deque[Event | TruncatedDataError] = field(default_factory=deque)
+    buffer: deque[EventRead | TruncatedDataError] = field(default_factory=deque)
+    #: Truncation notices in ``buffer`` (while none, a run is taken without looking).
+    notices: int = 0
+    #: Bytes of the events in ``buffer``, their headers counted.
     buffered_bytes: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     #: The end offset once the segment was read to its end (sealed).
     end: int | None = None
+    #: Events of it in the last ``read_batch`` not yet known to be handed to the application.
+    uncommitted: int = 0
 
     @property
     def fully_handed_out(self) -> bool:
-        return self.end is not None and not self.buffer
+        return self.end is not None and not self.buffer and not self.uncommitted
+
+
+class SegmentSlice:
+    """Events of one segment, as a reader hands them out at once (``read_slice``); iterating
+    counts the events used (``release_segment`` hands the count back)."""
+
+    def __init__(self, segment: str, events: list[EventRead]) -> None:
+        self.segment = segment
+        self.events = events
+        #: Events iterated so far.
+        self.used = 0
+
+    def __iter__(self) -> Iterator[EventRead]:
+        for event in self.events:
+            self.used += 1
+            yield event
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __repr__(self) -> str:
+        return f"SegmentSlice({self.segment!r}, {len(self.events)} events, {self.used} used)"
 
 
 class AsyncGroupReader:
@@ -211,6 +238,10 @@ class AsyncGroupReader:
         self._finished = False
         self._fatal: BaseException | None = None
         self._closed = False
+        #: The last ``read_batch``'s runs: (segment key, index of its first event in the batch,
+        #: its events), their positions not yet counted as handed out (see ``_commit``).
+        self._runs: list[tuple[str, int, list[EventRead]]] = []
+        self._one_segment = False
 
     @property
     def _base(self) -> str:
@@ -227,10 +258,30 @@ class AsyncGroupReader:
 
     # -- handing out events --------------------------------------------------------------------
 
+    @property
+    def finished(self) -> bool:
+        """Every stream of the group is sealed and was read to its end by the group."""
+        return self._finished and not self._segments
+
     async def read_next(self, timeout: float | None = None) -> EventRead | None:
-        """The next event, a checkpoint marker (``is_checkpoint``), or ``None`` once every
-        stream of the group is sealed and read to its end. ``TimeoutError`` if nothing comes
-        within ``timeout`` s; ``TruncatedDataError`` once where data was truncated away."""
+        """The next event or a checkpoint marker (``is_checkpoint``); ``None`` if nothing
+        comes within ``timeout`` s, or once every stream of the group is sealed and read
+        (``finished`` then says so). ``TruncatedDataError`` once where data was truncated
+        away."""
+        batch = await self.read_batch(1, timeout)
+        return batch[0] if batch else None
+
+    async def read_batch(
+        self, max_events: int = 4096, timeout: float | None = None
+    ) -> list[EventRead]:
+        """Up to ``max_events`` events buffered now (waiting up to ``timeout`` s for the first
+        one), or a list holding only a checkpoint marker; empty if nothing came in time or
+        once ``finished``. The events of a batch count as handed out to the application when
+        the next ``read_next``, ``read_batch`` or ``close`` comes (a reader that dies before
+        leaves them to be read again)."""
+        if max_events < 1:
+            raise ValueError(f"max_events must be at least 1, not {max_events}")
+        self._commit()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -241,39 +292,102 @@ class AsyncGroupReader:
                 positions = {k: s.delivered for k, s in self._segments.items()}
                 self._checkpoint_ack = (name, positions)
                 self._sync_now.set()
-                return EventRead("", 0, b"", checkpoint_name=name)
-            item = self._next_buffered()
-            if item is not None:
-                return item
-            if self._finished and not self._segments:
-                return None
+                return [EventRead("", 0, b"", checkpoint_name=name)]
+            batch = self._take_buffered(max_events)
+            if batch:
+                return batch
+            if self.finished:
+                return []
             self._data.clear()
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
-                raise TimeoutError("no event within the timeout")
+                return []
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._data.wait(), left)
 
-    def _next_buffered(self) -> EventRead | None:
+    async def read_slice(
+        self, max_events: int = 4096, timeout: float | None = None
+    ) -> SegmentSlice | None:
+        """Up to ``max_events`` events of one segment (the official Python client's segment
+        slice), or ``None`` if none came within ``timeout`` s or once ``finished``. Its
+        events count as handed out when ``release_segment`` says how many were used, or in
+        full when the next read comes first. Checkpoint markers are acknowledged, not
+        handed out."""
+        if max_events < 1:
+            raise ValueError(f"max_events must be at least 1, not {max_events}")
+        while True:
+            self._one_segment = True
+            try:
+                batch = await self.read_batch(max_events, timeout)
+            finally:
+                self._one_segment = False
+            if not batch:
+                return None
+            if not batch[0].is_checkpoint:
+                return SegmentSlice(batch[0].segment, batch)
+
+    def release_segment(self, piece: SegmentSlice) -> None:
+        """The events of ``piece`` that were iterated were handed out (the rest are read
+        again, by this reader or another)."""
+        if self._runs and self._runs[0][2] is piece.events:
+            self._commit(piece.used)
+
+    def _take_buffered(self, count: int) -> list[EventRead]:
+        """Up to ``count`` buffered events, a run from each segment in turn (of one segment
+        only while ``_one_segment``); their positions count once committed. A truncation
+        met first is raised (after one met later, the batch ends)."""
+        batch: list[EventRead] = []
+        runs = self._runs
         for _ in range(len(self._turn)):
+            if len(batch) >= count:
+                break
             key = self._turn[0]
             self._turn.rotate(-1)
             segment = self._segments.get(key)
             if segment is None or not segment.buffer:
                 continue
-            item = segment.buffer.popleft()
-            if isinstance(item, TruncatedDataError):
+            buffer = segment.buffer
+            if segment.notices and isinstance(buffer[0], TruncatedDataError):
+                if batch:
+                    break
+                segment.notices -= 1
+                item = buffer.popleft()
+                assert isinstance(item, TruncatedDataError)
                 segment.delivered = max(segment.delivered, item.resume_offset)
                 if segment.fully_handed_out:
                     self._sync_now.set()
                 raise item
-            segment.delivered = item.next_offset
-            segment.buffered_bytes -= len(item.data)
+            take = min(count - len(batch), len(buffer))
+            pop = buffer.popleft
+            if not segment.notices:
+                run: list[EventRead] = [pop() for _ in range(take)]  # type: ignore[misc]
+            else:
+                run = []
+                while len(run) < take and not isinstance(buffer[0], TruncatedDataError):
+                    run.append(pop())  # type: ignore[arg-type]
+            segment.buffered_bytes -= run[-1].next_offset - run[0].offset  # (headers too)
+            segment.uncommitted += len(run)
             segment.room.set()
+            runs.append((key, len(batch), run))
+            if self._one_segment:
+                return run  # (the list itself: a segment slice is known by it)
+            batch.extend(run)
+        return batch
+
+    def _commit(self, handed: int | None = None) -> None:
+        """The events of the last batch (its first ``handed`` only, if given) were handed to
+        the application: their segments' positions move past them."""
+        runs, self._runs = self._runs, []
+        for key, first, run in runs:
+            segment = self._segments.get(key)
+            if segment is None:  # released or dropped meanwhile: read again elsewhere
+                continue
+            segment.uncommitted -= len(run)
+            taken = len(run) if handed is None else min(len(run), max(handed - first, 0))
+            if taken:
+                segment.delivered = max(segment.delivered, run[taken - 1].next_offset)
             if segment.fully_handed_out:
                 self._sync_now.set()  # its successors may be waiting for it
-            return EventRead(segment.name, item.offset, item.data)
-        return None
 
     # -- reading segments ----------------------------------------------------------------------
 
@@ -286,7 +400,7 @@ class AsyncGroupReader:
     async def _fetch(self, segment: _Segment, scope: str, stream: str) -> None:
         assert self._pool is not None
         token = await self._token(scope, stream)
-        splitter = EventSplitter(segment.delivered)
+        splitter = EventSplitter(segment.delivered, segment.name)
         delay = RECONNECT_DELAY_SECONDS
         while True:
             while segment.buffered_bytes >= self.segment_buffer_bytes:
@@ -298,9 +412,10 @@ class AsyncGroupReader:
                     segment.name, splitter.offset + splitter.buffered, self.read_bytes, token=token
                 )
             except ssc.SegmentTruncatedError as exc:
-                splitter = EventSplitter(exc.start_offset)
+                splitter = EventSplitter(exc.start_offset, segment.name)
                 message = f"{segment.name} was truncated: reading goes on at {exc.start_offset}"
                 segment.buffer.append(TruncatedDataError(message, exc.start_offset))
+                segment.notices += 1
                 self._data.set()
                 continue
             except ssc.AuthTokenCheckFailedError as exc:
@@ -316,6 +431,7 @@ class AsyncGroupReader:
             except ssc.SegmentNotFoundError:
                 message = f"{segment.name} no longer exists (truncated or deleted)"
                 segment.buffer.append(TruncatedDataError(message, splitter.offset))
+                segment.notices += 1
                 segment.end = splitter.offset
                 self._data.set()
                 self._sync_now.set()
@@ -328,7 +444,7 @@ class AsyncGroupReader:
             events = splitter.feed(result.offset, result.data)
             if events:
                 segment.buffer.extend(events)
-                segment.buffered_bytes += sum(len(e.data) for e in events)
+                segment.buffered_bytes += events[-1].next_offset - events[0].offset
                 self._data.set()
             if result.end_of_segment and not result.data:
                 segment.end = splitter.offset
@@ -442,10 +558,12 @@ class AsyncGroupReader:
 
     # -- leaving -------------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Leave the group: the segments go back at the positions handed out."""
+    async def close(self, handed: int | None = None) -> None:
+        """Leave the group: the segments go back at the positions handed out (of the last
+        batch, its first ``handed`` events only, if given: the blocking reader's)."""
         if self._closed:
             return
+        self._commit(handed)
         self._closed = True
         if self._sync_task is not None:
             self._sync_task.cancel()

@@ -105,6 +105,15 @@ class AsyncTransactionalWriter:
         path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
         return Transaction(self, await self.controller.call("POST", path, {"leaseMs": lease_ms}))
 
+    async def get_txn(self, txn_id: uuid.UUID) -> Transaction:
+        """The OPEN transaction ``txn_id`` (begun by this or another client), to write to it,
+        commit or abort it; ``ValueError`` if it is not open."""
+        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"
+        answer = await self.controller.call("GET", path)
+        if "shadowSegments" not in answer:
+            raise ValueError(f"transaction {txn_id} is {answer['state']}, not OPEN")
+        return Transaction(self, answer)
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()

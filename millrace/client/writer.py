@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from millrace.client import segment_store as ssc
@@ -51,13 +53,20 @@ class _Pending:
     group: list[bytes] | None = None
     #: Events it counts for in the writer's unacknowledged total.
     weight: int = 1
+    #: The routing key of each event of ``group`` when they differ (``write_batch``): a
+    #: re-routing after a scale sends each to the successor owning its key.
+    keys: list[str | None] | None = None
 
     @property
     def count(self) -> int:
         return 1 if self.group is None else len(self.group)
 
 
-@dataclass
+def _as_bytes(event: bytes | bytearray | memoryview | str) -> bytes:
+    return event.encode("utf-8") if isinstance(event, str) else bytes(event)
+
+
+@dataclass(eq=False)
 class _SegmentWriter:
     segment: SegmentRange
     client: ssc.SegmentStoreClient
@@ -90,6 +99,9 @@ class AsyncEventWriter:
         self._pool: SegmentStorePool | None = None
         self._keyspace: KeySpace | None = None
         self._writers: dict[int, _SegmentWriter] = {}
+        #: The segment writer of each routing key seen (``write_batch``), while the key space
+        #: stays the same (cleared when it changes).
+        self._routes: dict[str, _SegmentWriter] = {}
         self._lock = asyncio.Lock()  # routing and re-routing never interleave
         self._inflight = 0  # events written and not yet acknowledged (or failed)
         self._queued = 0  # events queued since the producer last yielded to the loop
@@ -178,6 +190,101 @@ class AsyncEventWriter:
             done.set_result(None)
             return done
         return await self._submit(b"", group, routing_key)
+
+    async def write_batch(
+        self, events: Sequence[bytes], keys: Sequence[str | None]
+    ) -> asyncio.Future[None]:
+        """Queue ``events[i]`` under routing key ``keys[i]`` for every ``i``, per key in order;
+        one future for all of them, completed when every one is durable (or failed with the
+        first error). The blocking writer hands its buffer over through this, a batch at a
+        time: nothing is made per event but the routing (one dict lookup for a key seen before)."""
+        if len(events) != len(keys):
+            raise ValueError(f"{len(events)} events but {len(keys)} routing keys")
+        loop = asyncio.get_running_loop()
+        if not events:
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        while self._inflight >= self.pending_events_max:
+            self._room.clear()
+            await self._room.wait()
+        if self._keyspace is None or self._lock.locked():
+            async with self._lock:
+                return await self._write_batch_locked(events, keys)
+        groups = self._route_batch(events, keys)
+        if groups is None:  # a segment without its writer yet
+            async with self._lock:
+                return await self._write_batch_locked(events, keys)
+        return self._enqueue_groups(groups)
+
+    async def _write_batch_locked(
+        self, events: Sequence[bytes], keys: Sequence[str | None]
+    ) -> asyncio.Future[None]:
+        """``write_batch`` under the routing lock: start, and set up the segments' writers."""
+        if self._keyspace is None:
+            await self._start()
+        while (groups := self._route_batch(events, keys)) is None:
+            assert self._keyspace is not None
+            for key in set(keys):
+                point = key_point(key)
+                if key is None:  # (any segment: make sure every one has its writer)
+                    for segment in self._keyspace.segments:
+                        await self._writer_for(segment)
+                else:
+                    await self._writer_for(self._keyspace.segment_for(point))
+        return self._enqueue_groups(groups)
+
+    def _route_batch(
+        self, events: Sequence[bytes], keys: Sequence[str | None]
+    ) -> dict[_SegmentWriter, tuple[list[bytes], list[str | None]]] | None:
+        """The events by the writer of their segment, in order; ``None`` if a segment has no
+        writer yet."""
+        routes, keyspace, writers = self._routes, self._keyspace, self._writers
+        assert keyspace is not None
+        groups: dict[_SegmentWriter, tuple[list[bytes], list[str | None]]] = {}
+        for data, key in zip(events, keys):  # noqa: B905 (checked by write_batch)
+            writer = routes.get(key) if key is not None else None
+            if writer is None:
+                point = key_point(key) if key is not None else random.random()
+                writer = writers.get(keyspace.segment_for(point).segment_id)
+                if writer is None:
+                    return None
+                if key is not None:
+                    routes[key] = writer
+            group = groups.get(writer)
+            if group is None:
+                group = groups[writer] = ([], [])
+            group[0].append(data if type(data) is bytes else _as_bytes(data))
+            group[1].append(key)
+        return groups
+
+    def _enqueue_groups(
+        self, groups: dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
+    ) -> asyncio.Future[None]:
+        """One item per segment writer; the returned future completes once all of them did."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        left = len(groups)
+
+        def one_done(item: asyncio.Future[None]) -> None:
+            nonlocal left
+            left -= 1
+            if done.done():
+                return
+            if item.cancelled():
+                done.cancel()
+            elif (error := item.exception()) is not None:
+                done.set_exception(error)
+            elif not left:
+                done.set_result(None)
+
+        for writer, (data, keys) in groups.items():
+            weight = len(data)
+            item = _Pending(b"", 0.0, self._new_future(weight), group=data, weight=weight)
+            item.keys = keys
+            item.done.add_done_callback(one_done)
+            self._enqueue(writer, item)
+        return done
 
     async def _submit(
         self, data: bytes, group: list[bytes] | None, routing_key: str | None
@@ -323,6 +430,7 @@ class AsyncEventWriter:
         except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError) as exc:
             writer.reconnecting = False
             self._writers.pop(writer.segment.segment_id, None)
+            self._routes = {}
             self._fail_all(writer, exc)
             return
         async with self._lock:
@@ -338,6 +446,8 @@ class AsyncEventWriter:
                 elif not item.done.done():
                     if item.number <= last and item.group is not None:
                         del item.group[: last - item.number + 1]  # the rest of a group
+                        if item.keys is not None:
+                            del item.keys[: last - item.number + 1]
                     self._enqueue(writer, item)
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:
@@ -366,10 +476,38 @@ class AsyncEventWriter:
             await asyncio.sleep(0.1)
         assert self._keyspace is not None
         self._keyspace = replace_sealed(self._keyspace, writer.segment, [s for s, _ in successors])
+        self._routes = {}
         items, writer.pending, writer.unsent = list(writer.pending), deque(), []
         for item in items:
-            if not item.done.done():
+            if item.done.done():
+                continue
+            if item.keys is None:
                 await self._send(item)
+            else:
+                await self._send_split(item)
+
+    async def _send_split(self, item: _Pending) -> None:
+        """Re-route a batch item whose events have their own keys: each part goes to the
+        segment now owning its keys, in order; the item completes when every part did."""
+        assert self._keyspace is not None and item.group is not None and item.keys is not None
+        parts: dict[int, _Pending] = {}
+        for data, key in zip(item.group, item.keys, strict=True):
+            point = key_point(key)
+            segment = self._keyspace.segment_for(point)
+            part = parts.get(segment.segment_id)
+            if part is None:
+                future = asyncio.get_running_loop().create_future()
+                part = parts[segment.segment_id] = _Pending(
+                    b"", point, future, group=[], weight=0, keys=[]
+                )
+            part.group.append(data)  # type: ignore[union-attr]
+            part.keys.append(key)  # type: ignore[union-attr]
+        gathered = asyncio.gather(*(p.done for p in parts.values()))
+        gathered.add_done_callback(
+            lambda f: self._complete(item, None if f.cancelled() else f.exception())
+        )
+        for part in parts.values():
+            await self._send(part)
 
     def _fail_all(self, writer: _SegmentWriter, error: Exception) -> None:
         writer.unsent = []

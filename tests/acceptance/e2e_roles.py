@@ -131,13 +131,13 @@ def reader(base: str, token: str, scope: str, group: str, rid: str, out: str) ->
     while True:
         try:
             event = reader.read_next(timeout=5)
-        except TimeoutError:
-            continue
         except TruncatedDataError as exc:
             os.write(log, f"# {exc}\n".encode())
             continue
         if event is None:
-            break
+            if reader.finished:
+                break
+            continue
         if event.is_checkpoint:
             continue
         line = f"{time.time_ns()} {event.segment} {event.offset} {event.data.decode()}\n"

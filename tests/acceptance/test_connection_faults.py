@@ -51,9 +51,10 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Standalone, FaultyProxy]]:
 class Collector(threading.Thread):
     """Reads with ``read_next`` until the stream ends; keeps each event's text."""
 
-    def __init__(self, read_next: Callable[[float], Any]) -> None:
+    def __init__(self, reader: Any) -> None:
         super().__init__(daemon=True)
-        self.read_next = read_next
+        self.read_next: Callable[[float], Any] = reader.read_next
+        self.finished: Callable[[], bool] = lambda: bool(reader.finished)
         self.seen: list[str] = []
         self.places: dict[str, list[tuple[str, int]]] = {}
         self.error: BaseException | None = None
@@ -61,12 +62,11 @@ class Collector(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                try:
-                    event = self.read_next(1.0)
-                except TimeoutError:
-                    continue
+                event = self.read_next(1.0)
                 if event is None:
-                    return
+                    if self.finished():
+                        return
+                    continue
                 if not getattr(event, "is_checkpoint", False):
                     self.seen.append(event.data.decode())
                     place = (str(event.segment), event.offset)
@@ -87,7 +87,7 @@ def test_clients_recover_from_cuts_stalls_and_resets(
         manager.create_reader_group(scope, "rg", [f"{scope}/st"], reader_timeout_ms=60_000)
         reader = manager.create_reader(scope, "st")
         member = manager.reader_group(scope, "rg").create_reader("r1")
-        collectors = [Collector(reader.read_next), Collector(member.read_next)]
+        collectors = [Collector(reader), Collector(member)]
         for collector in collectors:
             collector.start()
         writer = manager.create_writer(scope, "st")

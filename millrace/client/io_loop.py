@@ -1,0 +1,112 @@
+"""The I/O thread of the blocking client: one asyncio event loop on a daemon thread.
+
+Responsibility: ``IoLoop`` runs the asyncio client for a ``StreamManager`` and the objects it
+creates. ``run`` blocks the calling thread on a coroutine there; ``call`` schedules a plain
+callback (no coroutine, no future: what the writer's hand-over of a batch costs). Objects that
+must be shut down when the interpreter exits register a closer (``on_exit``); those still open
+then are closed quietly, each in a bounded time, with one warning naming what was not flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["EXIT_CLOSE_SECONDS", "IoLoop"]
+
+log = logging.getLogger("millrace.client")
+
+T = TypeVar("T")
+
+#: How long each object still open at interpreter exit may take to close.
+EXIT_CLOSE_SECONDS = 10.0
+
+_loops: weakref.WeakSet[IoLoop] = weakref.WeakSet()
+
+
+class IoLoop:
+    """An event loop on a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, daemon=True, name="millrace-client"
+        )
+        self.thread.start()
+        #: Closers of the objects still open, run at interpreter exit (see ``on_exit``).
+        self._closers: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {}
+        self.stopped = False
+        _loops.add(self)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
+        if self.stopped:
+            coro.close()
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop soon (from any thread)."""
+        if self.stopped:
+            raise RuntimeError("the client is closed")
+        self.loop.call_soon_threadsafe(callback)
+
+    def on_exit(self, owner: object, closer: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Close ``owner`` with ``closer()`` at interpreter exit unless ``forget`` came first."""
+        self._closers[id(owner)] = closer
+
+    def forget(self, owner: object) -> None:
+        self._closers.pop(id(owner), None)
+
+    def stop(self) -> None:
+        """Cancel the tasks left (a reader's fetches, say) and stop the thread."""
+        if self.stopped:
+            return
+        try:
+            self.run(_cancel_tasks(), EXIT_CLOSE_SECONDS)
+        except BaseException as exc:
+            log.debug("millrace client: cancelling tasks: %s", _short(exc))
+        self.stopped = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+    def close_open(self) -> None:
+        """Close what is still open, each within EXIT_CLOSE_SECONDS: no traceback (the
+        warning of each object says what it left)."""
+        closers, self._closers = list(self._closers.values()), {}
+        for closer in reversed(closers):  # the last made first (the manager last of all)
+            try:
+                self.run(closer(), EXIT_CLOSE_SECONDS)
+            except BaseException as exc:
+                log.warning("millrace client: closing what was left open failed: %s", _short(exc))
+
+    def close_at_exit(self) -> None:
+        """At interpreter exit: close what is still open, then stop."""
+        self.close_open()
+        self.stop()
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+@atexit.register
+def _close_all() -> None:
+    for io_loop in list(_loops):
+        if not io_loop.stopped:
+            io_loop.close_at_exit()
