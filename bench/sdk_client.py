@@ -267,7 +267,7 @@ def role_blocking_reader(spec: dict[str, Any]) -> dict[str, Any]:
             "events_per_s": (got - 1) / elapsed}  # fmt: skip
 
 
-ROLES = {
+ROLES: dict[str, Any] = {
     "producer": role_producer,
     "blocking_writer": role_blocking_writer,
     "blocking_reader": role_blocking_reader,
@@ -475,7 +475,8 @@ def main() -> int:
     parser.add_argument("--role", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.role:
-        result = asyncio.run(ROLES[args.role](json.loads(rest[0])))
+        outcome = ROLES[args.role](json.loads(rest[0]))
+        result = asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome
         print(json.dumps(result))
         return 0
     wanted = set(args.only.split(","))

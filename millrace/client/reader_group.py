@@ -168,9 +168,9 @@ class _Segment:
     host: str
     port: int
     delivered: int
-    buffer: deque[EventRead | TruncatedDataError] = field(default_factory=deque)
-    #: Truncation notices in ``buffer`` (while none, a run is taken without looking).
-    notices: int = 0
+    #: What was read and not handed out: lists of events (as each read gave them) and
+    #: truncation notices, in order.
+    buffer: deque[list[EventRead] | TruncatedDataError] = field(default_factory=deque)
     #: Bytes of the events in ``buffer``, their headers counted.
     buffered_bytes: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
@@ -183,6 +183,28 @@ class _Segment:
     @property
     def fully_handed_out(self) -> bool:
         return self.end is not None and not self.buffer and not self.uncommitted
+
+
+def _take_run(buffer: deque[list[EventRead] | TruncatedDataError], count: int) -> list[EventRead]:
+    """Up to ``count`` events from the front of a segment's buffer (which starts with events),
+    up to a truncation notice: whole lists where they fit (no copy), a part of the last."""
+    run: list[EventRead] = []
+    while buffer and count > 0:
+        head = buffer[0]
+        if isinstance(head, TruncatedDataError):
+            break
+        if len(head) <= count:
+            buffer.popleft()
+            count -= len(head)
+            if run:
+                run.extend(head)
+            else:
+                run = head
+        else:
+            run.extend(head[:count])
+            del head[:count]
+            count = 0
+    return run
 
 
 class SegmentSlice:
@@ -347,24 +369,16 @@ class AsyncGroupReader:
             if segment is None or not segment.buffer:
                 continue
             buffer = segment.buffer
-            if segment.notices and isinstance(buffer[0], TruncatedDataError):
+            if isinstance(buffer[0], TruncatedDataError):
                 if batch:
                     break
-                segment.notices -= 1
                 item = buffer.popleft()
                 assert isinstance(item, TruncatedDataError)
                 segment.delivered = max(segment.delivered, item.resume_offset)
                 if segment.fully_handed_out:
                     self._sync_now.set()
                 raise item
-            take = min(count - len(batch), len(buffer))
-            pop = buffer.popleft
-            if not segment.notices:
-                run: list[EventRead] = [pop() for _ in range(take)]  # type: ignore[misc]
-            else:
-                run = []
-                while len(run) < take and not isinstance(buffer[0], TruncatedDataError):
-                    run.append(pop())  # type: ignore[arg-type]
+            run = _take_run(buffer, count - len(batch))
             segment.buffered_bytes -= run[-1].next_offset - run[0].offset  # (headers too)
             segment.uncommitted += len(run)
             segment.room.set()
@@ -415,7 +429,6 @@ class AsyncGroupReader:
                 splitter = EventSplitter(exc.start_offset, segment.name)
                 message = f"{segment.name} was truncated: reading goes on at {exc.start_offset}"
                 segment.buffer.append(TruncatedDataError(message, exc.start_offset))
-                segment.notices += 1
                 self._data.set()
                 continue
             except ssc.AuthTokenCheckFailedError as exc:
@@ -431,7 +444,6 @@ class AsyncGroupReader:
             except ssc.SegmentNotFoundError:
                 message = f"{segment.name} no longer exists (truncated or deleted)"
                 segment.buffer.append(TruncatedDataError(message, splitter.offset))
-                segment.notices += 1
                 segment.end = splitter.offset
                 self._data.set()
                 self._sync_now.set()
@@ -443,7 +455,7 @@ class AsyncGroupReader:
             delay = RECONNECT_DELAY_SECONDS
             events = splitter.feed(result.offset, result.data)
             if events:
-                segment.buffer.extend(events)
+                segment.buffer.append(events)
                 segment.buffered_bytes += events[-1].next_offset - events[0].offset
                 self._data.set()
             if result.end_of_segment and not result.data:
