@@ -325,15 +325,27 @@ def _redis_pipelined(host: str, port: int) -> float:
     return float(json.loads(result.split(" ", 1)[1])["events_per_s"])
 
 
+def _cpu_probe() -> float:
+    """Seconds a plain Python loop of 10 million additions takes here now: how fast this
+    (shared, virtual) machine is at the moment, printed beside each run's figures."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - started
+
+
 def measure_blocking(base: str, token: str, work: Path, repeat: int, events: int) -> dict[str, Any]:
     """Issue 13: the blocking calls as the README shows them, the asyncio ``write_event``, and
     redis-py pipelines into Redis (AOF always), interleaved run by run."""
     runs: dict[str, list[float]] = {"write": [], "read_next": [], "read_batch": [],
-                                    "async_write": [], "redis": [], "rss_peak_mb": []}  # fmt: skip
+                                    "async_write": [], "redis": [], "rss_peak_mb": [],
+                                    "cpu_probe_s": []}  # fmt: skip
     with redis_server(work / "redis") as (host, port, _pid):
         for run in range(repeat):
             spec = {"base": base, "token": token, "scope": f"blk{run}", "stream": "s",
                     "events": events}  # fmt: skip
+            runs["cpu_probe_s"].append(_cpu_probe())
             wrote = _role("blocking_writer", spec)
             runs["write"].append(wrote["events_per_s"])
             runs["rss_peak_mb"].append(wrote["rss_peak_mb"])
@@ -352,7 +364,8 @@ def measure_blocking(base: str, token: str, work: Path, repeat: int, events: int
             print(f"  run {run + 1}: write_event {runs['write'][-1]:,.0f}/s, read_next"
                   f" {runs['read_next'][-1]:,.0f}/s, read_batch {runs['read_batch'][-1]:,.0f}/s,"
                   f" async write_event {runs['async_write'][-1]:,.0f}/s,"
-                  f" Redis {runs['redis'][-1]:,.0f}/s", file=sys.stderr)  # fmt: skip
+                  f" Redis {runs['redis'][-1]:,.0f}/s (CPU probe {runs['cpu_probe_s'][-1]:.2f} s)",
+                  file=sys.stderr)  # fmt: skip
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {
         "events": events,
