@@ -1,16 +1,21 @@
-"""The Python client end to end against a standalone node: producer throughput, append-to-
-WebSocket latency, reader-group catch-up.
+"""The Python client end to end against a standalone node: the blocking API, producer
+throughput, append-to-WebSocket latency, reader-group catch-up.
 
 Usage::
 
-    .venv/bin/python bench/sdk_client.py                   # everything (about 3 minutes)
-    .venv/bin/python bench/sdk_client.py --only producer   # or latency, catchup
+    .venv/bin/python bench/sdk_client.py                   # everything (about 5 minutes)
+    .venv/bin/python bench/sdk_client.py --only blocking   # or producer, latency, catchup
     .venv/bin/python bench/sdk_client.py --quick           # small sizes (a smoke run)
 
 One ``millrace standalone`` node (embedded defaults: SQLite, file tier-1 with fdatasync before
 every acknowledgement, filesystem tier-2) runs on a temporary directory; every producer and
 reader is a process of its own:
 
+* **blocking** (issue 13): the README's blocking calls: a ``write_event`` loop of 1,000,000
+  events of 100 B over 64 routing keys and one ``flush``; a reader group's ``read_next`` loop
+  and ``read_batch`` loop over them; the asyncio ``write_event`` beside them, and Redis
+  pipelines; each run prints a CPU probe (a fixed Python loop). Targets: 500,000, 500,000 and
+  1,500,000 events/s.
 * **producer**: one process with ``AsyncStreamManager``'s event writer writes events of 100 B
   over 64 routing keys to a stream of 4 segments and flushes (durable); events/s =
   events / (first write to flush done); once with ``write_event`` per event, once with
