@@ -1,8 +1,8 @@
 """The blocking event writer: ``write_event`` into a local buffer, batches to the I/O loop.
 
 Responsibility: ``EventWriter`` is what ``StreamManager.create_writer`` gives. ``write_event``
-returns at once: the event goes into a buffer of the writer (a deque: safe to share between
-threads), with no thread hop, future or lock per event. The buffer is handed to the I/O loop
+returns at once: the event goes into a buffer of the writer (a deque: several threads may
+write to one writer), with no thread hop, future or lock per event. The buffer is handed to the I/O loop
 (``IoLoop``) in batches, when ``batch_events`` events or ``batch_bytes`` bytes are waiting, and
 otherwise ``linger_ms`` after the first event of a batch (as Kafka's producer does); there one
 task passes each batch to ``AsyncEventWriter.write_batch``, in order, which routes the events
@@ -12,7 +12,8 @@ before it is durable.
 
 Back-pressure: at most ``pending_events_max`` events and ``pending_bytes_max`` bytes are
 buffered or unacknowledged; ``write_event`` then waits for room (the memory a writer holds is
-bounded by that, plus one batch). A batch that fails (the stream was sealed, the segment store
+bounded by that, plus one batch; the counts take no lock, so with several writing threads
+the bound is approximate). A batch that fails (the stream was sealed, the segment store
 stayed away beyond the writer's reconnect time) makes the next ``write_event`` or ``flush``
 raise its error; the events of that batch are not durable. ``callback=`` on ``write_event``
 gives one event a completion callback, called on the I/O thread: ``callback(None)`` once the
@@ -74,12 +75,12 @@ class EventWriter:
         self._batch_events, self._batch_bytes = options.batch_events, options.batch_bytes
         #: Events waiting for the I/O loop: ``(bytes, routing key)``, or ``(_CALLBACK, fn)``.
         self._buffer: deque[tuple[Any, Any]] = deque()
-        #: Events and bytes added since the last hand-over (the writing threads' count).
+        #: Events and bytes written since the last hand-over, and before it (counted by the
+        #: writing threads), and those acknowledged or failed (counted on the I/O thread): the
+        #: writer holds the difference.
         self._count = 0
         self._bytes = 0
-        #: Events and bytes taken by the I/O loop, and those of them acknowledged or failed
-        #: (counted on the I/O thread).
-        self._taken = self._taken_bytes = 0
+        self._added = self._added_bytes = 0
         self._done = self._done_bytes = 0
         self._room = threading.Event()
         self._error: BaseException | None = None
@@ -125,9 +126,15 @@ class EventWriter:
         for event in events:
             self.write_event(event, routing_key)
 
+    def _tally(self) -> None:
+        """Count the events written since the last hand-over into the totals."""
+        self._added += self._count
+        self._added_bytes += self._bytes
+        self._count = self._bytes = 0
+
     def _hand_over(self) -> None:
         """Wake the I/O loop for the buffer; wait while the writer holds its limit."""
-        self._count = self._bytes = 0
+        self._tally()
         self._io.call(self._wake_pump)
         if self._error is not None:
             self._raise()
@@ -149,10 +156,10 @@ class EventWriter:
         return self._held_events()
 
     def _held_events(self) -> int:
-        return len(self._buffer) + self._taken - self._done
+        return self._added + self._count - self._done
 
     def _held_bytes(self) -> int:
-        return self._taken_bytes - self._done_bytes
+        return self._added_bytes + self._bytes - self._done_bytes
 
     def _raise(self) -> None:
         error, self._error = self._error, None
@@ -162,7 +169,7 @@ class EventWriter:
     def flush(self) -> None:
         """Hand over what is buffered and wait until every event written before is durable;
         raises the error of a batch that failed."""
-        self._count = self._bytes = 0
+        self._tally()
         self._io.run(self._flush())
         if self._error is not None:
             self._raise()
@@ -222,8 +229,6 @@ class EventWriter:
         events = [item[0] for item in items]
         keys = [item[1] for item in items]
         size = sum(map(len, events))
-        self._taken += len(events)
-        self._taken_bytes += size
         try:
             done = await self._writer.write_batch(events, keys)
         except BaseException as exc:
@@ -269,7 +274,8 @@ class EventWriter:
 
     async def _close_at_exit(self) -> None:
         """At interpreter exit: flush what can be flushed, say what was not."""
-        waiting = len(self._buffer) + self._taken - self._done
+        self._tally()
+        waiting = self._held_events()
         try:
             await asyncio.wait_for(self._flush(), 5.0)
         except BaseException as exc:
