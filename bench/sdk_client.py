@@ -295,14 +295,7 @@ def measure_producer(base: str, token: str, work: Path, repeat: int, events: int
             sdk.append(_role("producer", spec)["events_per_s"])
             spec = {**spec, "scope": f"prodb{run}", "batch": 1000}
             batched.append(_role("producer", spec)["events_per_s"])
-            redis_spec = {"target": "redis", "host": host, "port": port, "event_bytes": 100,
-                          "pipeline": 1000, "warmup": 1.0, "duration": 5.0}  # fmt: skip
-            done = subprocess.run(
-                [sys.executable, str(HERE.parent / "append_producer.py"), json.dumps(redis_spec)],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
-            result = [x for x in done.stdout.splitlines() if x.startswith("result ")][-1]
-            redis.append(json.loads(result.split(" ", 1)[1])["events_per_s"])
+            redis.append(_redis_pipelined(host, port))
             print(f"  run {run + 1}: SDK write_event {sdk[-1]:,.0f} events/s, write_events"
                   f" {batched[-1]:,.0f}, Redis {redis[-1]:,.0f}", file=sys.stderr)  # fmt: skip
     mine, theirs = statistics.median(sdk), statistics.median(redis)

@@ -56,6 +56,16 @@ __all__ = [
 TOKEN_VARIABLE = "MILLRACE_TOKEN"
 
 
+class _Shown:
+    """Shown as the official client shows its objects: by ``to_str()``."""
+
+    def to_str(self) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.to_str()
+
+
 class TxnFailedException(Exception):
     """A transaction could not be committed (it was aborted, or timed out)."""
 
@@ -142,7 +152,7 @@ class StreamCuts:
         return f"StreamCuts({self.cut.to_text()})"
 
 
-class StreamReaderGroupConfig:
+class StreamReaderGroupConfig(_Shown):
     """The streams a reader group reads, all from the head or all from the tail."""
 
     def __init__(self, read_from_tail: bool, scope_name: str, *stream_names: str) -> None:
@@ -155,11 +165,8 @@ class StreamReaderGroupConfig:
     def to_str(self) -> str:
         return f"StreamReaderGroupConfig({', '.join(self.streams)})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
 
-
-class StreamManager:
+class StreamManager(_Shown):
     """Scopes, streams, writers, readers and byte streams (see the module's docstring)."""
 
     def __init__(
@@ -321,7 +328,7 @@ def _policies(
     return body
 
 
-class StreamWriter:
+class StreamWriter(_Shown):
     """Writes events to one stream; ``flush`` makes them durable."""
 
     def __init__(self, manager: StreamManager, writer: Any) -> None:
@@ -350,9 +357,6 @@ class StreamWriter:
     def to_str(self) -> str:
         return f"StreamWriter({self._writer._writer.scope}/{self._writer._writer.stream})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
-
 
 def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
     if done.done():
@@ -363,7 +367,7 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
         done.set_exception(error)
 
 
-class StreamTxnWriter:
+class StreamTxnWriter(_Shown):
     """Begins transactions on one stream."""
 
     def __init__(
@@ -383,11 +387,8 @@ class StreamTxnWriter:
     def to_str(self) -> str:
         return f"StreamTxnWriter({self.scope}/{self.stream}, writer {self.writer_id})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
 
-
-class StreamTransaction:
+class StreamTransaction(_Shown):
     """One transaction: its events appear together on ``commit`` (never, on ``abort``)."""
 
     def __init__(self, txn: Any) -> None:
@@ -423,11 +424,8 @@ class StreamTransaction:
     def to_str(self) -> str:
         return f"StreamTransaction({self._txn.txn_id})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
 
-
-class StreamReaderGroup:
+class StreamReaderGroup(_Shown):
     """A reader group: readers sharing its streams."""
 
     def __init__(self, manager: StreamManager, group: Any, scope: str, stream: str) -> None:
@@ -463,9 +461,6 @@ class StreamReaderGroup:
     def to_str(self) -> str:
         return f"StreamReaderGroup({self._group.scope}/{self._group.name})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
-
 
 class EventData:
     """One event of a slice: ``data()`` and ``offset()`` (in its segment)."""
@@ -499,7 +494,7 @@ class Slice:
         return f"Slice({self.piece.segment}, {len(self.piece)} events)"
 
 
-class StreamReader:
+class StreamReader(_Shown):
     """A reader of a reader group, reading segment slices."""
 
     def __init__(self, manager: StreamManager, reader: GroupReader) -> None:
@@ -527,11 +522,8 @@ class StreamReader:
     def to_str(self) -> str:
         return f"StreamReader({self._reader.reader_id})"
 
-    def __repr__(self) -> str:
-        return self.to_str()
 
-
-class ByteStream:
+class ByteStream(_Shown):
     """A one-segment stream as a file of bytes."""
 
     def __init__(self, stream: Any) -> None:
@@ -568,6 +560,3 @@ class ByteStream:
 
     def to_str(self) -> str:
         return "ByteStream"
-
-    def __repr__(self) -> str:
-        return self.to_str()

@@ -1,23 +1,23 @@
 """The blocking event writer: ``write_event`` into a local buffer, batches to the I/O loop.
 
 Responsibility: ``EventWriter`` is what ``StreamManager.create_writer`` gives. ``write_event``
-returns at once: the event goes into a buffer of the writer (a deque: several threads may
-write to one writer), with no thread hop, future or lock per event. The buffer is handed to the I/O loop
-(``IoLoop``) in batches, when ``batch_events`` events or ``batch_bytes`` bytes are waiting, and
-otherwise ``linger_ms`` after the first event of a batch (as Kafka's producer does); there one
-task passes each batch to ``AsyncEventWriter.write_batch``, in order, which routes the events
-by key and appends them (durable once acknowledged; per routing key in order, across scaling
-and reconnects). ``flush()`` hands over what is buffered and waits until everything written
-before it is durable.
+returns at once: the event goes into a buffer of the writer (a deque: several threads may write
+to one writer), with no thread hop, future or lock per event. The buffer is handed to the I/O
+loop (``IoLoop``) in batches, when ``batch_events`` events or ``batch_bytes`` bytes are
+waiting, and otherwise ``linger_ms`` after the first event of a batch (as Kafka's producer
+does); there one task passes each batch to ``AsyncEventWriter.write_batch``, in order, which
+routes the events by key and appends them (durable once acknowledged; per routing key in order,
+across scaling and reconnects). ``flush()`` hands over what is buffered and waits until
+everything written before it is durable.
 
 Back-pressure: at most ``pending_events_max`` events and ``pending_bytes_max`` bytes are
 buffered or unacknowledged; ``write_event`` then waits for room (the memory a writer holds is
-bounded by that, plus one batch; the counts take no lock, so with several writing threads
-the bound is approximate). A batch that fails (the stream was sealed, the segment store
-stayed away beyond the writer's reconnect time) makes the next ``write_event`` or ``flush``
-raise its error; the events of that batch are not durable. ``callback=`` on ``write_event``
-gives one event a completion callback, called on the I/O thread: ``callback(None)`` once the
-event is durable (with the events of its batch), ``callback(error)`` if its batch failed.
+bounded by that, plus one batch; the counts take no lock, so with several writing threads the
+bound is approximate). A batch that fails (the stream was sealed, the segment store stayed away
+beyond the writer's reconnect time) makes the next ``write_event`` or ``flush`` raise its
+error; the events of that batch are not durable. ``callback=`` on ``write_event`` gives one
+event a completion callback, called on the I/O thread: ``callback(None)`` once the event is
+durable (with the events of its batch), ``callback(error)`` if its batch failed.
 """
 
 from __future__ import annotations
