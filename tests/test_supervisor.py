@@ -35,7 +35,7 @@ print(f"start {n}: {what}", flush=True)
 if what == "crash":
     time.sleep(0.05)
     sys.exit(3)
-print("ready", flush=True)
+print(f"ready {os.getpid()}", flush=True)
 if what == "hang":
     os.remove(count_file + ".alive") if os.path.exists(count_file + ".alive") else None
 else:
@@ -63,10 +63,10 @@ def make_child(tmp_path: Path, name: str, plan: str) -> Child:
 
 
 def said_ready(child: Child) -> bool:
-    """The running process printed "ready" (the output kept spans restarts)."""
-    lines = list(child.output)
-    starts = [i for i, line in enumerate(lines) if line.startswith("start ")]
-    return bool(starts) and "ready" in lines[starts[-1] :]
+    """The running process printed "ready" (the output kept spans restarts, and the reader
+    of the output may lag behind a restart: the line names the process)."""
+    process = child.process
+    return process is not None and f"ready {process.pid}" in list(child.output)
 
 
 class Running:

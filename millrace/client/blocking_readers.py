@@ -131,7 +131,9 @@ class EventReader(_BatchReader):
 
 
 class GroupReader(_BatchReader):
-    """Blocking reader of a reader group (``ReaderGroup.create_reader``)."""
+    """Blocking reader of a reader group (``ReaderGroup.create_reader``). A checkpoint marker
+    that becomes due while events of the local batch wait comes before them (the events
+    handed out so far are in the checkpoint; the rest come after the marker)."""
 
     def __init__(
         self, io: IoLoop, reader: AsyncGroupReader, batch_events: int = BATCH_EVENTS
@@ -139,10 +141,37 @@ class GroupReader(_BatchReader):
         super().__init__(io, reader, batch_events)
         self._reader = reader
         self.reader_id = reader.reader_id
+        #: Events of the local batch whose positions already count (``checkpoint_now``).
+        self._counted = 0
         io.on_exit(self, self._close_at_exit)
 
+    def read_next(self, timeout: float | None = None) -> EventRead | None:
+        if self._reader.checkpoint_pending and self._index < len(self._batch):
+            marker = self._checkpoint_now()
+            if marker is not None:
+                return marker
+        return super().read_next(timeout)
+
+    def read_batch(
+        self, max_events: int = BATCH_EVENTS, timeout: float | None = None
+    ) -> list[EventRead]:
+        if self._reader.checkpoint_pending and self._index < len(self._batch):
+            marker = self._checkpoint_now()
+            if marker is not None:
+                return [marker]
+        return super().read_batch(max_events, timeout)
+
+    def _checkpoint_now(self) -> EventRead | None:
+        marker = self._io.run(self._reader.checkpoint_now(self._index - self._counted))
+        self._counted = self._index
+        return marker
+
+    def _fetch(self, count: int, timeout: float | None) -> list[EventRead]:
+        self._counted = 0
+        return super()._fetch(count, timeout)
+
     async def _close_at_exit(self) -> None:
-        await self._reader.close(self._index)
+        await self._reader.close(self._index - self._counted)
 
     def get_segment_slice(
         self, max_events: int = BATCH_EVENTS, timeout: float | None = None
@@ -154,7 +183,7 @@ class GroupReader(_BatchReader):
             raise ValueError("hand out the events of read_next/read_batch before taking a slice")
         if self._closed:
             raise ValueError("the reader is closed")
-        self._batch, self._index = [], 0
+        self._batch, self._index, self._counted = [], 0, 0
         return self._io.run(self._reader.read_slice(max_events, timeout))
 
     def release_segment(self, piece: SegmentSlice) -> None:
@@ -167,7 +196,7 @@ class GroupReader(_BatchReader):
             return
         self._closed = True
         self._io.forget(self)
-        self._io.run(self._reader.close(self._index))
+        self._io.run(self._reader.close(self._index - self._counted))
 
     def __enter__(self) -> GroupReader:
         return self

@@ -388,6 +388,33 @@ class AsyncGroupReader:
             batch.extend(run)
         return batch
 
+    @property
+    def checkpoint_pending(self) -> bool:
+        """A checkpoint marker waits to be handed out."""
+        return self._checkpoint_due is not None
+
+    async def checkpoint_now(self, handed: int) -> EventRead | None:
+        """For a reader that hands out the last batch one event at a time (the blocking one):
+        it has handed out the first ``handed`` events of it (counted since the last call);
+        their positions count now, the rest's later, and the checkpoint marker due (if any)
+        comes now rather than after the rest of the batch."""
+        kept: list[tuple[str, int, list[EventRead]]] = []
+        for key, first, run in self._runs:
+            taken = min(len(run), max(handed - first, 0))
+            segment = self._segments.get(key)
+            if segment is not None and taken:
+                segment.uncommitted -= taken
+                segment.delivered = max(segment.delivered, run[taken - 1].next_offset)
+            if taken < len(run):
+                kept.append((key, max(first - handed, 0), run[taken:]))
+        self._runs = kept
+        if self._checkpoint_due is None:
+            return None
+        name, self._checkpoint_due = self._checkpoint_due, None
+        self._checkpoint_ack = (name, {k: s.delivered for k, s in self._segments.items()})
+        self._sync_now.set()
+        return EventRead("", 0, b"", checkpoint_name=name)
+
     def _commit(self, handed: int | None = None) -> None:
         """The events of the last batch (its first ``handed`` only, if given) were handed to
         the application: their segments' positions move past them."""
