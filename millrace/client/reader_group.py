@@ -179,6 +179,9 @@ class _Segment:
     end: int | None = None
     #: Events of it in the last ``read_batch`` not yet known to be handed to the application.
     uncommitted: int = 0
+    #: The offset after the last event taken into a batch (handed to the application, or
+    #: waiting in the blocking reader's local batch, which will hand it out).
+    taken_to: int = 0
 
     @property
     def fully_handed_out(self) -> bool:
@@ -381,6 +384,7 @@ class AsyncGroupReader:
             run = _take_run(buffer, count - len(batch))
             segment.buffered_bytes -= run[-1].next_offset - run[0].offset  # (headers too)
             segment.uncommitted += len(run)
+            segment.taken_to = run[-1].next_offset
             segment.room.set()
             runs.append((key, len(batch), run))
             if self._one_segment:
@@ -592,7 +596,9 @@ class AsyncGroupReader:
             if segment.end is not None:
                 continue  # ends soon anyway
             self._drop(segment.key)
-            self._released[segment.key] = segment.delivered
+            # (past what went into a batch too: this reader hands those out, another must
+            # not read them again)
+            self._released[segment.key] = max(segment.delivered, segment.taken_to)
         self._sync_now.set()
 
     # -- leaving -------------------------------------------------------------------------------
