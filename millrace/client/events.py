@@ -63,8 +63,6 @@ class EventRead(NamedTuple):
 
 
 _new_tuple = tuple.__new__
-_make_event = functools.partial(tuple.__new__, Event)
-_make_read = functools.partial(tuple.__new__, EventRead)
 
 
 class EventSplitter:
@@ -154,6 +152,7 @@ def _uniform_run(buffer: bytes, base: int, segment: str | None) -> tuple[list[An
         payloads.extend(_payloads_struct(length, units).unpack_from(buffer, start))
     offsets = range(base, base + end, stride)
     if segment is None:
-        return list(map(_make_event, zip(offsets, payloads, strict=True))), end
+        rows = zip(offsets, payloads, strict=True)
+        return list(map(_new_tuple, itertools.repeat(Event), rows)), end
     rows = zip(itertools.repeat(segment), offsets, payloads, itertools.repeat(None))
-    return list(map(_make_read, rows)), end
+    return list(map(_new_tuple, itertools.repeat(EventRead), rows)), end
