@@ -25,6 +25,10 @@ ABORT_TRANSACTION = "millrace.abort_transaction"
 SWEEP = "millrace.sweep"
 TRANSACTION_TIMEOUTS = "millrace.transaction_timeouts"
 COMPLETED_TRANSACTION_CLEANUP = "millrace.completed_transaction_cleanup"
+RETENTION = "millrace.retention"
+RETENTION_BUCKET = "millrace.retention_bucket"
+WATERMARKS = "millrace.watermarks"
+WATERMARK_BUCKET = "millrace.watermark_bucket"
 
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:

@@ -69,6 +69,10 @@ class ReaderNotInGroupError(NotFoundError):
     dead after its timeout, or never joined); it must join again."""
 
 
+class NoWatermarkError(NotFoundError):
+    """The stream has no watermark yet: no live writer has reported a time since it began."""
+
+
 class AlreadyExistsError(ControllerError):
     """A record with this name exists already (a create that is not a retry of the same one)."""
 

@@ -11,7 +11,7 @@ from typing import Any
 from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.errors import ControllerError, NoNodeForSegmentError
-from controller_app.models import Stream
+from controller_app.models import Stream, Watermark
 from millrace.client.follower import Target
 from millrace.naming import parse_segment_name
 from segment_app.consumers.directory import NoNodeError, StreamNotFoundError
@@ -56,6 +56,14 @@ class ControllerStreamDirectory:
         count = sel.container_count()
         targets = {_target(found, s.id, count): preds for s, preds in successors.items()}
         return targets, found.state in _ENDED
+
+    def watermark(self, scope: str, stream: str) -> dict[str, Any] | None:
+        try:
+            found = self._stream(scope, stream)
+        except StreamNotFoundError:
+            return None
+        newest = Watermark.objects.filter(stream=found).order_by("-number").first()
+        return None if newest is None else newest.as_json()
 
     def segment_target(self, name: str) -> Target:
         _, _, segment_id = parse_segment_name(name)

@@ -7,8 +7,9 @@ postpones it (``Postpone``), a lost compare-and-swap retries soon, an unreachabl
 store retries with a growing delay. Queues (Pravega's event-processor streams):
 ``controller.requests`` (create, seal, delete, scale, truncate: serialized per stream by the
 stream's state), ``controller.commits`` (serial per stream, by the COMMITTING_TXN state) and
-``controller.aborts`` (concurrent). The periodic jobs (sweeper, transaction timeouts, cleanup)
-run on the default queue, sent by Celery beat.
+``controller.aborts`` (concurrent). The periodic jobs (sweeper, transaction timeouts, cleanup,
+retention and watermark rounds) run on the default queue, sent by Celery beat; a round sends
+one task per stream bucket with work (``workflows.buckets``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,29 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError
+from django.db.models import QuerySet
 
 from controller_app import dispatch
+from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
     NoNodeForSegmentError,
     SegmentStoreUnavailableError,
 )
+from controller_app.models import Stream
 from controller_app.segment_client import segment_store
-from controller_app.workflows import scale, streams, sweeper, transactions, truncate
+from controller_app.workflows import (
+    buckets,
+    marks,
+    retention,
+    scale,
+    streams,
+    sweeper,
+    transactions,
+    truncate,
+)
 from controller_app.workflows.transactions import Postpone
 
 log = logging.getLogger(__name__)
@@ -112,3 +126,59 @@ def transaction_timeouts() -> int:
 @shared_task(name=dispatch.COMPLETED_TRANSACTION_CLEANUP, ignore_result=True)
 def completed_transaction_cleanup() -> int:
     return transactions.cleanup_completed()
+
+
+# -- rounds over stream buckets ----------------------------------------------------------------
+
+
+def _lease_ms(period_s: int) -> int:
+    """How long a bucket's round may hold it: two periods and a little (a worker killed
+    mid-round holds its bucket no longer)."""
+    return (2 * period_s + 5) * 1000
+
+
+def _retention_streams() -> QuerySet[Stream]:
+    return Stream.objects.exclude(retention_type=RetentionPolicyType.NONE).filter(
+        state=StreamState.ACTIVE
+    )
+
+
+def _watermark_streams() -> QuerySet[Stream]:
+    return Stream.objects.filter(writer_marks__is_alive=True).distinct()
+
+
+@shared_task(name=dispatch.RETENTION, ignore_result=True)
+def retention_round() -> int:
+    """Send a retention task for every bucket holding a stream with a retention policy."""
+    found = buckets.buckets_with(BucketService.RETENTION, _retention_streams())
+    for bucket in found:
+        dispatch.send(dispatch.RETENTION_BUCKET, bucket)
+    return len(found)
+
+
+@shared_task(name=dispatch.RETENTION_BUCKET, ignore_result=True, acks_late=True)
+def retention_bucket(bucket: int) -> int:
+    period = settings.MILLRACE.retention_period_s
+    store = segment_store()
+    return buckets.run_bucket(
+        BucketService.RETENTION, bucket, _lease_ms(period), _retention_streams(),
+        lambda stream: retention.apply_retention(store, stream, period * 1000),
+    )  # fmt: skip
+
+
+@shared_task(name=dispatch.WATERMARKS, ignore_result=True)
+def watermark_round() -> int:
+    """Send a watermark task for every bucket holding a stream with live writer marks."""
+    found = buckets.buckets_with(BucketService.WATERMARKING, _watermark_streams())
+    for bucket in found:
+        dispatch.send(dispatch.WATERMARK_BUCKET, bucket)
+    return len(found)
+
+
+@shared_task(name=dispatch.WATERMARK_BUCKET, ignore_result=True, acks_late=True)
+def watermark_bucket(bucket: int) -> int:
+    period = settings.MILLRACE.watermark_period_s
+    return buckets.run_bucket(
+        BucketService.WATERMARKING, bucket, _lease_ms(period), _watermark_streams(),
+        marks.compute_watermark,
+    )  # fmt: skip

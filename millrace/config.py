@@ -291,6 +291,11 @@ class WebSettings:
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
     #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); see ``UNSAFE_TEST_FLAGS``.
     unsafe: frozenset[str] = frozenset()
+    #: Seconds between retention rounds (MILLRACE_RETENTION_PERIOD_S): each collects a stream
+    #: cut of every stream with a retention policy and truncates where the policy allows.
+    retention_period_s: int = 300
+    #: Seconds between watermark rounds (MILLRACE_WATERMARK_PERIOD_S).
+    watermark_period_s: int = 10
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WebSettings:
@@ -310,6 +315,12 @@ class WebSettings:
             ),
             debug=parse_bool(env, "MILLRACE_DEBUG", False),
             unsafe=parse_unsafe_flags(env),
+            retention_period_s=parse_int(
+                env, "MILLRACE_RETENTION_PERIOD_S", cls.retention_period_s, low=1, high=7 * 86400
+            ),
+            watermark_period_s=parse_int(
+                env, "MILLRACE_WATERMARK_PERIOD_S", cls.watermark_period_s, low=1, high=86400
+            ),
             allowed_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip())
             or cls.allowed_hosts,
         )

@@ -218,6 +218,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "millrace.completed_transaction_cleanup",
         "schedule": 3600.0,
     },
+    "retention": {"task": "millrace.retention", "schedule": float(MILLRACE.retention_period_s)},
+    "watermarks": {"task": "millrace.watermarks", "schedule": float(MILLRACE.watermark_period_s)},
 }
 CELERY_TIMEZONE = TIME_ZONE
 

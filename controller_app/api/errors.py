@@ -30,6 +30,7 @@ _CONTROLLER = [
     (ce.TransactionNotFoundError, 404, "transaction-not-found"),
     (ce.SegmentNotFoundError, 404, "segment-not-found"),
     (ce.ReaderGroupNotFoundError, 404, "reader-group-not-found"),
+    (ce.NoWatermarkError, 404, "no-watermark"),
     (ce.ReaderNotInGroupError, 410, "reader-not-in-group"),
     (ce.NotFoundError, 404, "not-found"),
     (ce.AlreadyExistsError, 409, "already-exists"),

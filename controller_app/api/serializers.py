@@ -352,6 +352,16 @@ class WriterMarkResultSerializer(serializers.Serializer):
     timestamp = serializers.IntegerField()
 
 
+class WatermarkSerializer(serializers.Serializer):
+    """A stream's newest watermark (Pravega's ``Watermark``): every event a live writer wrote
+    at a time before ``lowerTimeBound`` lies before ``streamCut``."""
+
+    number = serializers.IntegerField(help_text="1, 2, ... per stream; only grows.")
+    lowerTimeBound = serializers.IntegerField(help_text="ms")
+    upperTimeBound = serializers.IntegerField(help_text="ms")
+    streamCut = serializers.DictField(child=serializers.IntegerField())
+
+
 class DelegationTokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text="Empty when authentication is off.")
     expiresIn = serializers.IntegerField(help_text="Seconds the token is valid.")

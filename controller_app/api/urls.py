@@ -57,6 +57,7 @@ urlpatterns = [
     path(f"{TXN}/commit", v.TransactionCommitView.as_view()),
     path(f"{TXN}/abort", v.TransactionAbortView.as_view()),
     path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
+    path(f"{STREAM}/watermark", v.WatermarkView.as_view()),
     path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
     path(f"{STREAM}/events", EventsView.as_view()),
     path(f"{RG}/reset", rg.ResetView.as_view()),

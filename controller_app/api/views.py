@@ -510,3 +510,13 @@ class WriterMarksView(APIView):
             scope, stream, data["writerId"], data["timestamp"], data.get("position") or {}
         )
         return Response({"writerId": mark.writer_id, "timestamp": mark.timestamp})
+
+
+class WatermarkView(APIView):
+    @extend_schema(
+        operation_id="getWatermark",
+        responses=s.WatermarkSerializer,
+        description="The stream's newest watermark; 404 `no-watermark` until it has one.",
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        return Response(marks.latest_watermark(scope, stream).as_json())

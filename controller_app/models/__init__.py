@@ -10,11 +10,12 @@ from controller_app.models.host import Container, ContainerAssignment, Node, Pro
 from controller_app.models.reader_group import ReaderGroup, Subscriber
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
-from controller_app.models.stream import Stream, StreamBucket, StreamTag
+from controller_app.models.stream import BucketLease, Stream, StreamBucket, StreamTag
 from controller_app.models.transaction import CompletedTransaction, Transaction
 from controller_app.models.watermark import Watermark, WriterMark
 
 __all__ = [
+    "BucketLease",
     "CompletedTransaction",
     "Container",
     "ContainerAssignment",

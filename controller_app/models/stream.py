@@ -123,3 +123,22 @@ class StreamBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.service} bucket {self.bucket}"
+
+
+class BucketLease(models.Model):
+    """Who runs one periodic service's round over one bucket, until when: a round starts only
+    on a lease that is free or expired, so no stream is visited by two rounds at once, and a
+    worker killed mid-round holds its bucket no longer than the lease."""
+
+    service = models.CharField(max_length=16, choices=BucketService.choices)
+    bucket = models.IntegerField()
+    holder = models.CharField(max_length=64, blank=True, default="")
+    expires_ms = models.BigIntegerField(default=0, help_text="ms since the Unix epoch")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["service", "bucket"], name="bucket_lease_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.service} bucket {self.bucket} held by {self.holder or 'nobody'}"

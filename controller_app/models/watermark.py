@@ -8,6 +8,8 @@ range of their times.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import F, Q
 
@@ -57,3 +59,12 @@ class Watermark(models.Model):
 
     def __str__(self) -> str:
         return f"watermark {self.number} [{self.low_time}, {self.high_time}]"
+
+    def as_json(self) -> dict[str, Any]:
+        """As REST and the WebSocket tail read show it."""
+        return {
+            "number": self.number,
+            "lowerTimeBound": self.low_time,
+            "upperTimeBound": self.high_time,
+            "streamCut": dict(self.stream_cut),
+        }

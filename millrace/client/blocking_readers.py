@@ -25,7 +25,8 @@ from typing import Protocol
 from millrace.client.events import EventRead
 from millrace.client.io_loop import IoLoop
 from millrace.client.reader import AsyncEventReader
-from millrace.client.reader_group import AsyncGroupReader, SegmentSlice
+from millrace.client.reader_group import AsyncGroupReader, SegmentSlice, TimeWindow
+from millrace.naming import parse_segment_name
 
 __all__ = ["BATCH_EVENTS", "EventReader", "GroupReader"]
 
@@ -160,6 +161,20 @@ class GroupReader(_BatchReader):
             if marker is not None:
                 return [marker]
         return super().read_batch(max_events, timeout)
+
+    def current_time_window(self, stream: str) -> TimeWindow:
+        """Where this reader stands in event time on ``stream`` ("scope/name"), by the
+        stream's newest watermark and the events handed out so far (Pravega's
+        ``getCurrentTimeWindow``)."""
+        position = self._reader.position(stream)
+        waiting: set[str] = set()
+        for event in self._batch[self._index :]:  # taken, not handed out yet
+            if event.checkpoint_name is None and event.segment not in waiting:
+                waiting.add(event.segment)
+                scope, name, segment_id = parse_segment_name(event.segment)
+                if f"{scope}/{name}" == stream:
+                    position[segment_id] = event.offset
+        return self._io.run(self._reader.current_time_window(stream, position))
 
     def _checkpoint_now(self) -> EventRead | None:
         marker = self._io.run(self._reader.checkpoint_now(self._index - self._counted))

@@ -174,6 +174,16 @@ class EventWriter:
         if self._error is not None:
             self._raise()
 
+    def note_time(self, timestamp_ms: int) -> None:
+        """Report that every event written so far has a time before ``timestamp_ms`` (ms;
+        Pravega's ``noteTime``): waits until they are durable, then sends the time with the
+        writer's position. Readers see the stream's watermarks made of these
+        (``GroupReader.current_time_window``)."""
+        self._tally()
+        self._io.run(self._note_time(timestamp_ms))
+        if self._error is not None:
+            self._raise()
+
     def close(self) -> None:
         """Flush, then release the writer's connections."""
         if self._closed:
@@ -256,14 +266,22 @@ class EventWriter:
         self._done_bytes += size
         self._room.set()
 
-    async def _flush(self) -> None:
+    async def _handed_over(self) -> None:
+        """Until the buffer is handed to the async writer."""
         assert self._wake is not None
         self._wake.set()
         await asyncio.sleep(0)
         while self._buffer or not self._idle.is_set():
             self._wake.set()
             await asyncio.sleep(0.001)
+
+    async def _flush(self) -> None:
+        await self._handed_over()
         await self._writer.flush()
+
+    async def _note_time(self, timestamp_ms: int) -> None:
+        await self._handed_over()
+        await self._writer.note_time(timestamp_ms)
 
     async def _close(self) -> None:
         if self._pump_task is not None:

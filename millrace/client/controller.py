@@ -135,6 +135,35 @@ class AsyncControllerClient:
         )
         return str(found["host"]), int(found["port"])
 
+    # -- writer marks and watermarks ---------------------------------------------------------
+
+    async def stream_config(self, scope: str, stream: str) -> dict[str, Any]:
+        """The stream's configuration as REST shows it (``GET .../streams/{stream}``)."""
+        found: dict[str, Any] = await self.call("GET", f"/scopes/{scope}/streams/{stream}")
+        return found
+
+    async def note_writer_mark(
+        self, scope: str, stream: str, writer_id: str, timestamp: int, position: dict[int, int]
+    ) -> None:
+        body = {
+            "writerId": writer_id,
+            "timestamp": timestamp,
+            "position": {str(k): v for k, v in position.items()},
+        }
+        await self.call("POST", f"/scopes/{scope}/streams/{stream}/writer-marks", body)
+
+    async def watermark(self, scope: str, stream: str) -> dict[str, Any] | None:
+        """The stream's newest watermark (REST's ``Watermark``), ``None`` while it has none."""
+        try:
+            found: dict[str, Any] = await self.call(
+                "GET", f"/scopes/{scope}/streams/{stream}/watermark"
+            )
+        except ControllerError as exc:
+            if exc.code == "no-watermark":
+                return None
+            raise
+        return found
+
     async def delegation_token(self, scope: str, stream: str) -> str:
         found = await self.call("POST", f"/scopes/{scope}/streams/{stream}/delegation-token")
         return str(found["token"])

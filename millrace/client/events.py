@@ -152,7 +152,7 @@ def _uniform_run(buffer: bytes, base: int, segment: str | None) -> tuple[list[An
         payloads.extend(_payloads_struct(length, units).unpack_from(buffer, start))
     offsets = range(base, base + end, stride)
     if segment is None:
-        rows = zip(offsets, payloads, strict=True)
-        return list(map(_new_tuple, itertools.repeat(Event), rows)), end
+        pairs = zip(offsets, payloads, strict=True)
+        return list(map(_new_tuple, itertools.repeat(Event), pairs)), end
     rows = zip(itertools.repeat(segment), offsets, payloads, itertools.repeat(None))
     return list(map(_new_tuple, itertools.repeat(EventRead), rows)), end

@@ -45,6 +45,7 @@ from millrace.client.follower import (
 )
 from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
+from millrace.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
 SEGMENT_BUFFER_BYTES = 4 * 1024 * 1024
@@ -65,6 +66,35 @@ class ReaderNotInGroupError(Exception):
     """The controller no longer counts this reader in its group (it was declared dead after
     not syncing for ``readerTimeoutMs``): its segments went to other readers. Create a new
     reader to go on."""
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Where a reader stands in event time (Pravega's ``TimeWindow``), from the stream's
+    newest watermark: ``lower_time_bound`` once the reader is at or past the watermark (every
+    event a live writer wrote before that time was read), ``upper_time_bound`` while it is
+    before it (what it reads now was written before that time). ``None`` where unknown: no
+    watermark yet, or the reader holds no segment of the stream."""
+
+    lower_time_bound: int | None
+    upper_time_bound: int | None
+
+
+def time_window(watermark: dict[str, Any] | None, position: dict[int, int]) -> TimeWindow:
+    """The window of a reader at ``position`` ({segment id: offset} of the segments it holds)
+    against ``watermark`` (REST's form). A held segment the watermark's cut lacks is after it
+    when it was created in a later epoch than every segment of the cut, else before it."""
+    if watermark is None or not position:
+        return TimeWindow(None, None)
+    cut = {int(k): int(v) for k, v in watermark["streamCut"].items()}
+    newest_epoch = max((segment_epoch(sid) for sid in cut), default=0)
+    past = all(
+        offset >= cut[sid] if sid in cut else segment_epoch(sid) > newest_epoch
+        for sid, offset in position.items()
+    )
+    if past:
+        return TimeWindow(int(watermark["lowerTimeBound"]), None)
+    return TimeWindow(None, int(watermark["upperTimeBound"]))
 
 
 def _start_of(scoped: str, start: str | StreamCut) -> Any:
@@ -271,6 +301,25 @@ class AsyncGroupReader:
     @property
     def _base(self) -> str:
         return f"{self.group.path}/readers/{self.reader_id}"
+
+    def position(self, stream: str) -> dict[int, int]:
+        """``{segment id: offset}`` of the segments of ``stream`` ("scope/name") this reader
+        holds: after the last event taken from each."""
+        found = {}
+        for segment in self._segments.values():
+            scope, name, segment_id = parse_segment_name(segment.name)
+            if f"{scope}/{name}" == stream:
+                found[segment_id] = max(segment.taken_to, segment.delivered)
+        return found
+
+    async def current_time_window(
+        self, stream: str, position: dict[int, int] | None = None
+    ) -> TimeWindow:
+        """Where this reader stands in event time on ``stream`` ("scope/name"), by the
+        stream's newest watermark (``TimeWindow``); Pravega's ``getCurrentTimeWindow``."""
+        scope, _, name = stream.partition("/")
+        watermark = await self.group.controller.watermark(scope, name)
+        return time_window(watermark, self.position(stream) if position is None else position)
 
     async def join(self) -> None:
         answer = await self.group.controller.call(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -80,6 +81,8 @@ class _SegmentWriter:
     sealed: bool = False
     reconnecting: bool = False
     next_number: int = 1
+    #: The segment's length after this writer's last acknowledged append (its position).
+    acked_offset: int = 0
 
 
 class AsyncEventWriter:
@@ -112,6 +115,11 @@ class AsyncEventWriter:
         self.reroutes = 0
         #: Connections to the segment store re-opened after being lost.
         self.reconnects = 0
+        #: The name this writer's marks are reported under (``note_time``).
+        self.writer_id = uuid.uuid4().hex
+        #: Whether each ``flush`` reports a mark by itself: the stream sets
+        #: ``timestampAggregationTimeout`` (read when the writer starts).
+        self.automatic_marks = False
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -119,6 +127,8 @@ class AsyncEventWriter:
         segments = await self.controller.current_segments(self.scope, self.stream)
         if not segments:
             raise ssc.SegmentSealedError(f"stream {self.scope}/{self.stream} is sealed")
+        config = await self.controller.stream_config(self.scope, self.stream)
+        self.automatic_marks = bool(config.get("timestampAggregationTimeout"))
         self._keyspace = KeySpace(segments)
 
     async def _writer_for(self, segment: SegmentRange) -> _SegmentWriter:
@@ -392,6 +402,9 @@ class AsyncEventWriter:
     ) -> None:
         error = asyncio.CancelledError() if ack.cancelled() else ack.exception()
         if error is None:
+            offset = ack.result().segment_write_offset
+            if offset > writer.acked_offset:
+                writer.acked_offset = offset
             for item in batch:
                 if writer.pending and writer.pending[0] is item:
                     writer.pending.popleft()
@@ -521,12 +534,35 @@ class AsyncEventWriter:
                     await writer.client.flush(writer.writer_id)
 
     async def flush(self) -> None:
-        """Wait until every event written so far is durable (or has failed)."""
+        """Wait until every event written so far is durable (or has failed). When the stream
+        sets ``timestampAggregationTimeout``, then report the time now as this writer's mark."""
+        await self._drain()
+        if self.automatic_marks and self._writers:
+            await self.note_time(int(time.time() * 1000))
+
+    async def _drain(self) -> None:
         while self._inflight:
             await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
             await self._send_open_blocks()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), 0.5)
+
+    @property
+    def position(self) -> dict[int, int]:
+        """What this writer has written, as ``{segment id: offset}``: per segment it wrote to,
+        the segment's length after its last acknowledged append."""
+        return {sid: w.acked_offset for sid, w in self._writers.items() if w.acked_offset}
+
+    async def note_time(self, timestamp_ms: int) -> None:
+        """Report that every event this writer wrote so far has a time before
+        ``timestamp_ms`` (Pravega's ``noteTime``): the writer first waits until they are
+        durable, then sends the time with its position. Watermarks are made of these."""
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must not be negative, not {timestamp_ms}")
+        await self._drain()
+        await self.controller.note_writer_mark(
+            self.scope, self.stream, self.writer_id, timestamp_ms, self.position
+        )
 
     async def flush_events(self, done: list[asyncio.Future[None]]) -> None:
         """Wait until the events of ``done`` (futures of ``write_event``) are durable; raise

@@ -10,7 +10,7 @@ in. Its methods are blocking (they query a database); the consumers call them in
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from millrace.client.follower import Target
 
@@ -41,6 +41,10 @@ class StreamDirectory(Protocol):
     ) -> tuple[dict[Target, list[int]], bool]:
         """The successors of a segment read to its end (each with its predecessors' ids), and
         whether the stream has ended (sealed or being deleted: no successor will come)."""
+
+    def watermark(self, scope: str, stream: str) -> dict[str, Any] | None:
+        """The stream's newest watermark as REST shows it (``number``, ``lowerTimeBound``,
+        ``upperTimeBound``, ``streamCut``), ``None`` while it has none or is gone."""
 
     def segment_target(self, name: str) -> Target:
         """Where the segment with qualified name ``name`` is served. ``ValueError`` for a name

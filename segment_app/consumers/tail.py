@@ -18,6 +18,9 @@ Messages (server → client, JSON text):
     its end: the segments read from now on; with the ``next`` of later events, where a dropped
     subscriber resumes with ``from=position:<id>=<offset>,...``, nothing lost or repeated)
   ``{"type": "truncated", "segment": ..., "startOffset": o}``  (data skipped: it was deleted)
+  ``{"type": "watermark", "number": n, "lowerTimeBound": ms, "upperTimeBound": ms,
+  "streamCut": {"<segment id>": offset, ...}}``  (stream subscriptions: the stream's newest
+  watermark, at subscription and each time it moves)
   ``{"type": "end"}``  (the stream or segment is sealed and was read to its end)
   ``{"type": "error", "code": "...", "message": "..."}``  (then close, except for bad input)
 Client → server: ``{"type": "ping"}`` (answered ``{"type": "pong"}``); anything else gets an
@@ -44,6 +47,9 @@ from millrace.client.pool import SegmentStorePool
 from millrace.naming import parse_segment_name
 from millrace.tokens import delegation_token
 from segment_app.consumers.directory import NoNodeError, StreamDirectory, StreamNotFoundError
+
+#: Seconds between two looks at a stream's newest watermark, per stream subscription.
+WATERMARK_POLL_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +268,26 @@ class StreamTailConsumer(TailConsumer):
         return tail
 
     async def run(self) -> None:
-        await self.follow(self.follower(self._successors, self._moved).run(self.position))
+        watcher = asyncio.get_running_loop().create_task(self._watch_watermarks())
+        try:
+            await self.follow(self.follower(self._successors, self._moved).run(self.position))
+        finally:
+            watcher.cancel()
         await self.emit({"type": "end"})
         await self.close()
+
+    async def _watch_watermarks(self) -> None:
+        """Send the stream's watermark each time a newer one appears (polled every
+        ``WATERMARK_POLL_SECONDS``)."""
+        seen = 0
+        while True:
+            newest = await database_sync_to_async(self.directory.watermark)(
+                self.scope_name, self.stream_name
+            )
+            if newest is not None and int(newest["number"]) > seen:
+                seen = int(newest["number"])
+                await self.emit({"type": "watermark", **newest})
+            await asyncio.sleep(WATERMARK_POLL_SECONDS)
 
     async def _moved(self, ended: Target, started: list[Target]) -> None:
         """A segment was read to its end: tell the subscriber the segments it now reads."""
