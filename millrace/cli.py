@@ -138,7 +138,8 @@ def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
-    """Celery beat: sends the periodic jobs (transaction timeouts, cleanup, the sweeper)."""
+    """Celery beat: sends the periodic jobs (transaction timeouts, cleanup, the sweeper,
+    retention and watermark rounds)."""
     _setup_django()
     from django.conf import settings
 

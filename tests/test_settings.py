@@ -228,6 +228,8 @@ def test_bad_segment_store_value_is_one_clear_line(
         ("MILLRACE_AUTH", "2"),
         ("MILLRACE_TOKEN_TTL_SECONDS", "ten"),
         ("MILLRACE_TOKEN_TTL_SECONDS", "1"),
+        ("MILLRACE_RETENTION_PERIOD_S", "0"),
+        ("MILLRACE_WATERMARK_PERIOD_S", "soon"),
     ],
 )
 def test_bad_web_value_names_the_variable(data_dir: Path, variable: str, value: str) -> None:
@@ -240,6 +242,16 @@ def test_delegation_token_lifetime(data_dir: Path) -> None:
     assert WebSettings.from_env(base).token_ttl_seconds == 600  # Pravega's default too
     ttl = WebSettings.from_env({**base, "MILLRACE_TOKEN_TTL_SECONDS": "30"}).token_ttl_seconds
     assert ttl == 30
+
+
+def test_periodic_rounds(data_dir: Path) -> None:
+    base = {"MILLRACE_DATA_DIR": str(data_dir)}
+    default = WebSettings.from_env(base)
+    assert (default.retention_period_s, default.watermark_period_s) == (300, 10)
+    short = WebSettings.from_env(
+        {**base, "MILLRACE_RETENTION_PERIOD_S": "2", "MILLRACE_WATERMARK_PERIOD_S": "1"}
+    )
+    assert (short.retention_period_s, short.watermark_period_s) == (2, 1)
 
 
 def test_data_dir_that_is_a_file_is_rejected(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError
 from controller_app.segment_client import segment_store
 from controller_app.stream_reads import read_page, tail_cut
+from controller_app.workflows import marks
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
 from millrace.client.routing import SegmentRange
@@ -87,6 +88,18 @@ class LocalController:
             return [(_range(row, s), p) for s, p in sel.successors(row, segment_id).items()]
 
         return await _in_thread(read)()
+
+    async def stream_config(self, scope: str, stream: str) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            row = get_stream(scope, stream)
+            return {"timestampAggregationTimeout": row.timestamp_aggregation_timeout}
+
+        return await _in_thread(read)()
+
+    async def note_writer_mark(
+        self, scope: str, stream: str, writer_id: str, timestamp: int, position: dict[int, int]
+    ) -> None:
+        await _in_thread(marks.note_writer_mark)(scope, stream, writer_id, timestamp, position)
 
     async def segment_uri(self, scope: str, stream: str, segment_id: int) -> tuple[str, int]:
         def read() -> tuple[str, int]:

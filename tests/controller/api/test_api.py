@@ -208,6 +208,22 @@ def test_writer_marks(api: APIClient, stream: Stream, sc: str) -> None:
     _error(api.post(url, {"writerId": "w1"}, format="json"), 400, "invalid-argument")
 
 
+def test_watermark(api: APIClient, stream: Stream, sc: str) -> None:
+    """GET .../watermark: 404 no-watermark until the watermark round made one."""
+    from controller_app.workflows import marks
+
+    url = f"/v1/scopes/{sc}/streams/st/watermark"
+    _error(api.get(url), 404, "no-watermark")
+    _error(api.get(f"/v1/scopes/{sc}/streams/nosuch/watermark"), 404, "stream-not-found")
+    cut = {str(s.id): 0 for s in sel.current_segments(stream)}
+    api.post(f"/v1/scopes/{sc}/streams/st/writer-marks",
+             {"writerId": "w", "timestamp": 1234, "position": cut}, format="json")  # fmt: skip
+    marks.compute_watermark(stream)
+    assert api.get(url).json() == {
+        "number": 1, "lowerTimeBound": 1234, "upperTimeBound": 1234, "streamCut": cut,
+    }  # fmt: skip
+
+
 def test_delegation_token_lives_as_configured(
     api: APIClient, stream: Stream, sc: str, settings
 ) -> None:
