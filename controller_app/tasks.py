@@ -147,13 +147,18 @@ def _watermark_streams() -> QuerySet[Stream]:
     return Stream.objects.filter(writer_marks__is_alive=True).distinct()
 
 
+def _send_buckets(service: str, streams: QuerySet[Stream], task: str) -> int:
+    """Send ``task`` for every bucket of ``service`` holding one of ``streams``."""
+    found = buckets.buckets_with(service, streams)
+    for bucket in found:
+        dispatch.send(task, bucket)
+    return len(found)
+
+
 @shared_task(name=dispatch.RETENTION, ignore_result=True)
 def retention_round() -> int:
     """Send a retention task for every bucket holding a stream with a retention policy."""
-    found = buckets.buckets_with(BucketService.RETENTION, _retention_streams())
-    for bucket in found:
-        dispatch.send(dispatch.RETENTION_BUCKET, bucket)
-    return len(found)
+    return _send_buckets(BucketService.RETENTION, _retention_streams(), dispatch.RETENTION_BUCKET)
 
 
 @shared_task(name=dispatch.RETENTION_BUCKET, ignore_result=True, acks_late=True)
@@ -169,10 +174,9 @@ def retention_bucket(bucket: int) -> int:
 @shared_task(name=dispatch.WATERMARKS, ignore_result=True)
 def watermark_round() -> int:
     """Send a watermark task for every bucket holding a stream with live writer marks."""
-    found = buckets.buckets_with(BucketService.WATERMARKING, _watermark_streams())
-    for bucket in found:
-        dispatch.send(dispatch.WATERMARK_BUCKET, bucket)
-    return len(found)
+    return _send_buckets(
+        BucketService.WATERMARKING, _watermark_streams(), dispatch.WATERMARK_BUCKET
+    )
 
 
 @shared_task(name=dispatch.WATERMARK_BUCKET, ignore_result=True, acks_late=True)

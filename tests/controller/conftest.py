@@ -31,6 +31,8 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
+from millrace.claims import READ_UPDATE, mint_token
+from millrace.client.sync import SyncSegmentStoreClient
 
 TOKEN_SECRET = "controller-tests-token-secret-0123456789abcdef"
 CONTAINERS = 4
@@ -109,6 +111,15 @@ def registered_node(segment_store_node: NodeProcess, db: None) -> NodeProcess:
         host="127.0.0.1", port=segment_store_node.port, container_count=CONTAINERS
     )
     return segment_store_node
+
+
+@pytest.fixture
+def wire(registered_node: NodeProcess) -> Iterator[Any]:
+    """A wire-protocol client of the registered node with a token for every segment."""
+    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
+    client = SyncSegmentStoreClient("127.0.0.1", registered_node.port, delegation_token=token)
+    yield client
+    client.close()
 
 
 def write_events(port: int, segment: str, *payloads: bytes) -> None:

@@ -22,9 +22,6 @@ from controller_app.workflows import buckets, marks, reader_groups, retention, s
 from controller_app.workflows import truncate as truncate_workflow
 from controller_app.workflows.config import StreamConfig
 from controller_app.workflows.reader_groups import ReaderGroupConfig
-from millrace.claims import READ_UPDATE, mint_token
-from millrace.client.sync import SyncSegmentStoreClient
-from tests.controller.conftest import TOKEN_SECRET
 from tests.controller.invariants import check_stream
 
 pytestmark = pytest.mark.django_db
@@ -37,14 +34,6 @@ EVENT = b"x" * 92  # 100 bytes with its 8-byte header
 def sc(registered_node) -> str:
     """A scope of this test's own (the segment store outlives each test's database)."""
     return f"sc{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def wire(registered_node):
-    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
-    client = SyncSegmentStoreClient("127.0.0.1", registered_node.port, delegation_token=token)
-    yield client
-    client.close()
 
 
 def _stream(sc: str, **config) -> Stream:

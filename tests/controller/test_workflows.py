@@ -31,9 +31,6 @@ from controller_app.models import CompletedTransaction, Stream, Transaction
 from controller_app.segment_client import segment_store
 from controller_app.workflows import scale, scopes, streams, transactions, truncate
 from controller_app.workflows.config import StreamConfig
-from millrace.claims import READ_UPDATE, mint_token
-from millrace.client.sync import SyncSegmentStoreClient
-from tests.controller.conftest import TOKEN_SECRET
 from tests.controller.invariants import check_stream
 
 pytestmark = pytest.mark.django_db
@@ -51,14 +48,6 @@ def stream(registered_node, sc: str) -> Stream:
     return streams.create_stream(
         segment_store(), sc, "st", StreamConfig(min_segments=2, tags=("a", "b"))
     )
-
-
-@pytest.fixture
-def wire(registered_node):
-    token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
-    client = SyncSegmentStoreClient("127.0.0.1", registered_node.port, delegation_token=token)
-    yield client
-    client.close()
 
 
 def _name(stream: Stream, segment_id: int) -> str:
