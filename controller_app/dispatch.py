@@ -29,6 +29,7 @@ RETENTION = "millrace.retention"
 RETENTION_BUCKET = "millrace.retention_bucket"
 WATERMARKS = "millrace.watermarks"
 WATERMARK_BUCKET = "millrace.watermark_bucket"
+AUTOSCALE = "millrace.autoscale"
 
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:

@@ -10,6 +10,7 @@ implementation over the wire client, and tests may pass any other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,3 +50,22 @@ class SegmentStore(Protocol):
 
     def info(self, segment: str) -> SegmentState:
         """The segment's state (a missing segment: ``exists`` False)."""
+
+
+@dataclass(frozen=True)
+class SegmentTraffic:
+    """What a node's traffic monitor says of one segment."""
+
+    events_per_s: float
+    bytes_per_s: float
+    #: How long the monitor has measured it (seconds).
+    seen_s: float
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The monitors' view: per qualified segment name, and how long the monitor whose segments
+    are missing has been up (a segment it never saw written to had no traffic that long)."""
+
+    segments: Mapping[str, SegmentTraffic]
+    uptime_s: float

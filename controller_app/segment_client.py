@@ -13,28 +13,33 @@ Delegation tokens are minted here with the cluster's token secret when authentic
 to the workflows.
 
 ``register_node`` is how a segment store node (``millrace standalone``, tests, an operator)
-becomes the owner of every container.
+becomes the owner of every container; ``read_traffic`` reads the nodes' traffic monitors for
+the auto-scaler.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import httpx
 from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
 from controller_app.models import Container, ContainerAssignment, Node
-from controller_app.ports import SegmentState
+from controller_app.ports import SegmentState, SegmentTraffic, Traffic
 from millrace.client import segment_store as ssc
 from millrace.client.sync import SyncSegmentStoreClient
 from millrace.tokens import delegation_token
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: Seconds one request to the segment store may take before it fails.
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -43,7 +48,12 @@ _UNREACHABLE = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError, Tim
 
 
 def register_node(
-    *, host: str, port: int, container_count: int, node_id: str = "standalone"
+    *,
+    host: str,
+    port: int,
+    container_count: int,
+    node_id: str = "standalone",
+    metrics_port: int | None = None,
 ) -> Node:
     """Record the node ``node_id`` at ``host:port`` and assign it every container.
 
@@ -58,7 +68,7 @@ def register_node(
         )
     with transaction.atomic():
         node, _ = Node.objects.update_or_create(
-            node_id=node_id, defaults={"host": host, "port": port}
+            node_id=node_id, defaults={"host": host, "port": port, "metrics_port": metrics_port}
         )
         for number in range(container_count):
             container, _ = Container.objects.get_or_create(number=number)
@@ -181,3 +191,34 @@ def segment_store() -> SegmentStorePort:
         if _port is None:
             _port = SegmentStorePort()
         return _port
+
+
+#: Seconds the auto-scaler waits for a node's traffic monitor.
+TRAFFIC_TIMEOUT_SECONDS = 2.0
+
+
+def read_traffic() -> Traffic:
+    """What the traffic monitors of the registered nodes say (``GET /traffic`` on each one's
+    metrics port). A node that does not answer counts as just started: its segments are
+    neither hot nor cold this round."""
+    segments: dict[str, SegmentTraffic] = {}
+    uptime = math.inf
+    for node in Node.objects.exclude(metrics_port=None):
+        url = f"http://{node.host}:{node.metrics_port}/traffic"
+        try:
+            found = httpx.get(url, timeout=TRAFFIC_TIMEOUT_SECONDS).raise_for_status().json()
+            entries = {
+                e["segment"]: SegmentTraffic(
+                    float(e["eventsPerSecond"]),
+                    float(e["bytesPerSecond"]),
+                    float(e["seenForSeconds"]),
+                )
+                for e in found["segments"]
+            }
+            node_uptime = float(found["uptimeSeconds"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            log.warning("no traffic from node %s (%s): %s", node.node_id, url, exc)
+            entries, node_uptime = {}, 0.0
+        segments.update(entries)
+        uptime = min(uptime, node_uptime)
+    return Traffic(segments, 0.0 if uptime == math.inf else uptime)

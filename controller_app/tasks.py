@@ -31,8 +31,9 @@ from controller_app.errors import (
     SegmentStoreUnavailableError,
 )
 from controller_app.models import Stream
-from controller_app.segment_client import segment_store
+from controller_app.segment_client import read_traffic, segment_store
 from controller_app.workflows import (
+    autoscale,
     buckets,
     marks,
     retention,
@@ -186,3 +187,19 @@ def watermark_bucket(bucket: int) -> int:
         BucketService.WATERMARKING, bucket, _lease_ms(period), _watermark_streams(),
         marks.compute_watermark,
     )  # fmt: skip
+
+
+@shared_task(name=dispatch.AUTOSCALE, ignore_result=True)
+def autoscale_round() -> int:
+    """Read the traffic monitors once and start the scales the rate-scaled streams need."""
+    web = settings.MILLRACE
+    config = autoscale.AutoscaleSettings(
+        web.autoscale_window_s, web.autoscale_cooldown_s, web.autoscale_mute_s
+    )
+    streams_ = autoscale.rate_streams()
+    if not streams_:
+        return 0
+    traffic = read_traffic()
+    return sum(
+        autoscale.autoscale_stream(stream, traffic, config) is not None for stream in streams_
+    )

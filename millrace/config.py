@@ -224,6 +224,12 @@ class SegmentStoreSettings:
     cache_bytes: int = 512 * 1024 * 1024
     #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); never set in production.
     unsafe: frozenset[str] = frozenset()
+    #: Port of the node's metrics endpoint (MILLRACE_SEGMENTSTORE_METRICS_PORT; 0: none).
+    metrics_port: int = 9092
+    #: The traffic monitor's decision window (MILLRACE_AUTOSCALE_WINDOW_S, seconds).
+    autoscale_window_s: int = 120
+    #: Whether the traffic monitor counts appends (MILLRACE_TRAFFIC_MONITOR, default on).
+    traffic_monitor: bool = True
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> SegmentStoreSettings:
@@ -261,7 +267,17 @@ class SegmentStoreSettings:
                 env, "MILLRACE_CACHE_BYTES", cls.cache_bytes, low=16 * 1024**2, high=1024**4
             ),
             unsafe=parse_unsafe_flags(env),
+            metrics_port=parse_int(
+                env, "MILLRACE_SEGMENTSTORE_METRICS_PORT", cls.metrics_port, low=0, high=65535
+            ),
+            autoscale_window_s=_autoscale_window(env),
+            traffic_monitor=parse_bool(env, "MILLRACE_TRAFFIC_MONITOR", True),
         )
+
+
+def _autoscale_window(env: Env) -> int:
+    """MILLRACE_AUTOSCALE_WINDOW_S: the rate window auto-scaling decides by (both roles)."""
+    return parse_int(env, "MILLRACE_AUTOSCALE_WINDOW_S", 120, low=1, high=86400)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +312,12 @@ class WebSettings:
     retention_period_s: int = 300
     #: Seconds between watermark rounds (MILLRACE_WATERMARK_PERIOD_S).
     watermark_period_s: int = 10
+    #: Auto-scaling: the rate window decisions use (MILLRACE_AUTOSCALE_WINDOW_S), the pause
+    #: after a scale before the next (MILLRACE_AUTOSCALE_COOLDOWN_S), and how long a new
+    #: segment is left alone (MILLRACE_AUTOSCALE_MUTE_S); seconds.
+    autoscale_window_s: int = 120
+    autoscale_cooldown_s: int = 600
+    autoscale_mute_s: int = 120
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WebSettings:
@@ -320,6 +342,13 @@ class WebSettings:
             ),
             watermark_period_s=parse_int(
                 env, "MILLRACE_WATERMARK_PERIOD_S", cls.watermark_period_s, low=1, high=86400
+            ),
+            autoscale_window_s=_autoscale_window(env),
+            autoscale_cooldown_s=parse_int(
+                env, "MILLRACE_AUTOSCALE_COOLDOWN_S", cls.autoscale_cooldown_s, low=0, high=86400
+            ),
+            autoscale_mute_s=parse_int(
+                env, "MILLRACE_AUTOSCALE_MUTE_S", cls.autoscale_mute_s, low=0, high=86400
             ),
             allowed_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip())
             or cls.allowed_hosts,

@@ -220,6 +220,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "retention": {"task": "millrace.retention", "schedule": float(MILLRACE.retention_period_s)},
     "watermarks": {"task": "millrace.watermarks", "schedule": float(MILLRACE.watermark_period_s)},
+    # Auto-scaling decides four times per rate window (a hot segment splits within about
+    # one window and a quarter of crossing its target).
+    "autoscale": {
+        "task": "millrace.autoscale",
+        "schedule": max(1.0, MILLRACE.autoscale_window_s / 4),
+    },
 }
 CELERY_TIMEZONE = TIME_ZONE
 

@@ -480,10 +480,15 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     return token, password, created
 
 
-def register_segment_store(host: str, port: int, container_count: int) -> None:
+def register_segment_store(
+    host: str, port: int, container_count: int, metrics_port: int | None = None
+) -> None:
     from controller_app.segment_client import register_node
 
-    register_node(host=host, port=port, container_count=container_count, node_id="standalone")
+    register_node(
+        host=host, port=port, container_count=container_count, node_id="standalone",
+        metrics_port=metrics_port or None,
+    )  # fmt: skip
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -536,7 +541,10 @@ def run(
     ensure_port_free("HTTP", http_host, http_port, "--http-port")
     token, password, first = ensure_admin(data_dir)
     register_segment_store(
-        "127.0.0.1" if store.host == "0.0.0.0" else store.host, store.port, store.container_count
+        "127.0.0.1" if store.host == "0.0.0.0" else store.host,
+        store.port,
+        store.container_count,
+        store.metrics_port,
     )
     children = build_children(
         data_dir=data_dir,

@@ -20,6 +20,9 @@ class Node(models.Model):
     role = models.CharField(max_length=16, choices=NodeRole.choices, default=NodeRole.BOTH)
     host = models.CharField(max_length=255, help_text="Literal IP or host name clients reach.")
     port = models.IntegerField()
+    metrics_port = models.IntegerField(
+        null=True, blank=True, help_text="Its metrics endpoint (/metrics, /traffic); null: none."
+    )
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

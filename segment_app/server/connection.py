@@ -115,6 +115,7 @@ class WireConnection(asyncio.BufferedProtocol):
         self._out_scheduled = False
         #: Appends of the buffer being decoded, handed to the store together at its end.
         self._batch: list[_PendingAppend] = []
+        self._traffic = server.traffic.record if self.config.traffic_monitor else None
         self._sync_handlers: dict[int, Callable[[Any], None]] = {
             wire.Hello.TYPE: self._hello,
             wire.KeepAlive.TYPE: _ignore,
@@ -457,6 +458,8 @@ class WireConnection(asyncio.BufferedProtocol):
     def _part_done(self, part: list[_PendingAppend], future: asyncio.Future[object]) -> None:
         failure = _exception_of(future)
         if failure is None and not self.closed:
+            if self._traffic is not None:
+                self._count_traffic(part)
             self._replies_of_part(part)
             self._update_reading()
             return
@@ -473,6 +476,16 @@ class WireConnection(asyncio.BufferedProtocol):
         for writer in writers.values():
             self._send_replies(writer)
         self._update_reading()
+
+    def _count_traffic(self, part: list[_PendingAppend]) -> None:
+        """Tell the traffic monitor what the store acknowledged (events and bytes a block)."""
+        record = self._traffic
+        assert record is not None
+        for pending in part:
+            result = pending.result
+            if pending.error is None and result is not None:
+                events = pending.event_number - result.previous_event_number
+                record(pending.segment, events if events > 0 else 1, pending.size)
 
     def _replies_of_part(self, part: list[_PendingAppend]) -> None:
         """``_part_done`` of a part that succeeded: an append that came out well and is its

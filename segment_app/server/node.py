@@ -68,6 +68,12 @@ class NodeConfig:
     #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
     #: ``_unsafe_settings``. Never set in production.
     unsafe: frozenset[str] = frozenset()
+    #: Port of the metrics endpoint (``/metrics``, ``/traffic``); 0: none.
+    metrics_port: int = 9092
+    #: The traffic monitor's decision window (seconds).
+    traffic_window_s: float = 120.0
+    #: Whether the traffic monitor counts appends.
+    traffic_monitor: bool = True
 
     def server_config(self) -> ServerConfig:
         return ServerConfig(
@@ -76,6 +82,8 @@ class NodeConfig:
             auth_enabled=self.auth_enabled,
             token_secret=self.token_secret,
             read_tail_wait_seconds=self.read_tail_wait_seconds,
+            traffic_window_s=self.traffic_window_s,
+            traffic_monitor=self.traffic_monitor,
         )
 
 
@@ -171,14 +179,46 @@ async def run_node(
             if on_ready is not None:
                 on_ready(server)
             reporter = asyncio.create_task(_report_status(config, store, server.port))
-            with _stop_on_signals(stop):
-                await stop.wait()
-            reporter.cancel()
+            health: dict[str, Any] = store.health()
+            metrics = _start_metrics(config, server, lambda: health)
+            try:
+                with _stop_on_signals(stop):
+                    while not stop.is_set():  # the traffic monitor's tick
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), TRAFFIC_TICK_SECONDS)
+                        server.traffic.tick()
+                        health = store.health()
+            finally:
+                reporter.cancel()
+                if metrics is not None:
+                    metrics.close()
         finally:
             await server.stop()
     finally:
         await store.stop()
     log.info("segment store stopped")
+
+
+#: Seconds between two ticks of the traffic monitor.
+TRAFFIC_TICK_SECONDS = 1.0
+
+
+def _start_metrics(
+    config: NodeConfig, server: SegmentStoreServer, health: Callable[[], dict[str, Any]]
+) -> Any:
+    """The metrics port, or ``None`` when it is off or cannot be bound (the node serves on;
+    a warning says why)."""
+    if not config.metrics_port:
+        return None
+    from segment_app.server.metrics import MetricsServer
+
+    try:
+        metrics = MetricsServer(config.host, config.metrics_port, server.traffic, health)
+    except OSError as exc:
+        log.warning("no metrics on %s:%d: %s", config.host, config.metrics_port, exc)
+        return None
+    log.info("metrics on http://%s:%d/metrics", config.host, metrics.port)
+    return metrics
 
 
 #: Seconds between two writes of the node's status file.
@@ -259,6 +299,9 @@ def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeCon
         tier2_flush_bytes=settings.tier2_flush_bytes,
         cache_bytes=settings.cache_bytes,
         unsafe=settings.unsafe,
+        metrics_port=settings.metrics_port,
+        traffic_window_s=settings.autoscale_window_s,
+        traffic_monitor=settings.traffic_monitor,
     )
     if args.read_tail_wait is not None:
         config = dataclasses.replace(config, read_tail_wait_seconds=args.read_tail_wait)

@@ -22,6 +22,7 @@ from segment_app.engine.api import SegmentStoreAPI
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
 from segment_app.server.requests import RequestHandlers, RequestSettings
+from segment_app.server.traffic import TrafficMonitor
 
 __all__ = ["READ_TAIL_WAIT_SECONDS_MAX", "SegmentStoreServer", "ServerConfig"]
 
@@ -55,6 +56,10 @@ class ServerConfig:
     requests_in_flight_max: int = 64
     #: Append sessions (writer ids set up) per connection; more SetupAppends are refused.
     writers_per_connection_max: int = 10_000
+    #: The traffic monitor's decision window (MILLRACE_AUTOSCALE_WINDOW_S; ``traffic.py``).
+    traffic_window_s: float = 120.0
+    #: Count acknowledged appends in the traffic monitor (off only to measure its cost).
+    traffic_monitor: bool = True
     #: Size of each connection's reusable receive buffer.
     receive_buffer_bytes: int = 256 * 1024
 
@@ -97,6 +102,7 @@ class SegmentStoreServer:
         )
         self.requests = RequestHandlers(store, self.authorizer, settings)
         self.connections: set[WireConnection] = set()
+        self.traffic = TrafficMonitor(self.config.traffic_window_s)
         self._server: asyncio.Server | None = None
 
     @property

@@ -1,0 +1,133 @@
+"""The segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``, 9092).
+
+``GET /metrics``: Prometheus metrics (``prometheus-client``): per segment the append rates
+over the decision window and the totals since the node started, per container its state and
+epoch, and the process's own (CPU, memory, file descriptors). ``GET /traffic``: the traffic
+monitor's snapshot as JSON, which the controller's auto-scaler reads each round.
+
+The HTTP server runs in a thread of its own (``wsgiref``, one thread per request); it only
+reads what the event loop replaces whole (the monitor's snapshot, the store's health), so it
+takes no lock on the append path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from segment_app.server.traffic import TrafficMonitor
+
+log = logging.getLogger(__name__)
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+
+
+class _NodeCollector(Collector):
+    """The traffic monitor's and the store's numbers, read at each scrape."""
+
+    def __init__(self, traffic: TrafficMonitor, health: Callable[[], dict[str, Any]]) -> None:
+        self.traffic, self.health = traffic, health
+
+    def collect(self) -> Iterator[Any]:
+        rate_events = GaugeMetricFamily(
+            "millrace_segment_events_per_second",
+            "Events appended per second (decision window average).",
+            labels=["segment"],
+        )
+        rate_bytes = GaugeMetricFamily(
+            "millrace_segment_bytes_per_second",
+            "Bytes appended per second, event headers included (decision window average).",
+            labels=["segment"],
+        )
+        events = CounterMetricFamily(
+            "millrace_segment_events", "Events appended since the node started.", labels=["segment"]
+        )
+        size = CounterMetricFamily(
+            "millrace_segment_bytes", "Bytes appended since the node started.", labels=["segment"]
+        )
+        for entry in self.traffic.snapshot():
+            labels = [entry["segment"]]
+            rate_events.add_metric(labels, entry["eventsPerSecond"])
+            rate_bytes.add_metric(labels, entry["bytesPerSecond"])
+            events.add_metric(labels, entry["events"])
+            size.add_metric(labels, entry["bytes"])
+        yield from (rate_events, rate_bytes, events, size)
+        running = GaugeMetricFamily(
+            "millrace_container_running", "1 while the container runs.", labels=["container"]
+        )
+        epoch = GaugeMetricFamily(
+            "millrace_container_epoch", "The container's epoch.", labels=["container"]
+        )
+        for number, state in (self.health().get("containers") or {}).items():
+            running.add_metric([str(number)], 1.0 if state.get("state") == "running" else 0.0)
+            epoch.add_metric([str(number)], float(state.get("epoch") or 0))
+        yield from (running, epoch)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def metrics_app(
+    traffic: TrafficMonitor, health: Callable[[], dict[str, Any]]
+) -> Callable[[Environ, StartResponse], Iterable[bytes]]:
+    """The WSGI application of the metrics port."""
+    registry = CollectorRegistry()
+    registry.register(_NodeCollector(traffic, health))
+    ProcessCollector(registry=registry)
+    prometheus = make_wsgi_app(registry)
+
+    def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/traffic":
+            body = json.dumps(
+                {
+                    "windowsSeconds": list(traffic.windows_s),
+                    "uptimeSeconds": round(traffic.uptime_s, 3),
+                    "segments": list(traffic.snapshot()),
+                }
+            ).encode()
+            start_response("200 OK", [("Content-Type", "application/json"),
+                                      ("Content-Length", str(len(body)))])  # fmt: skip
+            return [body]
+        if path in ("/metrics", "/"):
+            return prometheus(environ, start_response)  # type: ignore[no-any-return]
+        body = b'{"code": "not-found", "message": "/metrics or /traffic"}'
+        start_response("404 Not Found", [("Content-Type", "application/json")])
+        return [body]
+
+    return app
+
+
+class MetricsServer:
+    """The metrics port, served from a daemon thread; ``close`` stops it."""
+
+    def __init__(
+        self, host: str, port: int, traffic: TrafficMonitor, health: Callable[[], dict[str, Any]]
+    ) -> None:
+        self._server = make_server(
+            host, port, metrics_app(traffic, health),
+            server_class=ThreadingWSGIServer, handler_class=_QuietHandler,
+        )  # fmt: skip
+        self.port = int(self._server.server_port)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="millrace-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

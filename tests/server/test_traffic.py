@@ -1,0 +1,82 @@
+"""The traffic monitor's averages (a fake clock) and the metrics port (a real HTTP server)."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+
+import pytest
+
+from segment_app.server.metrics import MetricsServer
+from segment_app.server.traffic import TrafficMonitor
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _entry(monitor: TrafficMonitor, segment: str) -> dict:
+    return next(e for e in monitor.snapshot() if e["segment"] == segment)
+
+
+def test_rates_follow_the_load_over_the_window() -> None:
+    clock = Clock()
+    monitor = TrafficMonitor(10.0, clock=clock)
+    for _ in range(10):  # 5,000 events/s of 100 B for one window
+        monitor.record("sc/st/0.#epoch.0", 5000, 500_000)
+        clock.now += 1.0
+        monitor.tick()
+    found = _entry(monitor, "sc/st/0.#epoch.0")
+    expected = 5000 * (1 - math.exp(-1.0))  # an average with a 10 s time constant, after 10 s
+    assert found["eventsPerSecond"] == pytest.approx(expected, rel=1e-3)
+    assert found["bytesPerSecond"] == pytest.approx(expected * 100, rel=1e-3)
+    assert found["events"] == 50_000 and found["seenForSeconds"] == pytest.approx(10.0)
+    assert set(found["windows"]) == {"10", "120", "300", "600", "1200"}
+    for _ in range(60):  # the load stops: the average decays
+        clock.now += 1.0
+        monitor.tick()
+    assert _entry(monitor, "sc/st/0.#epoch.0")["eventsPerSecond"] < 10
+    for _ in range(200):  # idle for long: forgotten
+        clock.now += 1.0
+        monitor.tick()
+    assert monitor.snapshot() == []
+
+
+def test_transaction_segments_are_not_counted() -> None:
+    clock = Clock()
+    monitor = TrafficMonitor(10.0, clock=clock)
+    monitor.record("sc/st/0.#epoch.0#transaction." + "0" * 32, 10, 1000)
+    clock.now += 1
+    monitor.tick()
+    assert monitor.snapshot() == []
+
+
+def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
+    clock = Clock()
+    monitor = TrafficMonitor(5.0, clock=clock)
+    monitor.record("sc/st/0.#epoch.0", 10, 1000)
+    clock.now += 1
+    monitor.tick()
+    health = {"containers": {"0": {"state": "running", "epoch": 3}}}
+    server = MetricsServer("127.0.0.1", 0, monitor, lambda: health)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        with urllib.request.urlopen(f"{base}/traffic", timeout=10) as response:
+            traffic = json.loads(response.read())
+        assert traffic["windowsSeconds"][0] == 5.0 and traffic["uptimeSeconds"] == 1.0
+        assert [e["segment"] for e in traffic["segments"]] == ["sc/st/0.#epoch.0"]
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert 'millrace_segment_events_total{segment="sc/st/0.#epoch.0"} 10.0' in text
+        assert 'millrace_container_epoch{container="0"} 3.0' in text
+        assert "process_cpu_seconds_total" in text
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/nothing", timeout=10)
+        assert missing.value.code == 404
+    finally:
+        server.close()
