@@ -34,6 +34,7 @@ from controller_app import selectors as sel
 from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
 from controller_app.models import Container, ContainerAssignment, Node
 from controller_app.ports import SegmentState, SegmentTraffic, Traffic
+from millrace.claims import READ
 from millrace.client import segment_store as ssc
 from millrace.client.sync import SyncSegmentStoreClient
 from millrace.tokens import delegation_token
@@ -206,7 +207,9 @@ def read_traffic() -> Traffic:
     for node in Node.objects.exclude(metrics_port=None):
         url = f"http://{node.host}:{node.metrics_port}/traffic"
         try:
-            found = httpx.get(url, timeout=TRAFFIC_TIMEOUT_SECONDS).raise_for_status().json()
+            headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
+            answer = httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS)
+            found = answer.raise_for_status().json()
             entries = {
                 e["segment"]: SegmentTraffic(
                     float(e["eventsPerSecond"]),

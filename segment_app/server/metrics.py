@@ -1,5 +1,8 @@
 """The segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``, 9092).
 
+Both need ``Authorization: Bearer <delegation token for *>`` while authentication is on
+(``millrace mint-token --access READ "*"``; the controller mints its own).
+
 ``GET /metrics``: Prometheus metrics (``prometheus-client``): per segment the append rates
 over the decision window and the totals since the node started, per container its state and
 epoch, and the process's own (CPU, memory, file descriptors). ``GET /traffic``: the traffic
@@ -25,6 +28,8 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from millrace.claims import READ, AuthError
+from segment_app.server.auth import Authorizer
 from segment_app.server.traffic import TrafficMonitor
 
 log = logging.getLogger(__name__)
@@ -80,8 +85,26 @@ class _QuietHandler(WSGIRequestHandler):
         return None
 
 
+def _refusal(authorizer: Authorizer, environ: Environ) -> str | None:
+    """Why the request may not read the metrics (``None``: it may): a delegation token for
+    everything (``*``, READ) in ``Authorization: Bearer <token>``, when authentication is on."""
+    scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    try:
+        authorizer.check(token.strip() if scheme in ("Bearer", "Token") else "", "*", READ)
+    except AuthError as exc:
+        return f"the metrics need a delegation token for * (Authorization: Bearer ...): {exc}"
+    return None
+
+
+def _json(start_response: StartResponse, status: str, body: object) -> list[bytes]:
+    data = json.dumps(body).encode()
+    start_response(status, [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(data)))])  # fmt: skip
+    return [data]
+
+
 def metrics_app(
-    traffic: TrafficMonitor, health: Callable[[], dict[str, Any]]
+    traffic: TrafficMonitor, health: Callable[[], dict[str, Any]], authorizer: Authorizer
 ) -> Callable[[Environ, StartResponse], Iterable[bytes]]:
     """The WSGI application of the metrics port."""
     registry = CollectorRegistry()
@@ -91,22 +114,21 @@ def metrics_app(
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path not in ("/metrics", "/traffic"):
+            body = {"code": "not-found", "message": "the paths are /metrics and /traffic"}
+            return _json(start_response, "404 Not Found", body)
+        refusal = _refusal(authorizer, environ)
+        if refusal is not None:
+            return _json(start_response, "401 Unauthorized", {"code": "unauthorized",
+                                                              "message": refusal})  # fmt: skip
         if path == "/traffic":
-            body = json.dumps(
-                {
-                    "windowsSeconds": list(traffic.windows_s),
-                    "uptimeSeconds": round(traffic.uptime_s, 3),
-                    "segments": list(traffic.snapshot()),
-                }
-            ).encode()
-            start_response("200 OK", [("Content-Type", "application/json"),
-                                      ("Content-Length", str(len(body)))])  # fmt: skip
-            return [body]
-        if path in ("/metrics", "/"):
-            return prometheus(environ, start_response)  # type: ignore[no-any-return]
-        body = b'{"code": "not-found", "message": "/metrics or /traffic"}'
-        start_response("404 Not Found", [("Content-Type", "application/json")])
-        return [body]
+            body = {
+                "windowsSeconds": list(traffic.windows_s),
+                "uptimeSeconds": round(traffic.uptime_s, 3),
+                "segments": list(traffic.snapshot()),
+            }
+            return _json(start_response, "200 OK", body)
+        return prometheus(environ, start_response)  # type: ignore[no-any-return]
 
     return app
 
@@ -115,10 +137,15 @@ class MetricsServer:
     """The metrics port, served from a daemon thread; ``close`` stops it."""
 
     def __init__(
-        self, host: str, port: int, traffic: TrafficMonitor, health: Callable[[], dict[str, Any]]
+        self,
+        host: str,
+        port: int,
+        traffic: TrafficMonitor,
+        health: Callable[[], dict[str, Any]],
+        authorizer: Authorizer,
     ) -> None:
         self._server = make_server(
-            host, port, metrics_app(traffic, health),
+            host, port, metrics_app(traffic, health, authorizer),
             server_class=ThreadingWSGIServer, handler_class=_QuietHandler,
         )  # fmt: skip
         self.port = int(self._server.server_port)

@@ -213,7 +213,9 @@ def _start_metrics(
     from segment_app.server.metrics import MetricsServer
 
     try:
-        metrics = MetricsServer(config.host, config.metrics_port, server.traffic, health)
+        metrics = MetricsServer(
+            config.host, config.metrics_port, server.traffic, health, server.authorizer
+        )
     except OSError as exc:
         log.warning("no metrics on %s:%d: %s", config.host, config.metrics_port, exc)
         return None

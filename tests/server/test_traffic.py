@@ -1,4 +1,5 @@
-"""The traffic monitor's averages (a fake clock) and the metrics port (a real HTTP server)."""
+"""The traffic monitor's averages (a fake clock) and the metrics port (a real HTTP server,
+called as Prometheus or the controller call it: a bearer token, no cookie)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ import urllib.request
 
 import pytest
 
+from millrace.claims import READ, TokenVerifier, mint_token
 from segment_app.server.metrics import MetricsServer
 from segment_app.server.traffic import TrafficMonitor
+
+SECRET = "traffic-tests-secret-0123456789abcdef"
+
+
+def _get(url: str, token: str) -> urllib.request.Request:
+    return urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
 
 
 class Clock:
@@ -63,14 +71,22 @@ def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
     clock.now += 1
     monitor.tick()
     health = {"containers": {"0": {"state": "running", "epoch": 3}}}
-    server = MetricsServer("127.0.0.1", 0, monitor, lambda: health)
+    server = MetricsServer("127.0.0.1", 0, monitor, lambda: health, TokenVerifier(SECRET))
     try:
         base = f"http://127.0.0.1:{server.port}"
-        with urllib.request.urlopen(f"{base}/traffic", timeout=10) as response:
+        with pytest.raises(urllib.error.HTTPError) as refused:  # no token
+            urllib.request.urlopen(f"{base}/traffic", timeout=10)
+        assert refused.value.code == 401
+        narrow = mint_token(SECRET, "sc/st/", READ, 60)  # a stream's token is not enough
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(_get(f"{base}/metrics", narrow), timeout=10)
+        assert refused.value.code == 401 and b"does not cover" in refused.value.read()
+        token = mint_token(SECRET, "*", READ, 60)
+        with urllib.request.urlopen(_get(f"{base}/traffic", token), timeout=10) as response:
             traffic = json.loads(response.read())
         assert traffic["windowsSeconds"][0] == 5.0 and traffic["uptimeSeconds"] == 1.0
         assert [e["segment"] for e in traffic["segments"]] == ["sc/st/0.#epoch.0"]
-        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+        with urllib.request.urlopen(_get(f"{base}/metrics", token), timeout=10) as response:
             text = response.read().decode()
         assert 'millrace_segment_events_total{segment="sc/st/0.#epoch.0"} 10.0' in text
         assert 'millrace_container_epoch{container="0"} 3.0' in text
