@@ -3,7 +3,8 @@
 * ``/health...`` and ``/v1/health...``: health (no authentication);
 * ``/v1/...``: the REST API (Pravega's admin API and Millrace's additions);
 * ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI);
-* ``/admin/``: the Django admin.
+* ``/admin/``: the Django admin;
+* ``/metrics``: Prometheus metrics (``controller_app.metrics``), with the API's authentication.
 
 Unknown API paths and server errors answer JSON (``controller_app.api.errors``).
 """
@@ -12,6 +13,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from controller_app.api.views import PrometheusView
+
 urlpatterns = [
     path("", include("millrace.health_urls")),
     path("v1/", include("millrace.health_urls")),
@@ -19,6 +22,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    path("metrics", PrometheusView.as_view(), name="metrics"),
 ]
 
 handler404 = "controller_app.api.errors.not_found"

@@ -365,3 +365,18 @@ class WatermarkSerializer(serializers.Serializer):
 class DelegationTokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text="Empty when authentication is off.")
     expiresIn = serializers.IntegerField(help_text="Seconds the token is valid.")
+
+
+class SegmentRatesSerializer(serializers.Serializer):
+    segmentId = serializers.IntegerField()
+    name = serializers.CharField()
+    keyStart = serializers.FloatField()
+    keyEnd = serializers.FloatField()
+    eventsPerSecond = serializers.FloatField()
+    bytesPerSecond = serializers.FloatField()
+
+
+class StreamMetricsSerializer(serializers.Serializer):
+    eventsPerSecond = serializers.FloatField()
+    bytesPerSecond = serializers.FloatField(help_text="Event headers (8 bytes each) included.")
+    segments = SegmentRatesSerializer(many=True)

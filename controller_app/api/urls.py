@@ -58,6 +58,7 @@ urlpatterns = [
     path(f"{TXN}/abort", v.TransactionAbortView.as_view()),
     path(f"{STREAM}/writer-marks", v.WriterMarksView.as_view()),
     path(f"{STREAM}/watermark", v.WatermarkView.as_view()),
+    path(f"{STREAM}/metrics", v.StreamMetricsView.as_view()),
     path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
     path(f"{STREAM}/events", EventsView.as_view()),
     path(f"{RG}/reset", rg.ResetView.as_view()),

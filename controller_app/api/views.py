@@ -12,17 +12,20 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.http import HttpResponse
+from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controller_app import metrics
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream, StreamTag
-from controller_app.segment_client import segment_store
+from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
 from controller_app.workflows.common import get_stream
@@ -238,6 +241,35 @@ class StreamInfoView(APIView):
     def get(self, request: Request, scope: str, stream: str) -> Response:
         row = get_stream(scope, stream)
         return Response({**_property(row), "state": row.state, "currentEpoch": row.current_epoch})
+
+
+class StreamMetricsView(APIView):
+    @extend_schema(
+        operation_id="getStreamMetrics",
+        responses=s.StreamMetricsSerializer,
+        description="The append rates of the stream's current segments, as the segment stores'"
+        " traffic monitors measure them (averages over MILLRACE_AUTOSCALE_WINDOW_S).",
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        traffic = read_traffic()
+        items = []
+        for segment in sorted(sel.current_segments(row), key=lambda g: g.key_start):
+            name = sel.segment_name(row, segment.id)
+            found = traffic.segments.get(name)
+            items.append({
+                "segmentId": segment.id, "name": name,
+                "keyStart": segment.key_start, "keyEnd": segment.key_end,
+                "eventsPerSecond": found.events_per_s if found else 0.0,
+                "bytesPerSecond": found.bytes_per_s if found else 0.0,
+            })  # fmt: skip
+        return Response(
+            {
+                "eventsPerSecond": sum(i["eventsPerSecond"] for i in items),
+                "bytesPerSecond": sum(i["bytesPerSecond"] for i in items),
+                "segments": items,
+            }
+        )
 
 
 class SegmentsView(APIView):
@@ -520,3 +552,13 @@ class WatermarkView(APIView):
     )
     def get(self, request: Request, scope: str, stream: str) -> Response:
         return Response(marks.latest_watermark(scope, stream).as_json())
+
+
+class PrometheusView(APIView):
+    """``GET /metrics``: the controller's Prometheus metrics (``controller_app.metrics``), with
+    the REST API's authentication (Prometheus sends ``Authorization: Token <key>``)."""
+
+    @extend_schema(operation_id="getPrometheusMetrics", responses={200: OpenApiTypes.STR})
+    def get(self, request: Request) -> HttpResponse:
+        metrics.register()
+        return ExportToDjangoView(request._request)  # type: ignore[no-any-return]

@@ -101,8 +101,15 @@ def test_a_stream_scaled_by_rate_splits_under_load_and_merges_back(node: Standal
             counts = [1]
             killed: list[int] = []
 
+            rates: list[float] = []
+
             def split_twice() -> bool:
                 counts.append(_segment_count(node, scope, "rated"))
+                status, found = request(
+                    node.base, "GET", f"/v1/scopes/{scope}/streams/rated/metrics", node.token
+                )
+                assert status == 200, found
+                rates.append(found["eventsPerSecond"])
                 if counts[-1] >= 2 and not killed:  # after the first split, beat dies
                     killed.append(node.pid_of("beat") or 0)
                     os.kill(killed[0], signal.SIGKILL)
@@ -114,6 +121,7 @@ def test_a_stream_scaled_by_rate_splits_under_load_and_merges_back(node: Standal
             for thread in threads:
                 thread.join(timeout=60)
         assert counts == sorted(counts)  # under load it only grows
+        assert max(rates) > 1000  # what the monitor measured, as REST shows it
         assert _segment_count(node, scope, "fixed") == 1
 
         _eventually(

@@ -224,6 +224,19 @@ def test_watermark(api: APIClient, stream: Stream, sc: str) -> None:
     }  # fmt: skip
 
 
+def test_stream_metrics_and_prometheus(api: APIClient, stream: Stream, sc: str) -> None:
+    """GET .../metrics: each current segment's rates (0 with no monitor to ask); GET /metrics:
+    Prometheus text with the metadata's numbers and django-prometheus's own."""
+    found = api.get(f"/v1/scopes/{sc}/streams/st/metrics").json()
+    names = [s["name"] for s in found["segments"]]
+    assert names == [sel.segment_name(stream, s.id) for s in sel.current_segments(stream)]
+    assert found["eventsPerSecond"] == 0.0
+    text = api.get("/metrics").content.decode()
+    assert 'millrace_streams{state="ACTIVE"} 1.0' in text
+    assert "millrace_truncations_total 0.0" in text
+    assert "django_http_requests_total_by_method_total" in text
+
+
 def test_delegation_token_lives_as_configured(
     api: APIClient, stream: Stream, sc: str, settings
 ) -> None:

@@ -88,6 +88,9 @@ def endpoints(w: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("post", f"{base}/transactions/{txn}/commit", {}),
         ("post", f"{base}/transactions/{txn}/abort", {}),
         ("post", f"{base}/writer-marks", {"writerId": "w", "timestamp": 1}),
+        ("get", f"{base}/watermark", None),
+        ("get", f"{base}/metrics", None),
+        ("get", "/metrics", None),
         ("post", f"{base}/delegation-token", {}),
         ("post", f"{base}/events", {"events": [{"data": "intruder"}]}),
     ]
