@@ -69,9 +69,12 @@ class Scenario:
     #: number of writers: the headline's shape with 5,000 segments) or ``block`` (one
     #: append_block call per writer per step).
     api: str = "many"
+    #: More environment of the node (``--traffic-monitor``: the monitor switched off).
+    node_env: tuple[tuple[str, str], ...] = ()
 
     def spec(self, host: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
         spec = dataclasses.asdict(self)
+        del spec["node_env"]
         spec.update(host=host, port=port, duration=args.duration, warmup=args.warmup)
         spec.update(client_limits=dict(_assignment(item) for item in args.client_limits))
         if self.target == "redis":
@@ -104,6 +107,13 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         Scenario("millrace-10-segments", "millrace", 100, segments=10),
         Scenario(f"millrace-{many}-segments", "millrace", 100, segments=many),
     ]
+    if args.traffic_monitor:  # the same with the node's traffic monitor off, interleaved
+        off = (("MILLRACE_TRAFFIC_MONITOR", "off"),)
+        all_ += [
+            Scenario("millrace-100B-monitor-off", "millrace", 100, node_env=off),
+            Scenario(f"millrace-{many}-segments-monitor-off", "millrace", 100, segments=many,
+                     node_env=off),
+        ]  # fmt: skip
     if args.diagnostics:
         all_ += [
             Scenario("diag-1-event-blocks", "millrace", 100, block_events_max=1),
@@ -200,6 +210,7 @@ def run_one(
             out = Path(args.profile_dir).resolve() / f"{scenario.name}-{work.name}.{ext}"
             out.parent.mkdir(parents=True, exist_ok=True)
         env = dict(item.split("=", 1) for item in args.node_env)
+        env.update(scenario.node_env)
         server = services.millrace_node(work, profile=args.profile, profile_out=out, env=env)
     with server as (host, port, server_pid):
         spec = scenario.spec(host, port, args)
@@ -480,6 +491,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "segments with bursts of 100 events per segment, and with 10 KiB events",
     )
     p.add_argument("--no-redis", action="store_true", help="skip the Redis runs")
+    p.add_argument(
+        "--traffic-monitor",
+        action="store_true",
+        help="also run the 100 B and many-segments cases with the node's traffic monitor off",
+    )
     p.add_argument("--many-segments", type=int, help="the many-segments case (default 5000)")
     p.add_argument("--paced-rate", type=int, default=100_000, help="paced events/s")
     p.add_argument(
