@@ -462,6 +462,19 @@ def format_table(report: dict[str, Any]) -> str:
     ):
         if name in med:
             lines.append(_row(label, med[name]))
+    for on in ("millrace-100B", f"millrace-{many}-segments"):
+        off = med.get(f"{on}-monitor-off")
+        if off and on in med:
+            lines.append(_row(f"{on[9:]}, monitor off", off))
+            runs = {name: [r["events_per_s"] for r in report["runs"] if r["scenario"] == name]
+                    for name in (on, f"{on}-monitor-off")}  # fmt: skip
+            cost = 1 - med[on]["events_per_s"] / off["events_per_s"]
+            lines.append(
+                f"  traffic monitor cost {on[9:]}: {cost:+.1%} (target <= 3 %) runs on "
+                + " / ".join(f"{x:,.0f}" for x in runs[on])
+                + "; off "
+                + " / ".join(f"{x:,.0f}" for x in runs[f"{on}-monitor-off"])
+            )
     rows = report.get("targets", [])
     if rows:
         lines += ["", "Targets (issue 2, section 6):"]
