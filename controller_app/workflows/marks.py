@@ -86,6 +86,12 @@ def _upper_bound(stream: Stream, cuts: list[dict[int, int]]) -> dict[Segment, in
     return bound if keyspace_gap(bound) is None else None
 
 
+def _live_since(stream: Stream) -> dt.datetime:
+    """A writer is live while it reported after this."""
+    timeout = stream.timestamp_aggregation_timeout or WRITER_TIMEOUT_DEFAULT_MS
+    return timezone.now() - dt.timedelta(milliseconds=timeout)
+
+
 def compute_watermark(stream: Stream) -> Watermark | None:
     """Reduce the marks of the stream's live writers into a new watermark (Pravega's periodic
     watermarking); the new one, or ``None`` when it would not move forward.
@@ -97,8 +103,7 @@ def compute_watermark(stream: Stream) -> Watermark | None:
     their positions and of the previous watermark's cut. A watermark is added only when its
     lower bound is later than the previous one's: both bounds and the cut only move forward.
     """
-    timeout = stream.timestamp_aggregation_timeout or WRITER_TIMEOUT_DEFAULT_MS
-    horizon = timezone.now() - dt.timedelta(milliseconds=timeout)
+    horizon = _live_since(stream)
     marks = WriterMark.objects.filter(stream=stream, is_alive=True)
     marks.filter(updated_at__lt=horizon).update(is_alive=False)
     live = list(marks.filter(updated_at__gte=horizon).values_list("timestamp", "position"))

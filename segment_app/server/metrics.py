@@ -61,12 +61,12 @@ class _NodeCollector(Collector):
         size = CounterMetricFamily(
             "millrace_segment_bytes", "Bytes appended since the node started.", labels=["segment"]
         )
-        for entry in self.traffic.snapshot():
-            labels = [entry["segment"]]
-            rate_events.add_metric(labels, entry["eventsPerSecond"])
-            rate_bytes.add_metric(labels, entry["bytesPerSecond"])
-            events.add_metric(labels, entry["events"])
-            size.add_metric(labels, entry["bytes"])
+        for segment, e_rate, b_rate, _, _, _, total_events, total_bytes in self.traffic.snapshot():
+            labels = [segment]
+            rate_events.add_metric(labels, e_rate)
+            rate_bytes.add_metric(labels, b_rate)
+            events.add_metric(labels, total_events)
+            size.add_metric(labels, total_bytes)
         yield from (rate_events, rate_bytes, events, size)
         running = GaugeMetricFamily(
             "millrace_container_running", "1 while the container runs.", labels=["container"]
@@ -125,7 +125,7 @@ def metrics_app(
             body = {
                 "windowsSeconds": list(traffic.windows_s),
                 "uptimeSeconds": round(traffic.uptime_s, 3),
-                "segments": list(traffic.snapshot()),
+                "segments": traffic.describe(),
             }
             return _json(start_response, "200 OK", body)
         return prometheus(environ, start_response)  # type: ignore[no-any-return]

@@ -31,18 +31,32 @@ _IDLE_RATE = 0.01
 _IDLE_WINDOWS = 3
 
 
+#: The long windows are folded every this many seconds (the decision window every tick).
+LONG_FOLD_SECONDS = 10.0
+
+
 @dataclasses.dataclass(slots=True)
 class _Rates:
     first_seen: float
     last_seen: float
-    events: list[float]  # events/s per window
-    bytes: list[float]  # bytes/s per window
+    events: float = 0.0  # events/s over the decision window
+    bytes: float = 0.0  # bytes/s over the decision window
+    long_events: list[float] = dataclasses.field(default_factory=list)  # per long window
+    long_bytes: list[float] = dataclasses.field(default_factory=list)
+    #: Counts since the long windows were last folded.
+    pending_events: int = 0
+    pending_bytes: int = 0
     total_events: int = 0
     total_bytes: int = 0
 
 
+#: One segment in the snapshot: (segment, events/s, bytes/s, long windows' events/s, their
+#: bytes/s, seconds measured, total events, total bytes). Tuples: cheap to make each tick.
+Entry = tuple[str, float, float, tuple[float, ...], tuple[float, ...], float, int, int]
+
+
 class TrafficMonitor:
-    """Per-segment append rates over ``windows_s`` (the first is the decision window)."""
+    """Per-segment append rates over the decision window and ``PRAVEGA_WINDOWS_S``."""
 
     def __init__(self, decision_window_s: float, *, clock: Any = time.monotonic) -> None:
         if decision_window_s <= 0:
@@ -51,8 +65,8 @@ class TrafficMonitor:
         self._clock = clock
         self._counts: dict[str, list[int]] = {}
         self._rates: dict[str, _Rates] = {}
-        self._started = self._last_tick = clock()
-        self._snapshot: list[dict[str, Any]] = []
+        self._started = self._last_tick = self._last_long = clock()
+        self._snapshot: list[Entry] = []
         #: Seconds from the monitor's start to its last tick.
         self.uptime_s = 0.0
 
@@ -67,7 +81,7 @@ class TrafficMonitor:
         counts[1] += size
 
     def tick(self) -> None:
-        """Fold the counts since the last tick into the rates; build the snapshot."""
+        """Fold the counts since the last tick into the rates; take the snapshot."""
         now = self._clock()
         elapsed = now - self._last_tick
         if elapsed <= 0:
@@ -75,37 +89,51 @@ class TrafficMonitor:
         self._last_tick = now
         self.uptime_s = now - self._started
         counts, self._counts = self._counts, {}
-        decay = [math.exp(-elapsed / window) for window in self.windows_s]
+        keep = math.exp(-elapsed / self.windows_s[0])
+        take = (1.0 - keep) / elapsed
+        long_elapsed = now - self._last_long
+        fold_long = long_elapsed >= LONG_FOLD_SECONDS
+        if fold_long:
+            self._last_long = now
+            long_keep = [math.exp(-long_elapsed / w) for w in self.windows_s[1:]]
         idle_after = self.windows_s[0] * _IDLE_WINDOWS
-        for segment in set(self._rates) | set(counts):
-            events, size = counts.get(segment, (0, 0))
-            rates = self._rates.get(segment)
+        rates_of = self._rates
+        for segment, (events, size) in counts.items():
+            rates = rates_of.get(segment)
             if rates is None:
-                zero = [0.0] * len(decay)
-                rates = self._rates[segment] = _Rates(now - elapsed, now, zero, list(zero))
-            if events:
-                rates.last_seen = now
-                rates.total_events += events
-                rates.total_bytes += size
-            _fold(rates.events, events / elapsed, decay)
-            _fold(rates.bytes, size / elapsed, decay)
-            if now - rates.last_seen > idle_after and rates.events[0] < _IDLE_RATE:
-                del self._rates[segment]
-        self._snapshot = [
-            {
-                "segment": segment,
-                "eventsPerSecond": round(rates.events[0], 3),
-                "bytesPerSecond": round(rates.bytes[0], 3),
-                "windows": {
-                    f"{window:g}": [round(e, 3), round(b, 3)]
-                    for window, e, b in zip(self.windows_s, rates.events, rates.bytes, strict=True)
-                },
-                "seenForSeconds": round(now - rates.first_seen, 3),
-                "events": rates.total_events,
-                "bytes": rates.total_bytes,
-            }
-            for segment, rates in sorted(self._rates.items())
-        ]
+                zero = [0.0] * (len(self.windows_s) - 1)
+                rates = rates_of[segment] = _Rates(now - elapsed, now, 0.0, 0.0, zero, list(zero))
+            rates.last_seen = now
+            rates.total_events += events
+            rates.total_bytes += size
+            rates.pending_events += events
+            rates.pending_bytes += size
+        snapshot: list[Entry] = []
+        for segment in list(rates_of):
+            rates = rates_of[segment]
+            events, size = counts.get(segment, (0, 0))
+            rates.events = rates.events * keep + events * take
+            rates.bytes = rates.bytes * keep + size * take
+            if fold_long:
+                e_rate = rates.pending_events / long_elapsed
+                b_rate = rates.pending_bytes / long_elapsed
+                rates.long_events = [
+                    r * k + e_rate * (1.0 - k)
+                    for r, k in zip(rates.long_events, long_keep, strict=True)
+                ]
+                rates.long_bytes = [
+                    r * k + b_rate * (1.0 - k)
+                    for r, k in zip(rates.long_bytes, long_keep, strict=True)
+                ]
+                rates.pending_events = rates.pending_bytes = 0
+            if now - rates.last_seen > idle_after and rates.events < _IDLE_RATE:
+                del rates_of[segment]
+                continue
+            snapshot.append((segment, rates.events, rates.bytes, tuple(rates.long_events),
+                             tuple(rates.long_bytes), now - rates.first_seen,
+                             rates.total_events, rates.total_bytes))  # fmt: skip
+        snapshot.sort()
+        self._snapshot = snapshot
 
     def forget(self, segments: Iterable[str]) -> None:
         """Stop reporting ``segments`` (deleted)."""
@@ -113,11 +141,31 @@ class TrafficMonitor:
             self._rates.pop(segment, None)
             self._counts.pop(segment, None)
 
-    def snapshot(self) -> Sequence[dict[str, Any]]:
-        """The rates as of the last tick: one entry per segment, by name (see module doc)."""
+    def snapshot(self) -> Sequence[Entry]:
+        """The rates as of the last tick, by segment name (a list replaced whole each tick)."""
         return self._snapshot
 
-
-def _fold(rates: list[float], instant: float, decay: list[float]) -> None:
-    for i, keep in enumerate(decay):
-        rates[i] = rates[i] * keep + instant * (1.0 - keep)
+    def describe(self) -> list[dict[str, Any]]:
+        """The snapshot as ``/traffic`` shows it (any thread may call this)."""
+        windows = [f"{w:g}" for w in self.windows_s]
+        return [
+            {
+                "segment": segment,
+                "eventsPerSecond": round(events, 3),
+                "bytesPerSecond": round(size, 3),
+                "windows": dict(
+                    zip(
+                        windows,
+                        [[round(events, 3), round(size, 3)]]
+                        + [[round(e, 3), round(b, 3)] for e, b in zip(long_e, long_b, strict=True)],
+                        strict=True,
+                    )
+                ),
+                "seenForSeconds": round(seen, 3),
+                "events": total_events,
+                "bytes": total_bytes,
+            }
+            for segment, events, size, long_e, long_b, seen, total_events, total_bytes in (
+                self._snapshot
+            )
+        ]

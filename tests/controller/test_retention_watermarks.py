@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -242,3 +243,46 @@ def test_run_bucket_visits_its_streams_and_survives_a_failing_one(sc: str) -> No
     held = buckets.acquire(BucketService.WATERMARKING, bucket, 60_000)
     assert held is not None  # released after the round
     assert buckets.run_bucket(BucketService.WATERMARKING, bucket, 60_000, everything, visit) == -1
+
+
+# -- each guard above, with its protection switched off, must fail --------------------------------
+
+
+def _fails(test: Any, *args: Any) -> None:
+    """``test`` run with a protection switched off must fail (else it guards nothing)."""
+    with pytest.raises(AssertionError):
+        test(*args)
+
+
+def test_guards_fail_without_their_protection(
+    sc: str, wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:  # subscribers ignored
+        patch.setattr(retention, "_lowest_subscriber_cut", lambda stream, head: None)
+        _fails(test_a_subscriber_holds_truncation_back_until_the_maximum, sc + "a", wire)
+    with monkeypatch.context() as patch:  # the policy's minimum ignored: truncate at the tail
+        patch.setattr(
+            retention, "_newest_keeping",
+            lambda stream, keep, now, size: StreamCutRecord.objects.filter(stream=stream)
+            .order_by("-recording_time").first(),
+        )  # fmt: skip
+        _fails(test_size_retention_truncates_exactly_where_the_policy_says, sc + "b", wire)
+    with monkeypatch.context() as patch:  # the watermark's window from the newest time only
+        patch.setattr(marks, "min", max, raising=False)
+        _fails(test_watermarks_bound_live_writers_and_only_move_forward, sc + "c")
+    with monkeypatch.context() as patch:  # writers never time out
+        patch.setattr(
+            marks,
+            "_live_since",
+            lambda stream: marks.dt.datetime.min.replace(tzinfo=marks.dt.timezone.utc),
+        )
+        _fails(test_a_stopped_writer_stops_holding_watermarks_after_its_timeout, sc + "d")
+    with monkeypatch.context() as patch:  # a lease that is always free
+        real = buckets.BucketLease.objects.filter
+
+        def free(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop("expires_ms__lte", None)
+            return real(*args, **kwargs)
+
+        patch.setattr(buckets.BucketLease.objects, "filter", free)
+        _fails(test_a_bucket_is_run_by_one_round_at_a_time)

@@ -29,7 +29,7 @@ class Clock:
 
 
 def _entry(monitor: TrafficMonitor, segment: str) -> dict:
-    return next(e for e in monitor.snapshot() if e["segment"] == segment)
+    return next(e for e in monitor.describe() if e["segment"] == segment)
 
 
 def test_rates_follow_the_load_over_the_window() -> None:
@@ -45,6 +45,9 @@ def test_rates_follow_the_load_over_the_window() -> None:
     assert found["bytesPerSecond"] == pytest.approx(expected * 100, rel=1e-3)
     assert found["events"] == 50_000 and found["seenForSeconds"] == pytest.approx(10.0)
     assert set(found["windows"]) == {"10", "120", "300", "600", "1200"}
+    assert found["windows"]["10"] == [found["eventsPerSecond"], found["bytesPerSecond"]]
+    # The long windows fold every 10 s: one fold of 10 s at 5,000 events/s so far.
+    assert found["windows"]["120"][0] == pytest.approx(5000 * (1 - math.exp(-10 / 120)), rel=1e-3)
     for _ in range(60):  # the load stops: the average decays
         clock.now += 1.0
         monitor.tick()
