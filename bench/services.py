@@ -154,12 +154,18 @@ def redis_server(work_dir: Path) -> Iterator[tuple[str, int, int]]:
 
 
 @contextlib.contextmanager
-def standalone_node(work_dir: Path) -> Iterator[tuple[str, str, int]]:
-    """``millrace standalone`` on spare ports with embedded defaults; yields
+def standalone_node(
+    work_dir: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, str, int]]:
+    """``millrace standalone`` on spare ports with embedded defaults (and ``env``); yields
     (REST base URL, admin token, wire port)."""
     data_dir = work_dir / "standalone"
     http, wire = spare_port(), spare_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
+        "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(spare_port()),
+        **(env or {}),
+    }
     log = open(work_dir / "standalone.log", "w+b")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
