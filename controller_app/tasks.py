@@ -183,9 +183,9 @@ def watermark_round() -> int:
 @shared_task(name=dispatch.WATERMARK_BUCKET, ignore_result=True, acks_late=True)
 def watermark_bucket(bucket: int) -> int:
     period = settings.MILLRACE.watermark_period_s
-    return buckets.run_bucket(
+    return buckets.run_bucket_at_once(
         BucketService.WATERMARKING, bucket, _lease_ms(period), _watermark_streams(),
-        marks.compute_watermark,
+        marks.compute_watermarks,
     )  # fmt: skip
 
 

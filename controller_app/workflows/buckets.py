@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from django.db import IntegrityError
 from django.db.models import QuerySet
@@ -51,6 +51,28 @@ def release(service: str, bucket: int, holder: str) -> None:
     )
 
 
+def _in_bucket(service: str, bucket: int, streams: QuerySet[Stream]) -> QuerySet[Stream]:
+    ids = StreamBucket.objects.filter(service=service, bucket=bucket).values_list(
+        "stream_id", flat=True
+    )
+    return streams.select_related("scope").filter(pk__in=ids).order_by("pk")
+
+
+@contextlib.contextmanager
+def _holding(service: str, bucket: int, lease_ms: int) -> Iterator[bool]:
+    """Whether the bucket's lease was taken; released on the way out."""
+    if service not in BucketService.values:
+        raise ValueError(f"no periodic service {service!r}")
+    holder = acquire(service, bucket, lease_ms)
+    if holder is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        release(service, bucket, holder)
+
+
 def run_bucket(
     service: str,
     bucket: int,
@@ -60,22 +82,34 @@ def run_bucket(
 ) -> int:
     """``visit(stream)`` for each of ``streams`` in ``bucket`` (by id), under the bucket's
     lease. Streams visited; -1 when another round holds the bucket."""
-    if service not in BucketService.values:
-        raise ValueError(f"no periodic service {service!r}")
-    holder = acquire(service, bucket, lease_ms)
-    if holder is None:
-        return -1
-    visited = 0
-    try:
-        ids = StreamBucket.objects.filter(service=service, bucket=bucket).values_list(
-            "stream_id", flat=True
-        )
-        for stream in streams.select_related("scope").filter(pk__in=ids).order_by("pk"):
+    with _holding(service, bucket, lease_ms) as held:
+        if not held:
+            return -1
+        visited = 0
+        for stream in _in_bucket(service, bucket, streams):
             try:
                 visit(stream)
             except Exception:
                 log.exception("%s of stream %s failed; the next round tries again", service, stream)
             visited += 1
-    finally:
-        release(service, bucket, holder)
-    return visited
+        return visited
+
+
+def run_bucket_at_once(
+    service: str,
+    bucket: int,
+    lease_ms: int,
+    streams: QuerySet[Stream],
+    visit: Callable[[list[Stream]], object],
+) -> int:
+    """``visit(the streams of bucket)`` in one call (a round that batches its queries over
+    them), under the bucket's lease. Streams visited; -1 when another round holds it."""
+    with _holding(service, bucket, lease_ms) as held:
+        if not held:
+            return -1
+        found = list(_in_bucket(service, bucket, streams))
+        try:
+            visit(found)
+        except Exception:
+            log.exception("%s of bucket %d failed; the next round tries again", service, bucket)
+        return len(found)

@@ -5,14 +5,16 @@ the periodic watermark job reduces the live writers' marks of a stream into a wa
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import functools
+import operator
+from collections.abc import Mapping, Sequence
 
-from django.db import IntegrityError
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError, NoWatermarkError
-from controller_app.models import Stream, Watermark, WriterMark
+from controller_app.models import Epoch, Stream, Watermark, WriterMark
 from controller_app.segments import (
     Segment,
     decode_stream_cut,
@@ -65,15 +67,20 @@ WRITER_TIMEOUT_DEFAULT_MS = 60_000
 WATERMARKS_KEPT = 100
 
 
-def _upper_bound(stream: Stream, cuts: list[dict[int, int]]) -> dict[Segment, int] | None:
+def _upper_bound(
+    stream: Stream, cuts: list[dict[int, int]], current: Sequence[Segment]
+) -> dict[Segment, int] | None:
     """The lowest stream cut at or after every position in ``cuts``: each segment at the
     highest offset reported for it, and where the stream has moved on since (a newer segment
     overlaps it), the newer segments of the current epoch at offset 0, which are after all of
-    the older one's data. ``None`` if the positions are no longer valid."""
+    the older one's data. ``None`` if the positions are no longer valid. ``current``: the
+    segments of the stream's current epoch; when every position is in them, no query."""
     merged: dict[int, int] = {}
     for cut in cuts:
         for segment_id, offset in cut.items():
             merged[segment_id] = max(offset, merged.get(segment_id, 0))
+    if current and set(merged) <= {s.id for s in current}:
+        return {s: merged.get(s.id, 0) for s in current}
     try:
         positions = sel.validate_reading_position(stream, merged)
     except InvalidStreamCutError:
@@ -93,8 +100,14 @@ def _live_since(stream: Stream) -> dt.datetime:
 
 
 def compute_watermark(stream: Stream) -> Watermark | None:
-    """Reduce the marks of the stream's live writers into a new watermark (Pravega's periodic
-    watermarking); the new one, or ``None`` when it would not move forward.
+    """``compute_watermarks`` of one stream: its new watermark, or ``None``."""
+    made = compute_watermarks([stream])
+    return made[0] if made else None
+
+
+def compute_watermarks(streams: Sequence[Stream]) -> list[Watermark]:
+    """Reduce the marks of each stream's live writers into a new watermark (Pravega's periodic
+    watermarking); the watermarks made (a stream whose watermark would not move gets none).
 
     A writer whose last report is older than the stream's ``timestampAggregationTimeout``
     (else ``WRITER_TIMEOUT_DEFAULT_MS``) is no longer live and holds nothing back; it is live
@@ -102,36 +115,75 @@ def compute_watermark(stream: Stream) -> Watermark | None:
     the lower bound never passes a live writer's time; the stream cut is the upper bound of
     their positions and of the previous watermark's cut. A watermark is added only when its
     lower bound is later than the previous one's: both bounds and the cut only move forward.
+
+    Queries: a fixed handful for all of ``streams`` together (marks, previous watermarks,
+    current epochs, one insert, one clean-up), plus two for a stream whose writers reported
+    positions in segments the stream has moved past (a scale since).
     """
-    horizon = _live_since(stream)
-    marks = WriterMark.objects.filter(stream=stream, is_alive=True)
-    marks.filter(updated_at__lt=horizon).update(is_alive=False)
-    live = list(marks.filter(updated_at__gte=horizon).values_list("timestamp", "position"))
+    by_id = {s.pk: s for s in streams}
+    horizons = {s.pk: _live_since(s) for s in streams}
+    rows = list(
+        WriterMark.objects.filter(stream_id__in=by_id, is_alive=True).values_list(
+            "pk", "stream_id", "timestamp", "position", "updated_at"
+        )
+    )
+    live: dict[int, list[tuple[int, dict[str, int]]]] = {}
+    stale: list[int] = []
+    for pk, stream_id, timestamp, position, updated_at in rows:
+        if updated_at < horizons[stream_id]:
+            stale.append(pk)
+        else:
+            live.setdefault(stream_id, []).append((timestamp, position))
+    if stale:  # (a writer that reported since this read is left alone: updated_at is newer)
+        newest = max(horizons.values())
+        WriterMark.objects.filter(pk__in=stale, updated_at__lt=newest).update(is_alive=False)
     if not live:
-        return None
-    previous = Watermark.objects.filter(stream=stream).order_by("-number").first()
-    low = min(timestamp for timestamp, _ in live)
-    high = max(timestamp for timestamp, _ in live)
-    if previous is not None:
-        if low <= previous.low_time:
-            return None
-        high = max(high, previous.high_time)
-    cuts = [decode_stream_cut(position) for _, position in live]
-    if previous is not None:
-        cuts.append(decode_stream_cut(previous.stream_cut))
-    bound = _upper_bound(stream, cuts)
-    if bound is None:
-        return None
-    number = previous.number + 1 if previous is not None else 1
-    try:
-        watermark = Watermark.objects.create(
-            stream=stream, number=number, low_time=low, high_time=high,
-            stream_cut=encode_stream_cut({s.id: o for s, o in bound.items()}),
-        )  # fmt: skip
-    except IntegrityError:  # another round made this number meanwhile
-        return None
-    Watermark.objects.filter(stream=stream, number__lte=number - WATERMARKS_KEPT).delete()
-    return watermark
+        return []
+    latest = Watermark.objects.filter(stream=OuterRef("stream")).order_by("-number")
+    previous = {
+        w.stream_id: w
+        for w in Watermark.objects.filter(
+            stream_id__in=live, number=Subquery(latest.values("number")[:1])
+        )
+    }
+    epochs = {
+        e.stream_id: e.segment_list()
+        for e in Epoch.objects.filter(stream_id__in=live, epoch=F("stream__current_epoch"))
+    }
+    made: list[Watermark] = []
+    for stream_id, reports in live.items():
+        last = previous.get(stream_id)
+        low = min(timestamp for timestamp, _ in reports)
+        high = max(timestamp for timestamp, _ in reports)
+        if last is not None:
+            if low <= last.low_time:
+                continue
+            high = max(high, last.high_time)
+        cuts = [decode_stream_cut(position) for _, position in reports]
+        if last is not None:
+            cuts.append(decode_stream_cut(last.stream_cut))
+        bound = _upper_bound(by_id[stream_id], cuts, epochs.get(stream_id, ()))
+        if bound is None:
+            continue
+        made.append(
+            Watermark(
+                stream_id=stream_id,
+                number=last.number + 1 if last is not None else 1,
+                low_time=low,
+                high_time=high,
+                stream_cut=encode_stream_cut({s.id: o for s, o in bound.items()}),
+            )
+        )
+    # (a number another round made meanwhile is skipped: that round's watermark stands)
+    Watermark.objects.bulk_create(made, ignore_conflicts=True)
+    old = [
+        Q(stream_id=w.stream_id, number__lte=w.number - WATERMARKS_KEPT)
+        for w in made
+        if w.number > WATERMARKS_KEPT
+    ]
+    if old:
+        Watermark.objects.filter(functools.reduce(operator.or_, old)).delete()
+    return made
 
 
 def latest_watermark(scope: str, name: str) -> Watermark:

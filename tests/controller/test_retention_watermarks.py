@@ -186,6 +186,22 @@ def test_a_stopped_writer_stops_holding_watermarks_after_its_timeout(sc: str) ->
     assert marks.compute_watermark(stream) is None  # 6000 is its lower bound: not forward
 
 
+def test_one_watermark_round_over_many_streams_takes_a_fixed_number_of_queries(
+    sc: str, django_assert_max_num_queries: Any
+) -> None:
+    scopes.create_scope(sc)
+    made = []
+    for i in range(20):
+        stream = streams.create_stream(segment_store(), sc, f"s{i}", StreamConfig())
+        (segment,) = sel.current_segments(stream)
+        marks.note_writer_mark(sc, f"s{i}", "w", 1000 + i, {segment.id: i})
+        made.append(stream)
+    with django_assert_max_num_queries(6):
+        found = marks.compute_watermarks(made)
+    assert sorted(w.low_time for w in found) == [1000 + i for i in range(20)]
+    assert all(marks.latest_watermark(sc, f"s{i}").number == 1 for i in range(20))
+
+
 def test_watermark_cut_follows_a_scale(sc: str) -> None:
     """A writer still on a sealed segment and one on its successors: the cut is the upper
     bound, the successors (after all of the sealed one's data) at their offsets."""
