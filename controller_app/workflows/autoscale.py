@@ -6,9 +6,12 @@ store nodes (``SegmentTraffic`` per segment: rates averaged over the decision wi
 (``BY_RATE_IN_EVENTS_PER_SEC``, or ``BY_RATE_IN_KBYTES_PER_SEC`` with KiB/s):
 
 * **hot**: a segment above the target rate is split into ``min(scaleFactor, ceil(rate /
-  target))`` equal key ranges (at least 2), as Pravega splits by the load it saw;
-* **cold**: a segment below half the target, measured for at least a window, is cold; runs of
-  two or more adjacent cold segments are merged into one, never below ``minSegments``;
+  target))`` equal key ranges (at least 2), as Pravega splits by the load it saw; one scale
+  replaces one contiguous key range, so a round splits the run of adjacent hot segments that
+  holds the hottest one;
+* **cold**: a segment below half the target, measured for at least a window, is cold; a run
+  of two or more adjacent cold segments is merged into one, never below ``minSegments`` (the
+  first such run per round);
 * nothing for a segment younger than ``MILLRACE_AUTOSCALE_MUTE_S``, and nothing for a stream
   whose last scale (manual or automatic) is younger than ``MILLRACE_AUTOSCALE_COOLDOWN_S``.
   Splits go first; merges wait for a round without a split.
@@ -98,6 +101,18 @@ def plan(
     return plan_merges(ordered, cold, stream.min_segments)
 
 
+def _runs(ordered: Sequence[Segment], chosen: set[int]) -> list[list[Segment]]:
+    """The runs of adjacent ``chosen`` segments, in key order (current segments: each is
+    adjacent to the one before; a scale replaces one contiguous key range)."""
+    runs: list[list[Segment]] = [[]]
+    for segment in ordered:
+        if segment.id in chosen:
+            runs[-1].append(segment)
+        elif runs[-1]:
+            runs.append([])
+    return [run for run in runs if run]
+
+
 def plan_splits(
     stream: Stream,
     candidates: Sequence[Segment],
@@ -105,15 +120,19 @@ def plan_splits(
     names: Mapping[int, str],
     count: int,
 ) -> Plan | None:
-    """Split every candidate above the target, by its load (within the epoch's limit)."""
+    """Split the run of adjacent segments above the target that holds the hottest one, each
+    by its load (within the epoch's limit); other hot runs wait for the next round."""
+    rates = {s.id: _rate(stream, traffic.segments.get(names[s.id])) for s in candidates}
+    hot = {sid for sid, rate in rates.items() if rate > stream.target_rate}
+    if not hot:
+        return None
+    hottest = max(hot, key=lambda sid: rates[sid])
+    run = next(r for r in _runs(candidates, hot) if any(s.id == hottest for s in r))
     sealed: list[int] = []
     ranges: list[tuple[float, float]] = []
     factor = max(2, stream.scale_factor)
-    for segment in candidates:
-        rate = _rate(stream, traffic.segments.get(names[segment.id]))
-        if rate <= stream.target_rate:
-            continue
-        parts = min(factor, max(2, math.ceil(rate / stream.target_rate)))
+    for segment in run:
+        parts = min(factor, max(2, math.ceil(rates[segment.id] / stream.target_rate)))
         if count + parts - 1 > SEGMENTS_PER_EPOCH_MAX:
             break
         count += parts - 1
@@ -123,28 +142,14 @@ def plan_splits(
 
 
 def plan_merges(ordered: Sequence[Segment], cold: set[int], min_segments: int) -> Plan | None:
-    """Merge each run of adjacent cold segments (in key order) into one, keeping at least
-    ``min_segments``."""
+    """Merge the first run of two or more adjacent cold segments (in key order) into one,
+    keeping at least ``min_segments``; other runs wait for the next round."""
     room = len(ordered) - min_segments  # segments that may still go
-    sealed: list[int] = []
-    ranges: list[tuple[float, float]] = []
-    run: list[Segment] = []
-
-    def merge_run() -> None:
+    for run in _runs(ordered, cold):
+        run = run[: room + 1]
         if len(run) >= 2:
-            sealed.extend(s.id for s in run)
-            ranges.append((run[0].key_start, run[-1].key_end))
-        run.clear()
-
-    for segment in ordered:  # (current segments: each adjacent to the one before)
-        if segment.id in cold and (room > 0 or not run):
-            run.append(segment)
-            if len(run) >= 2:
-                room -= 1
-        else:
-            merge_run()
-    merge_run()
-    return Plan(sealed, ranges, split=False) if sealed else None
+            return Plan([s.id for s in run], [(run[0].key_start, run[-1].key_end)], split=False)
+    return None
 
 
 def autoscale_stream(stream: Stream, traffic: Traffic, settings: AutoscaleSettings) -> Plan | None:

@@ -63,6 +63,18 @@ def test_kib_per_second_policies_use_bytes() -> None:
     assert found is not None and found.split
 
 
+def test_one_scale_replaces_one_contiguous_range() -> None:
+    """Hot (or cold) segments apart from each other go in separate rounds: the scale workflow
+    replaces one contiguous key range at a time."""
+    stream = _stream(min_segments=1)
+    segments = _segments(4)
+    hot = plan(stream, segments, _traffic(stream, segments, [1500, 600, 3000, 2000]), SETTINGS, NOW)
+    assert hot is not None and hot.sealed == [segments[2].id, segments[3].id]  # the hottest run
+    cold = plan(stream, segments, _traffic(stream, segments, [10, 10, 600, 10]), SETTINGS, NOW)
+    assert cold is not None and cold.sealed == [segments[0].id, segments[1].id]
+    assert cold.ranges == [(0.0, 0.5)]
+
+
 def test_adjacent_cold_segments_merge_never_below_the_minimum() -> None:
     stream = _stream(min_segments=2)
     segments = _segments(4)
