@@ -231,11 +231,20 @@ class ContainerAssignmentFactory(DjangoModelFactory):
     node = factory.SubFactory(NodeFactory)
 
 
+class BucketLeaseFactory(DjangoModelFactory):
+    class Meta:
+        model = models.BucketLease
+
+    service = BucketService.WATERMARKING
+    bucket = factory.Sequence(lambda n: n)
+
+
 ALL_FACTORIES = [
     ScopeFactory,
     StreamFactory,
     StreamTagFactory,
     StreamBucketFactory,
+    BucketLeaseFactory,
     EpochFactory,
     SegmentRecordFactory,
     EpochTransitionFactory,
