@@ -16,29 +16,18 @@ delay after the crossing in windows.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from services import standalone_node  # a sibling module: bench/ is not a package
+from services import rest_call as _call  # a sibling module: bench/ is not a package
+from services import standalone_node
 
 TARGET = 1000
-
-
-def _call(base: str, token: str, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method)
-    request.add_header("Authorization", f"Token {token}")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read() or b"null")
 
 
 def _load(base: str, token: str, scope: str, rate: int, stop: threading.Event) -> None:

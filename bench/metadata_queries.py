@@ -26,13 +26,15 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import services  # noqa: E402 (a sibling module: bench/ is not a package)
+
 TARGET_RATIO = 1.2
 #: A retention stream cut is recorded every this many epochs, on both streams: what bounds the
 #: work of "size till a cut" is the distance to the nearest recorded cut (the retention job
@@ -155,30 +157,12 @@ def _progress(line: str) -> None:
 
 
 def _run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    scratch = tempfile.TemporaryDirectory(prefix="millrace-bench-")
-    env["MILLRACE_DATA_DIR"] = scratch.name
-    database = None
-    if backend == "postgresql":
-        import psycopg
-
-        database = f"millrace_bench_{os.getpid()}"
-        with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {database}")
-        env["DATABASE_URL"] = args.postgres_url.rsplit("/", 1)[0] + "/" + database
-    try:
+    with services.scratch_backend(backend, args.postgres_url) as env:
         command = [sys.executable, __file__, "--child", "--epochs", str(args.epochs)]
         command += ["--rounds", str(args.rounds), "--calls", str(args.calls)]
         done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-        line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-        return dict(json.loads(line[len("RESULT ") :]))
-    finally:
-        scratch.cleanup()
-        if database is not None:
-            import psycopg
-
-            with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
 
 
 def _print(report: dict[str, Any]) -> bool:

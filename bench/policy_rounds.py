@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -96,29 +95,12 @@ def _child(count: int) -> None:
 
 
 def _run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    scratch = tempfile.TemporaryDirectory(prefix="millrace-bench-")
-    env.update(MILLRACE_DATA_DIR=scratch.name, MILLRACE_AUTH="off")
-    database = None
-    if backend == "postgresql":
-        import psycopg
-
-        database = f"millrace_bench_{os.getpid()}"
-        with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {database}")
-        env["DATABASE_URL"] = args.postgres_url.rsplit("/", 1)[0] + "/" + database
-    try:
+    with services.scratch_backend(backend, args.postgres_url) as env:
+        env["MILLRACE_AUTH"] = "off"
         command = [sys.executable, __file__, "--child", "--streams", str(args.streams)]
         done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-        line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-        return dict(json.loads(line[len("RESULT ") :]))
-    finally:
-        scratch.cleanup()
-        if database is not None:
-            import psycopg
-
-            with psycopg.connect(args.postgres_url, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
 
 
 def main() -> int:

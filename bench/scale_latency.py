@@ -13,7 +13,6 @@ Usage: ``.venv/bin/python bench/scale_latency.py [--scales 40]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -22,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from services import rest_call as _call
 
 TARGET_MEDIAN_SECONDS = 1.0
 
@@ -33,16 +33,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _call(base: str, token: str, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method)
-    request.add_header("Authorization", f"Token {token}")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=60) as response:
-        raw = response.read()
-        return json.loads(raw) if raw else None
 
 
 def main() -> int:

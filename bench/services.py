@@ -9,6 +9,7 @@ period) however the benchmark ends. Optionally the node runs under a profiler: `
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -16,9 +17,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 30.0
@@ -190,3 +194,40 @@ def standalone_node(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
         log.close()
+
+
+def rest_call(base: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    """One REST call with the token (JSON in and out; ``None`` for an empty answer)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method=method)
+    request.add_header("Authorization", f"Token {token}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        raw = response.read()
+        return json.loads(raw) if raw else None
+
+
+@contextlib.contextmanager
+def scratch_backend(backend: str, postgres_url: str) -> Iterator[dict[str, str]]:
+    """The environment of a child process with Django on a scratch data directory and, for
+    ``postgresql``, a scratch database ``millrace_bench_<pid>`` at ``postgres_url``'s server
+    (dropped afterwards); no Redis."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    database = None
+    with tempfile.TemporaryDirectory(prefix="millrace-bench-") as scratch:
+        env["MILLRACE_DATA_DIR"] = scratch
+        if backend == "postgresql":
+            import psycopg
+
+            database = f"millrace_bench_{os.getpid()}"
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {database}")
+            env["DATABASE_URL"] = postgres_url.rsplit("/", 1)[0] + "/" + database
+        try:
+            yield env
+        finally:
+            if database is not None:
+                import psycopg
+
+                with psycopg.connect(postgres_url, autocommit=True) as conn:
+                    conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

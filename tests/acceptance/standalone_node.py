@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,32 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def eventually(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    """``check()``'s first truthy answer, polled every ``every`` s; AssertionError naming
+    ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(every)
+
+
+def running_standalone(
+    factory: pytest.TempPathFactory, name: str, env: dict[str, str]
+) -> Iterator[Standalone]:
+    """A module's ``millrace standalone`` node with ``env`` (a fixture's body), on free ports
+    (its metrics port too); stopped, or killed, at the end."""
+    http, wire, metrics = free_ports(3)
+    env = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics), **env}
+    node = Standalone(factory.mktemp(name) / "data", http, wire, env=env)
+    try:
+        node.wait_for(READY_LINE)
+        yield node
+        node.stop()
+    finally:
+        node.kill()

@@ -13,13 +13,17 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from millrace.client.manager import StreamManager
-from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
+from tests.acceptance.standalone_node import (
+    Standalone,
+    eventually,
+    request,
+    running_standalone,
+)
 
 RATE = 5000  # events/s per stream
 KEYS = [f"key-{i}" for i in range(16)]
@@ -27,31 +31,12 @@ KEYS = [f"key-{i}" for i in range(16)]
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    http, wire, metrics = free_ports(3)
     env = {
         "MILLRACE_AUTOSCALE_WINDOW_S": "2",
         "MILLRACE_AUTOSCALE_COOLDOWN_S": "2",
         "MILLRACE_AUTOSCALE_MUTE_S": "1",
-        "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics),
     }
-    running = Standalone(tmp_path_factory.mktemp("autoscale") / "data", http, wire, env=env)
-    try:
-        running.wait_for(READY_LINE)
-        yield running
-        running.stop()
-    finally:
-        running.kill()
-
-
-def _eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.25)
+    yield from running_standalone(tmp_path_factory, "autoscale", env)
 
 
 def _segment_count(node: Standalone, scope: str, stream: str) -> int:
@@ -138,7 +123,7 @@ def test_a_stream_scaled_by_rate_splits_under_load_and_merges_back(node: Standal
                     os.kill(killed[0], signal.SIGKILL)
                 return counts[-1] >= 4
 
-            _eventually(split_twice, 60, "two splits under load (beat killed after the first)")
+            eventually(split_twice, 60, "two splits under load (beat killed after the first)")
         finally:
             stop.set()
             for thread in threads:
@@ -149,7 +134,7 @@ def test_a_stream_scaled_by_rate_splits_under_load_and_merges_back(node: Standal
         assert _segment_count(node, scope, "fixed") == 1
 
         try:
-            _eventually(
+            eventually(
                 lambda: _segment_count(node, scope, "rated") == 1,
                 60,
                 "the merge back to one segment",

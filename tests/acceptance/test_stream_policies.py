@@ -10,13 +10,18 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from millrace.client.manager import StreamManager
-from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
+from tests.acceptance.standalone_node import (
+    Standalone,
+    eventually,
+    request,
+    running_standalone,
+)
 
 MIB = 1024 * 1024
 
@@ -24,24 +29,7 @@ MIB = 1024 * 1024
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     env = {"MILLRACE_RETENTION_PERIOD_S": "1", "MILLRACE_WATERMARK_PERIOD_S": "1"}
-    running = Standalone(tmp_path_factory.mktemp("policies") / "data", *free_ports(2), env=env)
-    try:
-        running.wait_for(READY_LINE)
-        yield running
-        running.stop()
-    finally:
-        running.kill()
-
-
-def _eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.2)
+    yield from running_standalone(tmp_path_factory, "policies", env)
 
 
 def _create(node: Standalone, scope: str, body: dict[str, Any]) -> None:
@@ -65,7 +53,7 @@ def _kill_worker(node: Standalone) -> None:
     pid = node.pid_of("worker")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    _eventually(lambda: node.pid_of("worker") not in (None, pid), 60, "the worker's restart")
+    eventually(lambda: node.pid_of("worker") not in (None, pid), 60, "the worker's restart")
 
 
 def test_size_retention_truncates_by_itself_and_outlives_a_killed_worker(node: Standalone) -> None:
@@ -83,7 +71,7 @@ def test_size_retention_truncates_by_itself_and_outlives_a_killed_worker(node: S
                 writer.write_event(event)
             writer.flush()
             time.sleep(1.2)
-        first = _eventually(lambda: _head_offset(node, scope), 60, "a retention truncation")
+        first = eventually(lambda: _head_offset(node, scope), 60, "a retention truncation")
         assert first % 1024 == 0 and first <= 2 * MIB  # on an event boundary, >= 1 MiB kept
         _kill_worker(node)
         for _ in range(2048):  # 2 MiB more: the head must move on past them
@@ -96,7 +84,7 @@ def test_size_retention_truncates_by_itself_and_outlives_a_killed_worker(node: S
             heads.append(_head_offset(node, scope))
             return heads[-1] >= 3 * MIB
 
-        _eventually(moved, 90, "truncation after the worker's restart")
+        eventually(moved, 90, "truncation after the worker's restart")
         assert heads == sorted(heads)  # only forward
         assert heads[-1] <= 4 * MIB  # at least 1 MiB of the 5 MiB kept
         # What is kept reads back whole, from the head on.
@@ -142,7 +130,7 @@ def test_watermarks_reach_rest_the_reader_and_a_websocket_tail(node: Standalone)
             status, found = request(node.base, "GET", path, node.token)
             return found if status == 200 else None
 
-        found = _eventually(watermark, 60, "a watermark")
+        found = eventually(watermark, 60, "a watermark")
         assert found["lowerTimeBound"] >= 1_000_000
         assert found["lowerTimeBound"] <= found["upperTimeBound"]
         assert sum(found["streamCut"].values()) > 0
