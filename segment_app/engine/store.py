@@ -80,6 +80,30 @@ class SegmentStore:
             }
         return {"containers": containers}
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Per running container: bytes in its cache, bytes appended and not yet in tier-2
+        (``tier2_lag_bytes``), and log operations kept in tier-1 for want of tier-2
+        (``tier1_backlog_operations``: from the oldest one a dirty segment still needs to the
+        newest). Plain numbers, for the metrics port."""
+        found: dict[str, dict[str, float]] = {}
+        for container_id, container in self.containers.items():
+            writer, metadata = container.storage_writer, container.metadata
+            lag, oldest = 0, None
+            if writer is not None:
+                for segment_id, sequence in writer.dirty.items():
+                    segment = metadata.segments.get(segment_id)
+                    if segment is not None:
+                        lag += segment.length - segment.storage_length
+                    oldest = sequence if oldest is None else min(oldest, sequence)
+            found[str(container_id)] = {
+                "cache_bytes": float(container.read_index.cache_bytes),
+                "tier2_lag_bytes": float(lag),
+                "tier1_backlog_operations": float(
+                    0 if oldest is None else max(0, metadata.sequence - oldest + 1)
+                ),
+            }
+        return found
+
     async def flush_to_storage(self) -> None:
         for container in self.containers.values():
             await container.flush_to_storage()

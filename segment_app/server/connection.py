@@ -33,6 +33,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -445,20 +446,24 @@ class WireConnection(asyncio.BufferedProtocol):
     def _submit_batch(self) -> None:
         """Hand the appends collected from one received buffer to the store, together."""
         batch, self._batch = self._batch, []
+        started = time.monotonic()
         try:
             parts = self.store.append_group_nowait(batch)
         except Exception as exc:
             log.exception("append_group_nowait failed")
-            self._part_done(batch, _failed_future(exc))
+            self._part_done(batch, started, _failed_future(exc))
         else:
             for part, future in parts:
-                future.add_done_callback(functools.partial(self._part_done, part))
+                future.add_done_callback(functools.partial(self._part_done, part, started))
         self._update_reading()
 
-    def _part_done(self, part: list[_PendingAppend], future: asyncio.Future[object]) -> None:
+    def _part_done(
+        self, part: list[_PendingAppend], started: float, future: asyncio.Future[object]
+    ) -> None:
         failure = _exception_of(future)
         if failure is None and not self.closed:
             if self._traffic is not None:
+                self.server.traffic.record_latency(time.monotonic() - started)
                 self._count_traffic(part)
             self._replies_of_part(part)
             self._update_reading()

@@ -4,8 +4,9 @@ Both need ``Authorization: Bearer <delegation token for *>`` while authenticatio
 (``millrace mint-token --access READ "*"``; the controller mints its own).
 
 ``GET /metrics``: Prometheus metrics (``prometheus-client``): per segment the append rates
-over the decision window and the totals since the node started, per container its state and
-epoch, and the process's own (CPU, memory, file descriptors). ``GET /traffic``: the traffic
+over the decision window and the totals since the node started; per container its state,
+epoch, cache use, tier-2 lag and tier-1 backlog; the acknowledgement latency of appends (a
+histogram); and the process's own (CPU, memory, file descriptors). ``GET /traffic``: the traffic
 monitor's snapshot as JSON, which the controller's auto-scaler reads each round.
 
 The HTTP server runs in a thread of its own (``wsgiref``, one thread per request); it only
@@ -17,20 +18,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from millrace.claims import READ, AuthError
 from segment_app.server.auth import Authorizer
-from segment_app.server.traffic import TrafficMonitor
+from segment_app.server.traffic import LATENCY_BOUNDS_S, TrafficMonitor
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,32 @@ class _NodeCollector(Collector):
         epoch = GaugeMetricFamily(
             "millrace_container_epoch", "The container's epoch.", labels=["container"]
         )
-        for number, state in (self.health().get("containers") or {}).items():
+        status = self.health()
+        for number, state in (status.get("containers") or {}).items():
             running.add_metric([str(number)], 1.0 if state.get("state") == "running" else 0.0)
             epoch.add_metric([str(number)], float(state.get("epoch") or 0))
         yield from (running, epoch)
+        gauges = {
+            "cache_bytes": "Bytes of segment data in the container's cache.",
+            "tier2_lag_bytes": "Bytes appended to the container and not yet in tier-2.",
+            "tier1_backlog_operations": "Log operations kept in tier-1 until tier-2 has them.",
+        }
+        for key, text in gauges.items():
+            family = GaugeMetricFamily(f"millrace_container_{key}", text, labels=["container"])
+            for number, numbers in (status.get("metrics") or {}).items():
+                family.add_metric([str(number)], numbers[key])
+            yield family
+        counts, total = list(self.traffic.latency_counts), self.traffic.latency_sum
+        cumulative, buckets = 0, []
+        for bound, count in zip([*LATENCY_BOUNDS_S, math.inf], counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == math.inf else f"{bound:g}", cumulative))
+        latency = HistogramMetricFamily(
+            "millrace_append_ack_latency_seconds",
+            "From a group of appends reaching the store to its acknowledgement (durable).",
+        )
+        latency.add_metric([], buckets, sum_value=total)
+        yield latency
 
 
 class _QuietHandler(WSGIRequestHandler):

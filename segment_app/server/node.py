@@ -179,15 +179,15 @@ async def run_node(
             if on_ready is not None:
                 on_ready(server)
             reporter = asyncio.create_task(_report_status(config, store, server.port))
-            health: dict[str, Any] = store.health()
-            metrics = _start_metrics(config, server, lambda: health)
+            status: dict[str, Any] = {**store.health(), "metrics": store.metrics()}
+            metrics = _start_metrics(config, server, lambda: status)
             try:
                 with _stop_on_signals(stop):
                     while not stop.is_set():  # the traffic monitor's tick
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(stop.wait(), TRAFFIC_TICK_SECONDS)
                         server.traffic.tick()
-                        health = store.health()
+                        status = {**store.health(), "metrics": store.metrics()}
             finally:
                 reporter.cancel()
                 if metrics is not None:

@@ -15,6 +15,7 @@ merge).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import time
@@ -30,6 +31,9 @@ _IDLE_RATE = 0.01
 #: ... and nothing was appended to it for this many decision windows.
 _IDLE_WINDOWS = 3
 
+
+#: Upper bounds (seconds) of the acknowledgement latency histogram's buckets.
+LATENCY_BOUNDS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 #: The long windows are folded every this many seconds (the decision window every tick).
 LONG_FOLD_SECONDS = 10.0
@@ -69,6 +73,15 @@ class TrafficMonitor:
         self._snapshot: list[Entry] = []
         #: Seconds from the monitor's start to its last tick.
         self.uptime_s = 0.0
+        #: Acknowledgement latency of append groups: counts per ``LATENCY_BOUNDS_S`` bucket
+        #: (the last: above them all), and their sum in seconds.
+        self.latency_counts = [0] * (len(LATENCY_BOUNDS_S) + 1)
+        self.latency_sum = 0.0
+
+    def record_latency(self, seconds: float) -> None:
+        """One group of appends was acknowledged ``seconds`` after the store was handed it."""
+        self.latency_counts[bisect.bisect_left(LATENCY_BOUNDS_S, seconds)] += 1
+        self.latency_sum += seconds
 
     def record(self, segment: str, events: int, size: int) -> None:
         """``events`` events of ``size`` bytes (headers counted) were acknowledged."""

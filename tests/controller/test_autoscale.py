@@ -113,3 +113,36 @@ def test_mute_cooldown_and_fixed_policies() -> None:
     assert found is not None and found.sealed == [mixed[0].id]  # only the one not muted
     fixed = _stream(scaling_type=ScalingPolicyType.FIXED_NUM_SEGMENTS)
     assert plan(fixed, old, _traffic(fixed, old, [9000]), SETTINGS, NOW) is None
+
+
+def test_guards_fail_without_their_protection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each protection above switched off makes its test fail (else the test guards nothing):
+    the minimum segment count, the whole-window measurement, the mute and cooldown, one
+    contiguous range per scale."""
+    from controller_app.workflows import autoscale
+
+    def fails(test: object) -> None:
+        with pytest.raises(AssertionError):
+            test()  # type: ignore[operator]
+
+    with monkeypatch.context() as patch:  # no minimum: merge everything cold
+        real = autoscale.plan_merges
+        patch.setattr(autoscale, "plan_merges", lambda o, c, m: real(o, c, 1))
+        fails(test_adjacent_cold_segments_merge_never_below_the_minimum)
+    with monkeypatch.context() as patch:  # cold without a window's measurement
+        fresh = AutoscaleSettings(window_s=0, cooldown_s=30, mute_s=20)
+        patch.setattr(
+            "tests.controller.test_autoscale.SETTINGS", fresh
+        )  # the window (10 s) is what made a fresh measurement not count
+        fails(test_cold_needs_a_whole_window_of_measurement)
+    with monkeypatch.context() as patch:  # no mute, no cooldown
+        patch.setattr(
+            "tests.controller.test_autoscale.SETTINGS",
+            AutoscaleSettings(window_s=10, cooldown_s=0, mute_s=0),
+        )
+        fails(test_mute_cooldown_and_fixed_policies)
+    with monkeypatch.context() as patch:  # every hot segment at once, gaps or not
+        patch.setattr(autoscale, "_runs", lambda ordered, chosen: [
+            [s for s in ordered if s.id in chosen]
+        ])  # fmt: skip
+        fails(test_one_scale_replaces_one_contiguous_range)

@@ -73,7 +73,13 @@ def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
     monitor.record("sc/st/0.#epoch.0", 10, 1000)
     clock.now += 1
     monitor.tick()
-    health = {"containers": {"0": {"state": "running", "epoch": 3}}}
+    monitor.record_latency(0.003)
+    monitor.record_latency(0.3)
+    health = {
+        "containers": {"0": {"state": "running", "epoch": 3}},
+        "metrics": {"0": {"cache_bytes": 10.0, "tier2_lag_bytes": 5.0,
+                          "tier1_backlog_operations": 2.0}},
+    }  # fmt: skip
     server = MetricsServer("127.0.0.1", 0, monitor, lambda: health, TokenVerifier(SECRET))
     try:
         base = f"http://127.0.0.1:{server.port}"
@@ -93,6 +99,9 @@ def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
             text = response.read().decode()
         assert 'millrace_segment_events_total{segment="sc/st/0.#epoch.0"} 10.0' in text
         assert 'millrace_container_epoch{container="0"} 3.0' in text
+        assert 'millrace_container_tier2_lag_bytes{container="0"} 5.0' in text
+        assert 'millrace_append_ack_latency_seconds_bucket{le="0.005"} 1.0' in text
+        assert 'millrace_append_ack_latency_seconds_bucket{le="+Inf"} 2.0' in text
         assert "process_cpu_seconds_total" in text
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{base}/nothing", timeout=10)
