@@ -1,11 +1,12 @@
 """The controller's Prometheus metrics, read from its metadata at each scrape.
 
-``django-prometheus`` gives the HTTP side (requests, latencies, responses by status, database
-queries) through its middleware; ``MetadataCollector`` adds what the workflows and the periodic
+``django-prometheus`` gives the HTTP side (requests, latencies, responses by status) through
+its middleware; ``MetadataCollector`` adds what the workflows and the periodic
 rounds leave in the database, whichever process ran them (the Celery workers count nothing in
 the controller's memory): streams by state, scales by state (manual and automatic), retention
-truncations, transactions by state, each stream's watermark lag, and the age of each worker's
-and beat's heartbeat. A handful of grouped queries per scrape, none per stream.
+truncations, transactions by state, each stream's watermark lag, the age of each worker's and
+beat's heartbeat, and the workflow tasks' outcomes (``TaskCount``, counted by the workers).
+A handful of grouped queries per scrape, none per stream.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from controller_app.models import (
     EpochTransition,
     ProcessHeartbeat,
     Stream,
+    TaskCount,
     Transaction,
     TruncationRecord,
     Watermark,
@@ -43,6 +45,7 @@ class MetadataCollector(Collector):
         yield GaugeMetricFamily("millrace_transactions", "", labels=["state"])
         yield GaugeMetricFamily("millrace_watermark_lag_seconds", "", labels=["stream"])
         yield GaugeMetricFamily("millrace_heartbeat_age_seconds", "", labels=["role", "process"])
+        yield CounterMetricFamily("millrace_workflow_tasks", "", labels=["task", "outcome"])
 
     def collect(self) -> Iterator[Any]:
         streams = GaugeMetricFamily("millrace_streams", "Streams by state.", labels=["state"])
@@ -92,6 +95,14 @@ class MetadataCollector(Collector):
         ):
             age.add_metric([role, process], (at - beat_at).total_seconds())
         yield age
+        tasks = CounterMetricFamily(
+            "millrace_workflow_tasks",
+            "Workflow task runs by how they ended (ok, retry, failed), counted by the workers.",
+            labels=["task", "outcome"],
+        )
+        for task, outcome, count in TaskCount.objects.values_list("task", "outcome", "count"):
+            tasks.add_metric([task, outcome], count)
+        yield tasks
 
 
 _registered: list[MetadataCollector] = []

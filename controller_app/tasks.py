@@ -21,7 +21,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from controller_app import dispatch
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
@@ -30,7 +30,7 @@ from controller_app.errors import (
     NoNodeForSegmentError,
     SegmentStoreUnavailableError,
 )
-from controller_app.models import Stream
+from controller_app.models import Stream, TaskCount
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.workflows import (
     autoscale,
@@ -57,19 +57,38 @@ _UNREACHABLE = (SegmentStoreUnavailableError, NoNodeForSegmentError, OSError)
 
 
 def _run(task: Any, step: Callable[..., Any], *args: Any) -> None:
-    """Run ``step(store, *args)`` with the process's segment-store port; own the retries."""
+    """Run ``step(store, *args)`` with the process's segment-store port; own the retries;
+    count the outcome (``TaskCount``: ok, retry, failed)."""
     try:
         step(segment_store(), *args)
     except Postpone as exc:
+        _count(task.name, "retry")
         raise task.retry(countdown=POSTPONE_SECONDS, exc=exc, max_retries=None) from None
     except (ConflictError, IntegrityError) as exc:
+        _count(task.name, "retry")
         raise task.retry(countdown=CONFLICT_RETRY_SECONDS, exc=exc, max_retries=None) from None
     except (*_UNREACHABLE, DatabaseError, TimeoutError) as exc:
         delay = min(
             STORE_RETRY_SECONDS * 2 ** min(task.request.retries, 5), STORE_RETRY_SECONDS_MAX
         )
         log.warning("%s(%s) will retry in %.1f s: %s", task.name, args, delay, exc)
+        _count(task.name, "retry")
         raise task.retry(countdown=delay, exc=exc, max_retries=None) from None
+    except Exception:
+        _count(task.name, "failed")
+        raise
+    _count(task.name, "ok")
+
+
+def _count(task: str, outcome: str) -> None:
+    """One more ``outcome`` of ``task`` (best effort: a database that cannot take it now
+    costs a count, never the task)."""
+    try:
+        if not TaskCount.objects.filter(task=task, outcome=outcome).update(count=F("count") + 1):
+            TaskCount.objects.get_or_create(task=task, outcome=outcome)
+            TaskCount.objects.filter(task=task, outcome=outcome).update(count=F("count") + 1)
+    except DatabaseError as exc:
+        log.warning("could not count %s of %s: %s", outcome, task, exc)
 
 
 _OPTIONS: dict[str, Any] = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}

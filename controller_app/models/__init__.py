@@ -6,7 +6,13 @@ docs/components/controller-metadata.md for the records, their indexes and each q
 
 from controller_app.models.base import StatefulModel, transition
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
-from controller_app.models.host import Container, ContainerAssignment, Node, ProcessHeartbeat
+from controller_app.models.host import (
+    Container,
+    ContainerAssignment,
+    Node,
+    ProcessHeartbeat,
+    TaskCount,
+)
 from controller_app.models.reader_group import ReaderGroup, Subscriber
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
@@ -32,6 +38,7 @@ __all__ = [
     "StreamCutRecord",
     "StreamTag",
     "Subscriber",
+    "TaskCount",
     "Transaction",
     "TruncationRecord",
     "Watermark",

@@ -82,3 +82,20 @@ class ProcessHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} {self.process} at {self.beat_at}"
+
+
+class TaskCount(models.Model):
+    """How often a workflow task ended one way (``ok``, ``retry``, ``failed``), for metrics:
+    the workers count here, where the controller's ``/metrics`` can read it."""
+
+    task = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=8)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "outcome"], name="task_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.outcome}: {self.count}"

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -143,6 +144,12 @@ def test_a_stream_scaled_by_rate_splits_under_load_and_merges_back(node: Standal
             lines = [x for x in node.output().splitlines() if "auto-scal" in x or "Error" in x]
             raise AssertionError("\n".join(lines[-40:])) from None
         assert _segment_count(node, scope, "fixed") == 1
+        scrape = urllib.request.Request(  # as Prometheus scrapes: a token, no cookie
+            f"{node.base}/metrics", headers={"Authorization": f"Token {node.token}"}
+        )
+        with urllib.request.urlopen(scrape, timeout=30) as response:
+            text = response.read().decode()
+        assert 'outcome="ok",task="millrace.scale_stream"' in text  # the worker counted them
         until = int(time.time() * 1000) + 60_000
         status, events = request(
             node.base, "GET",

@@ -231,6 +231,14 @@ class ContainerAssignmentFactory(DjangoModelFactory):
     node = factory.SubFactory(NodeFactory)
 
 
+class TaskCountFactory(DjangoModelFactory):
+    class Meta:
+        model = models.TaskCount
+
+    task = factory.Sequence(lambda n: f"millrace.task_{n}")
+    outcome = "ok"
+
+
 class BucketLeaseFactory(DjangoModelFactory):
     class Meta:
         model = models.BucketLease
@@ -245,6 +253,7 @@ ALL_FACTORIES = [
     StreamTagFactory,
     StreamBucketFactory,
     BucketLeaseFactory,
+    TaskCountFactory,
     EpochFactory,
     SegmentRecordFactory,
     EpochTransitionFactory,

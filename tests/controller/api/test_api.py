@@ -231,7 +231,12 @@ def test_stream_metrics_and_prometheus(api: APIClient, stream: Stream, sc: str) 
     names = [s["name"] for s in found["segments"]]
     assert names == [sel.segment_name(stream, s.id) for s in sel.current_segments(stream)]
     assert found["eventsPerSecond"] == 0.0
+    from controller_app import tasks
+
+    tasks._count("millrace.scale_stream", "ok")
+    tasks._count("millrace.scale_stream", "ok")
     text = api.get("/metrics").content.decode()
+    assert 'millrace_workflow_tasks_total{outcome="ok",task="millrace.scale_stream"} 2.0' in text
     assert 'millrace_streams{state="ACTIVE"} 1.0' in text
     assert "millrace_truncations_total 0.0" in text
     assert "django_http_requests_total_by_method_total" in text
