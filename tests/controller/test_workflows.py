@@ -309,6 +309,34 @@ def test_commit_after_a_scale_rolls_the_transaction(stream: Stream, wire, sc: st
     assert check_stream(rolled) == []
 
 
+def test_auto_scaling_with_an_open_transaction_rolls_it(wire, sc: str) -> None:
+    """An automatic split while a transaction is open; its commit then rolls it over (the
+    same rolling transactions as a scale by hand: auto-scaling goes through the workflow)."""
+    from controller_app.ports import SegmentTraffic, Traffic
+    from controller_app.workflows import autoscale
+
+    scopes.create_scope(sc)
+    config = StreamConfig(
+        scaling_type="BY_RATE_IN_EVENTS_PER_SEC", target_rate=100, scale_factor=2, min_segments=2
+    )
+    stream = streams.create_stream(segment_store(), sc, "st", config)
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
+    _txn_events(wire, stream, txn, b"rolled")
+    high = sel.current_segments(stream)[1]
+    hot = Traffic({_name(stream, high.id): SegmentTraffic(500, 50_000, 60)}, uptime_s=60)
+    settings = autoscale.AutoscaleSettings(window_s=1, cooldown_s=0, mute_s=0)
+    planned = autoscale.autoscale_stream(stream, hot, settings)
+    assert planned is not None and planned.split and planned.sealed == [high.id]
+    scale.run_scale(segment_store(), stream.pk)
+    transactions.commit_transaction(sc, "st", transactions.transaction_uuid(txn))
+    transactions.run_commits(segment_store(), stream.pk)
+    rolled = _refresh(stream)
+    assert (rolled.state, rolled.current_epoch) == (StreamState.ACTIVE, 3)
+    for segment in sel.epoch_record(rolled, 2).segment_list():
+        assert _bytes(wire, _name(rolled, segment.id)).endswith(b"rolled")
+    assert check_stream(rolled) == []
+
+
 def test_expired_leases_are_aborted(stream: Stream, sc: str) -> None:
     txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=1_000)
     Transaction.objects.filter(pk=txn.pk).update(
