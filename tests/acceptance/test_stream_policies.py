@@ -98,6 +98,9 @@ def test_size_retention_truncates_by_itself_and_outlives_a_killed_worker(node: S
 
 
 def test_watermarks_reach_rest_the_reader_and_a_websocket_tail(node: Standalone) -> None:
+    """A writer's marks (note_time, and each flush) become the stream's watermark, with the
+    worker killed with SIGKILL right after them; REST, a WebSocket tail reader and a group
+    reader's current_time_window see it."""
     scope = f"w{uuid.uuid4().hex[:10]}"
     _create(node, scope, {"scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2},
                           "timestampAggregationTimeout": 30_000})  # fmt: skip
@@ -125,6 +128,7 @@ def test_watermarks_reach_rest_the_reader_and_a_websocket_tail(node: Standalone)
             for i in range(100, 150):
                 writer.write_event(f"event {i}".encode(), f"key-{i % 8}")
             writer.flush()  # the stream sets timestampAggregationTimeout: a mark with "now"
+        _kill_worker(node)  # (SIGKILL) the watermark comes from the restarted worker, or before
 
         def watermark() -> dict[str, Any] | None:
             status, found = request(node.base, "GET", path, node.token)
