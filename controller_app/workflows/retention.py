@@ -47,18 +47,20 @@ Cut = dict[int, int]
 _AT_OR_BEFORE = (CutOrder.BEFORE, CutOrder.EQUAL)
 
 
-def collect_cut(store: SegmentStore, stream: Stream, now: int, period_ms: int) -> bool:
+def collect_cut(
+    store: SegmentStore, stream: Stream, now: int, period_ms: int
+) -> StreamCutRecord | None:
     """Add the tail to the stream's retention set, unless a record is younger than half a
-    period. Whether one was added."""
+    period; the newest record then (``None`` while the set is empty)."""
     latest = StreamCutRecord.objects.filter(stream=stream).order_by("-recording_time").first()
     if latest is not None and now - latest.recording_time < period_ms // 2:
-        return False
+        return latest
     tail = tail_cut(store, stream)
     cut = {s.id: offset for s, offset in tail.items()}
     size = sel.size_till_stream_cut(stream, cut)
     if latest is not None and size < latest.recording_size:
-        return False  # a stale read of the tail: sizes never go back
-    StreamCutRecord.objects.get_or_create(
+        return latest  # a stale read of the tail: sizes never go back
+    record, _ = StreamCutRecord.objects.get_or_create(
         stream=stream,
         recording_time=now,
         defaults={
@@ -67,7 +69,7 @@ def collect_cut(store: SegmentStore, stream: Stream, now: int, period_ms: int) -
             "span_high_epoch": max(s.creation_epoch for s in tail),
         },
     )
-    return True
+    return record
 
 
 def _newest_keeping(stream: Stream, keep: int, now: int, size: int) -> StreamCutRecord | None:
@@ -109,12 +111,9 @@ def _lowest_subscriber_cut(stream: Stream, head: Cut) -> Cut | None:
     return lowest
 
 
-def truncation_point(stream: Stream, now: int) -> Cut | None:
+def truncation_point(stream: Stream, now: int, latest: StreamCutRecord, head: Cut) -> Cut | None:
     """Where the policy says to truncate the stream now (see the module docstring), or
-    ``None``."""
-    latest = StreamCutRecord.objects.filter(stream=stream).order_by("-recording_time").first()
-    if latest is None:
-        return None
+    ``None``; ``latest``: the newest record of its retention set, ``head``: its head."""
     size = latest.recording_size
     low = _newest_keeping(stream, stream.retention_value, now, size)
     if low is None:
@@ -124,7 +123,6 @@ def truncation_point(stream: Stream, now: int) -> Cut | None:
     if stream.retention_max < RETENTION_MAX_DEFAULT:
         high = _newest_keeping(stream, max(stream.retention_max, stream.retention_value), now, size)
     max_cut = high.cut_ids() if high is not None else None
-    head = {s.id: o for s, o in sel.head_segments(stream).items()}
     subscribed = _lowest_subscriber_cut(stream, head)
     if subscribed is None:
         return min_cut
@@ -163,11 +161,13 @@ def apply_retention(
     if stream.retention_type == RetentionPolicyType.NONE or stream.state != StreamState.ACTIVE:
         return None
     now = now_ms() if now is None else now
-    collect_cut(store, stream, now, period_ms)
-    target = truncation_point(stream, now)
-    if target is None:
+    latest = collect_cut(store, stream, now, period_ms)
+    if latest is None:
         return None
     head = {s.id: o for s, o in sel.head_segments(stream).items()}
+    target = truncation_point(stream, now, latest, head)
+    if target is None:
+        return None
     if sel.compare_stream_cuts(stream, head, target) != CutOrder.BEFORE:
         return None  # the head is there already (truncation never moves back)
     try:

@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from millrace.naming import parent_name
@@ -147,12 +147,6 @@ class TrafficMonitor:
                              rates.total_events, rates.total_bytes))  # fmt: skip
         snapshot.sort()
         self._snapshot = snapshot
-
-    def forget(self, segments: Iterable[str]) -> None:
-        """Stop reporting ``segments`` (deleted)."""
-        for segment in segments:
-            self._rates.pop(segment, None)
-            self._counts.pop(segment, None)
 
     def snapshot(self) -> Sequence[Entry]:
         """The rates as of the last tick, by segment name (a list replaced whole each tick)."""
