@@ -34,6 +34,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -48,8 +49,11 @@ from millrace.naming import parse_segment_name
 from millrace.tokens import delegation_token
 from segment_app.consumers.directory import NoNodeError, StreamDirectory, StreamNotFoundError
 
-#: Seconds between two looks at a stream's newest watermark, per stream subscription.
+#: Seconds between two looks at a stream's newest watermark (per stream, shared by the
+#: process's subscriptions of it: ``_WATERMARKS``).
 WATERMARK_POLL_SECONDS = 1.0
+_WATERMARKS: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+_WATERMARKS_KEPT = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -281,13 +285,26 @@ class StreamTailConsumer(TailConsumer):
         ``WATERMARK_POLL_SECONDS``)."""
         seen = 0
         while True:
-            newest = await database_sync_to_async(self.directory.watermark)(
-                self.scope_name, self.stream_name
-            )
+            newest = await self._newest_watermark()
             if newest is not None and int(newest["number"]) > seen:
                 seen = int(newest["number"])
                 await self.emit({"type": "watermark", **newest})
             await asyncio.sleep(WATERMARK_POLL_SECONDS)
+
+    async def _newest_watermark(self) -> dict[str, Any] | None:
+        """The stream's newest watermark, asked of the directory at most once per
+        ``WATERMARK_POLL_SECONDS`` per stream and process, whatever the number of
+        subscribers."""
+        key = (self.scope_name, self.stream_name)
+        now = time.monotonic()
+        cached = _WATERMARKS.get(key)
+        if cached is not None and now - cached[0] < WATERMARK_POLL_SECONDS:
+            return cached[1]
+        newest = await database_sync_to_async(self.directory.watermark)(*key)
+        _WATERMARKS[key] = (time.monotonic(), newest)
+        if len(_WATERMARKS) > _WATERMARKS_KEPT:  # forget the stalest (streams gone quiet)
+            del _WATERMARKS[min(_WATERMARKS, key=lambda k: _WATERMARKS[k][0])]
+        return newest
 
     async def _moved(self, ended: Target, started: list[Target]) -> None:
         """A segment was read to its end: tell the subscriber the segments it now reads."""
