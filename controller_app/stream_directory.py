@@ -12,6 +12,7 @@ from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.errors import ControllerError, NoNodeForSegmentError
 from controller_app.models import Stream, Watermark
+from controller_app.roles import may
 from millrace.client.follower import Target
 from millrace.naming import parse_segment_name
 from segment_app.consumers.directory import NoNodeError, StreamNotFoundError
@@ -64,6 +65,9 @@ class ControllerStreamDirectory:
             return None
         newest = Watermark.objects.filter(stream=found).order_by("-number").first()
         return None if newest is None else newest.as_json()
+
+    def may_read(self, user: Any) -> bool:
+        return may(user, "read")
 
     def segment_target(self, name: str) -> Target:
         _, _, segment_id = parse_segment_name(name)

@@ -30,6 +30,8 @@ from typing import Any
 from urllib.parse import quote
 
 DEFAULT_URL = "http://127.0.0.1:9091"
+#: How the commands introduce themselves: the audit log counts their changes as the CLI's.
+CLI_AGENT = "millrace-cli"
 
 
 class AdminError(Exception):
@@ -67,7 +69,7 @@ def _split(name: str) -> tuple[str, str]:
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
     import httpx
 
-    headers = {"Authorization": f"Token {_token(args)}"}
+    headers = {"Authorization": f"Token {_token(args)}", "User-Agent": CLI_AGENT}
     try:
         response = httpx.request(
             method, f"{_url(args)}/v1{path}", json=body, headers=headers, timeout=90

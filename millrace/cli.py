@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from controller_app.roles import ROLES
 from millrace.admin_cli import AdminError
 from millrace.config import ConfigError, SegmentStoreSettings
 
@@ -152,7 +153,25 @@ def cmd_token_create(args: argparse.Namespace, rest: list[str]) -> int:
     _migrate(verbosity=0)
     from millrace.tokens import create_user_token
 
-    print(create_user_token(args.user, superuser=args.superuser, rotate=args.rotate))
+    print(
+        create_user_token(args.user, superuser=args.superuser, rotate=args.rotate, role=args.role)
+    )
+    return EXIT_OK
+
+
+def cmd_user_create(args: argparse.Namespace, rest: list[str]) -> int:
+    """A new user with a role: its console password, then its API token alone on the last line."""
+    _setup_django()
+    _migrate(verbosity=0)
+    from millrace.tokens import create_user
+
+    try:
+        password, token = create_user(args.name, args.role)
+    except ValueError as exc:
+        print(f"millrace user create: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"user {args.name} ({args.role}); console password: {password}")
+    print(token)
     return EXIT_OK
 
 
@@ -321,6 +340,20 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("user", metavar="USER")
     create.add_argument("--superuser", action="store_true", help="a new user is an administrator")
     create.add_argument("--rotate", action="store_true", help="replace the user's token")
+    create.add_argument(
+        "--role", choices=ROLES, default="operator", help="a new user's role (default operator)"
+    )
+    user = _add(commands, "user", _no_handler, "Manage users and their roles.", parents=[data_dir])
+    user_commands = user.add_subparsers(dest="user_command", metavar="ACTION", required=True)
+    user_create = _add(
+        user_commands,
+        "create",
+        cmd_user_create,
+        "Make a user with a role; print its console password, then its API token (last line).",
+        parents=[data_dir],
+    )
+    user_create.add_argument("name", metavar="NAME")
+    user_create.add_argument("--role", choices=ROLES, required=True, help="what the user may do")
     _add(
         commands,
         "segmentstore",

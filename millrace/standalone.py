@@ -463,6 +463,7 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     """The administrator's (token, password), creating them on first start; ``True`` if new."""
     from django.contrib.auth import get_user_model
 
+    from controller_app.roles import grant
     from millrace.tokens import token_for
 
     token_file, password_file = data_dir / "admin-token", data_dir / "admin-password"
@@ -472,6 +473,7 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     if user is None:
         password = secrets.token_urlsafe(18)
         user = user_model.objects.create_superuser(ADMIN_USER, password=password)
+        grant(user, "admin")
         _write_secret(password_file, password)
     token = token_for(user)
     if not token_file.exists() or token_file.read_text().strip() != token:

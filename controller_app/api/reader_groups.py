@@ -126,6 +126,8 @@ def _detail(group: ReaderGroup) -> dict[str, Any]:
 
 
 class ReaderGroupsView(APIView):
+    audit_actions = {"POST": "readergroup.create"}
+
     @extend_schema(operation_id="listReaderGroups", responses=s.ReaderGroupsListSerializer)
     def get(self, request: Request, scope: str) -> Response:
         row = scopes.get_scope(scope)
@@ -146,6 +148,8 @@ class ReaderGroupsView(APIView):
 
 
 class ReaderGroupView(APIView):
+    audit_actions = {"DELETE": "readergroup.delete"}
+
     @extend_schema(operation_id="getReaderGroup", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, scope: str, reader_group: str) -> Response:
         return Response(_detail(rg.get_reader_group(scope, reader_group)))
@@ -157,6 +161,8 @@ class ReaderGroupView(APIView):
 
 
 class ResetView(APIView):
+    audit_actions = {"POST": "readergroup.reset"}
+
     @extend_schema(
         operation_id="resetReaderGroup", request=ResetSerializer, responses=OpenApiTypes.OBJECT
     )
@@ -206,6 +212,8 @@ class SyncView(APIView):
 
 
 class CheckpointsView(APIView):
+    audit_actions = {"POST": "readergroup.checkpoint"}
+
     @extend_schema(
         operation_id="startCheckpoint", request=CheckpointSerializer, responses=OpenApiTypes.OBJECT
     )

@@ -25,6 +25,7 @@ from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream, StreamTag
+from controller_app.roles import may
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
@@ -71,6 +72,8 @@ def _txn_id(text: str) -> uuid.UUID:
 
 
 class ScopesView(APIView):
+    audit_actions = {"POST": "scope.create"}
+
     @extend_schema(operation_id="listScopes", responses=s.ScopesListSerializer)
     def get(self, request: Request) -> Response:
         names = Scope.objects.order_by("name").values_list("name", flat=True)
@@ -88,6 +91,8 @@ class ScopesView(APIView):
 
 
 class ScopeView(APIView):
+    audit_actions = {"DELETE": "scope.delete"}
+
     @extend_schema(operation_id="getScope", responses=s.ScopeSerializer)
     def get(self, request: Request, scope: str) -> Response:
         return Response({"scopeName": scopes.get_scope(scope).name})
@@ -102,6 +107,8 @@ class ScopeView(APIView):
 
 
 class StreamsView(APIView):
+    audit_actions = {"POST": "stream.create"}
+
     @extend_schema(
         operation_id="listStreams",
         parameters=[
@@ -155,6 +162,8 @@ def _tags_of(found: list[Stream]) -> dict[int, list[str]]:
 
 
 class StreamView(APIView):
+    audit_actions = {"PUT": "stream.update", "DELETE": "stream.delete"}
+
     @extend_schema(operation_id="getStream", responses=s.StreamPropertySerializer)
     def get(self, request: Request, scope: str, stream: str) -> Response:
         return Response(_property(get_stream(scope, stream)))
@@ -177,6 +186,8 @@ class StreamView(APIView):
 
 
 class StreamStateView(APIView):
+    audit_actions = {"PUT": "stream.seal"}
+
     @extend_schema(
         operation_id="updateStreamState",
         request=s.StreamStateSerializer,
@@ -340,6 +351,8 @@ class SegmentUriView(APIView):
 
 
 class SegmentsBetweenView(APIView):
+    needs = {"POST": "read"}
+
     @extend_schema(
         operation_id="getSegmentsBetween",
         request=s.CutsRequestSerializer,
@@ -353,6 +366,8 @@ class SegmentsBetweenView(APIView):
 
 
 class StreamCutValidityView(APIView):
+    needs = {"POST": "read"}
+
     @extend_schema(
         operation_id="checkStreamCut",
         request=s.StreamCutRequestSerializer,
@@ -369,6 +384,8 @@ class StreamCutValidityView(APIView):
 
 
 class StreamSizeView(APIView):
+    needs = {"POST": "read"}
+
     @extend_schema(
         operation_id="getSizeTillStreamCut",
         request=s.StreamCutRequestSerializer,
@@ -384,6 +401,8 @@ class StreamSizeView(APIView):
 
 
 class ScaleView(APIView):
+    audit_actions = {"POST": "stream.scale"}
+
     @extend_schema(
         operation_id="scaleStream",
         request=s.ScaleRequestSerializer,
@@ -411,6 +430,8 @@ class ScaleView(APIView):
 
 
 class TruncateView(APIView):
+    audit_actions = {"POST": "stream.truncate"}
+
     @extend_schema(
         operation_id="truncateStream",
         request=s.StreamCutRequestSerializer,
@@ -485,6 +506,8 @@ class TransactionPingView(APIView):
 
 
 class TransactionCommitView(APIView):
+    audit_actions = {"POST": "transaction.commit"}
+
     @extend_schema(
         operation_id="commitTransaction",
         request=s.CommitSerializer,
@@ -501,6 +524,8 @@ class TransactionCommitView(APIView):
 
 
 class TransactionAbortView(APIView):
+    audit_actions = {"POST": "transaction.abort"}
+
     @extend_schema(
         operation_id="abortTransaction",
         request=s.AbortSerializer,
@@ -514,18 +539,22 @@ class TransactionAbortView(APIView):
 
 
 class DelegationTokenView(APIView):
+    needs = {"POST": "read"}
+
     @extend_schema(
         operation_id="getDelegationToken", request=None, responses=s.DelegationTokenSerializer
     )
     def post(self, request: Request, scope: str, stream: str) -> Response:
-        """A segment store delegation token (read and update) for the stream's segments."""
+        """A segment store delegation token for the stream's segments: read and update for an
+        operator, read only for a viewer."""
         from django.conf import settings
 
-        from millrace.claims import READ_UPDATE
+        from millrace.claims import READ, READ_UPDATE
         from millrace.tokens import delegation_token
 
         get_stream(scope, stream)
-        token = delegation_token(f"{scope}/{stream}/", READ_UPDATE)
+        access = READ_UPDATE if may(request.user, "operate") else READ
+        token = delegation_token(f"{scope}/{stream}/", access)
         ttl = settings.MILLRACE.token_ttl_seconds
         return Response({"token": token, "expiresIn": ttl if token else 0})
 

@@ -4,6 +4,7 @@ docs/components/controller-metadata.md for the records, their indexes and each q
 ``transition()`` is the one way to change a record's state (compare-and-swap on ``version``).
 """
 
+from controller_app.models.audit import AuditEntry
 from controller_app.models.base import StatefulModel, transition
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
 from controller_app.models.host import (
@@ -21,6 +22,7 @@ from controller_app.models.transaction import CompletedTransaction, Transaction
 from controller_app.models.watermark import Watermark, WriterMark
 
 __all__ = [
+    "AuditEntry",
     "BucketLease",
     "CompletedTransaction",
     "Container",

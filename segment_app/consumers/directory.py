@@ -49,3 +49,7 @@ class StreamDirectory(Protocol):
     def segment_target(self, name: str) -> Target:
         """Where the segment with qualified name ``name`` is served. ``ValueError`` for a name
         that is not one, ``NoNodeError`` when no node serves it."""
+
+    def may_read(self, user: Any) -> bool:
+        """Whether ``user`` (the connection's Django user) may read streams: its role allows
+        it, or authentication is off. Called in a worker thread (it may query)."""

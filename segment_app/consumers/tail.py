@@ -58,6 +58,7 @@ _WATERMARKS_KEPT = 10_000
 log = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST, CLOSE_UNAUTHENTICATED, CLOSE_NOT_FOUND, CLOSE_FAILED = 4400, 4401, 4404, 4500
+CLOSE_FORBIDDEN = 4403
 
 
 class SubscriptionError(Exception):
@@ -95,7 +96,7 @@ class TailConsumer(AsyncWebsocketConsumer):
         self.send_lock = asyncio.Lock()
         self.runner: asyncio.Task[Any] | None = None
         try:
-            self._check_user()
+            await database_sync_to_async(self._check_user)()
             query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
             self.params = {key: values[-1] for key, values in query.items()}
             self.encoding = self.params.get("encoding", "base64")
@@ -117,6 +118,10 @@ class TailConsumer(AsyncWebsocketConsumer):
                 "credentials required: a session, an Authorization header "
                 "'Token <key>' or the query parameter token=<key>",
                 CLOSE_UNAUTHENTICATED,
+            )
+        if not self.directory.may_read(user):
+            raise SubscriptionError(
+                "permission-denied", "this needs the viewer role or a stronger one", CLOSE_FORBIDDEN
             )
 
     async def subscribe(self) -> None:

@@ -23,6 +23,7 @@ from rest_framework.authtoken.models import Token
 from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.models import Stream
+from controller_app.roles import grant
 from millrace.asgi import application
 from millrace.client.segment_store import SegmentStoreClient
 from tests.controller import factories as f
@@ -36,6 +37,7 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 @pytest.fixture
 def token(db: None) -> str:
     user = get_user_model().objects.create_user("reader", password=None)
+    grant(user, "viewer")
     return Token.objects.create(user=user).key
 
 
@@ -273,6 +275,7 @@ async def test_without_an_origin_a_session_cookie_is_not_enough(client, history,
     from django.test import Client
 
     user = await sync_to_async(get_user_model().objects.create_user)("browser", password="pw")
+    await sync_to_async(grant)(user, "viewer")
     browser = Client()
     await sync_to_async(browser.force_login)(user)
     cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()

@@ -92,14 +92,17 @@ def segment_store_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nod
 
 @pytest.fixture
 def api(db: None) -> Any:
-    """A DRF test client authenticated with the API token of a new user."""
+    """A DRF test client authenticated with the API token of a new operator."""
     import uuid
 
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
+    from controller_app.roles import grant
+
     user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
+    grant(user, "operator")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     return client

@@ -270,3 +270,14 @@ ALL_FACTORIES = [
     ContainerFactory,
     ContainerAssignmentFactory,
 ]
+
+
+class AuditEntryFactory(DjangoModelFactory):
+    class Meta:
+        model = models.AuditEntry
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    source = "rest"
+    action = "stream.scale"
+    object = factory.Sequence(lambda n: f"scope/stream{n}")
+    result = "ok"

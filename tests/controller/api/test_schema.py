@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
+from controller_app.roles import grant
 from millrace.wsgi import application
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
@@ -35,6 +36,7 @@ def keep_connection():
 @pytest.fixture
 def token(db: None, registered_node, keep_connection: None) -> str:
     user = get_user_model().objects.create_user("fuzzer", password=None)
+    grant(user, "operator")
     return Token.objects.create(user=user).key
 
 

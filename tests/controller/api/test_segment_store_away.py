@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 
 from controller_app import segment_client
 from controller_app.models import Stream
+from controller_app.roles import grant
 from millrace.client.controller import AsyncControllerClient, ControllerError
 from tests.controller.conftest import CONTAINERS, NodeProcess
 
@@ -78,6 +79,7 @@ def test_the_client_waits_through_503s(live_server: Any, own_node: NodeProcess) 
     from rest_framework.authtoken.models import Token
 
     user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
+    grant(user, "operator")
     token = Token.objects.create(user=user).key
     sc = f"sc{uuid.uuid4().hex[:10]}"
     own_node.stop()
