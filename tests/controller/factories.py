@@ -247,7 +247,19 @@ class BucketLeaseFactory(DjangoModelFactory):
     bucket = factory.Sequence(lambda n: n)
 
 
+class AuditEntryFactory(DjangoModelFactory):
+    class Meta:
+        model = models.AuditEntry
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    source = "rest"
+    action = "stream.scale"
+    object = factory.Sequence(lambda n: f"scope/stream{n}")
+    result = "ok"
+
+
 ALL_FACTORIES = [
+    AuditEntryFactory,
     ScopeFactory,
     StreamFactory,
     StreamTagFactory,
@@ -270,14 +282,3 @@ ALL_FACTORIES = [
     ContainerFactory,
     ContainerAssignmentFactory,
 ]
-
-
-class AuditEntryFactory(DjangoModelFactory):
-    class Meta:
-        model = models.AuditEntry
-
-    username = factory.Sequence(lambda n: f"user{n}")
-    source = "rest"
-    action = "stream.scale"
-    object = factory.Sequence(lambda n: f"scope/stream{n}")
-    result = "ok"
