@@ -151,7 +151,7 @@ def cmd_beat(args: argparse.Namespace, rest: list[str]) -> int:
 def cmd_token_create(args: argparse.Namespace, rest: list[str]) -> int:
     _setup_django()
     _migrate(verbosity=0)
-    from millrace.tokens import create_user_token
+    from controller_app.users import create_user_token
 
     print(
         create_user_token(args.user, superuser=args.superuser, rotate=args.rotate, role=args.role)
@@ -163,7 +163,7 @@ def cmd_user_create(args: argparse.Namespace, rest: list[str]) -> int:
     """A new user with a role: its console password, then its API token alone on the last line."""
     _setup_django()
     _migrate(verbosity=0)
-    from millrace.tokens import create_user
+    from controller_app.users import create_user
 
     try:
         password, token = create_user(args.name, args.role)

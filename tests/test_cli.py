@@ -183,3 +183,26 @@ def test_token_create_prints_a_working_token(data_dir: Path) -> None:
         " WHERE username = 'carol'"
     ).fetchall()
     assert keys == [(rotated.stdout.strip(),)]
+
+
+def test_user_create_makes_a_user_with_its_role_and_audits_it(data_dir: Path) -> None:
+    done = run_millrace("user", "create", "vera", "--role", "viewer", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines[-1]) == 40  # the API token, alone on the last line
+    assert "viewer" in lines[0] and "password" in lines[0]
+    database = sqlite3.connect(data_dir / "millrace.sqlite3")
+    groups = database.execute(
+        "SELECT auth_group.name FROM auth_group"
+        " JOIN auth_user_groups ON auth_group.id = group_id"
+        " JOIN auth_user ON auth_user.id = user_id WHERE username = 'vera'"
+    ).fetchall()
+    assert groups == [("viewer",)]
+    audit = database.execute(
+        "SELECT action, object, source, result FROM controller_app_auditentry"
+    ).fetchall()
+    assert audit == [("user.create", "vera", "cli", "ok")]
+    again = run_millrace("user", "create", "vera", "--role", "viewer", data_dir=data_dir)
+    assert again.returncode == 2 and "exists already" in again.stderr
+    bad = run_millrace("user", "create", "walt", "--role", "boss", data_dir=data_dir)
+    assert bad.returncode == 2 and "invalid choice: 'boss'" in bad.stderr

@@ -30,6 +30,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
+from controller_app import audit
 from controller_app import selectors as sel
 from controller_app.choices import ScalingPolicyType, StreamState
 from controller_app.errors import ControllerError
@@ -167,6 +168,10 @@ def autoscale_stream(stream: Stream, traffic: Traffic, settings: AutoscaleSettin
     log.info(
         "auto-scaling %s: %s %s into %s",
         stream, "split" if found.split else "merged", found.sealed, found.ranges,
+    )  # fmt: skip
+    audit.record(
+        "stream.scale", stream.scoped_name, username="system:autoscale", source="workflow",
+        detail=f"{'split' if found.split else 'merge'} {found.sealed} into {found.ranges}",
     )  # fmt: skip
     return found
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from controller_app import audit
 from controller_app import selectors as sel
 from controller_app.choices import RetentionPolicyType, StreamState
 from controller_app.errors import (
@@ -179,4 +180,8 @@ def apply_retention(
         log.warning("retention of %s could not truncate at %s: %s", stream, target, exc)
         return None
     _forget_behind(stream, target)
+    audit.record(
+        "stream.truncate", stream.scoped_name, username="system:retention", source="workflow",
+        detail=f"retention ({stream.retention_type}) at {target}",
+    )  # fmt: skip
     return target

@@ -270,6 +270,20 @@ async def test_programs_without_an_origin_get_in_with_a_token(
     await ws.disconnect()
 
 
+async def test_a_user_without_a_role_reads_nothing(client, history) -> None:
+    user = await sync_to_async(get_user_model().objects.create_user)("norole", password=None)
+    key = (await sync_to_async(Token.objects.create)(user=user)).key
+    await _create_current(client, history)
+    await _append(client, _name(history, history.current[0].id), [b"secret"])
+    ws = await _open("/ws/streams/sc/st?from=head", key)
+    error = json.loads(await ws.receive_from(10))
+    assert (error["code"], error["message"]) == (
+        "permission-denied",
+        "this needs the viewer role or a stronger one",
+    )
+    assert await ws.receive_output(5) == {"type": "websocket.close", "code": 4403}
+
+
 async def test_without_an_origin_a_session_cookie_is_not_enough(client, history, token) -> None:
     """The origin check's protection: a handshake without an Origin cannot ride on a session."""
     from django.test import Client

@@ -24,6 +24,7 @@ from controller_app.roles import grant
 from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups, scopes, streams, transactions
 from controller_app.workflows.config import StreamConfig
+from millrace.claims import READ
 
 pytestmark = pytest.mark.django_db
 
@@ -159,3 +160,82 @@ def test_health_needs_no_credentials(db: None) -> None:
         response = client.get(path)
         assert response.status_code in (200, 503), (path, response.status_code)
         assert response.json() is not None
+
+
+# -- roles ---------------------------------------------------------------------------------------
+
+#: Calls that change nothing although they are not GETs: a viewer may make them.
+READS_BY_POST = ("segments-between", "stream-cut/validity", "stream-cut/size", "delegation-token")
+
+
+def _client_of(role: str | None) -> tuple[APIClient, str]:
+    name = f"{role or 'nobody'}{uuid.uuid4().hex[:6]}"
+    user = get_user_model().objects.create_user(name, password=None)
+    if role:
+        grant(user, role)  # type: ignore[arg-type]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client, name
+
+
+def test_a_viewer_reads_and_is_refused_every_change_and_each_refusal_is_audited(
+    world: dict[str, Any],
+) -> None:
+    client, name = _client_of("viewer")
+    before = snapshot(world)
+    refused = []
+    for method, path, body in endpoints(world):
+        response = getattr(client, method)(path, body, format="json")
+        if method == "get" or path.endswith(READS_BY_POST):
+            assert response.status_code not in (401, 403), (path, response.json())
+            continue
+        assert response.status_code == 403, (method, path, response.status_code)
+        assert response.json() == {
+            "code": "permission-denied",
+            "message": "this needs the operator role or a stronger one",
+        }
+        refused.append(path)
+    assert snapshot(world) == before
+    rows = AuditEntry.objects.filter(username=name).order_by("id")
+    assert [r.result for r in rows] == ["refused"] * len(refused)
+    assert all(r.source == "rest" and r.address == "127.0.0.1" for r in rows)
+    scale = rows.get(action="stream.scale")
+    assert scale.object == f"{world['sc']}/st"
+    assert scale.detail == "permission-denied: this needs the operator role or a stronger one"
+
+
+def test_a_user_without_a_role_may_not_even_read(world: dict[str, Any]) -> None:
+    client, _ = _client_of(None)
+    response = client.get("/v1/scopes")
+    assert response.status_code == 403
+    assert response.json()["message"] == "this needs the viewer role or a stronger one"
+
+
+def test_a_viewer_gets_a_read_only_delegation_token(world: dict[str, Any]) -> None:
+    import jwt
+
+    client, _ = _client_of("viewer")
+    token = client.post(f"/v1/scopes/{world['sc']}/streams/st/delegation-token").json()["token"]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["access"] == READ, claims
+
+
+def test_an_operators_changes_are_audited_with_their_outcome(world: dict[str, Any]) -> None:
+    client, name = _client_of("operator")
+    assert client.post("/v1/scopes", {"scopeName": "made"}, format="json").status_code == 201
+    assert client.post("/v1/scopes", {"scopeName": "made"}, format="json").status_code == 409
+    rows = list(AuditEntry.objects.filter(username=name).order_by("id"))
+    assert [(r.action, r.object, r.result) for r in rows] == [
+        ("scope.create", "", "ok"),
+        ("scope.create", "", "failed"),
+    ]
+    assert rows[1].detail.startswith("already-exists: ")
+    # data-plane calls (appends, reader syncs, pings) are not changes of the audit's kind
+    base = f"/v1/scopes/{world['sc']}/streams/st"
+    client.post(f"{base}/transactions/{world['txn']}/ping", {"leaseMs": 10_000}, format="json")
+    assert AuditEntry.objects.filter(username=name).count() == 2
+
+
+def test_an_admin_may_do_what_an_operator_may(world: dict[str, Any]) -> None:
+    client, _ = _client_of("admin")
+    assert client.post("/v1/scopes", {"scopeName": "byadmin"}, format="json").status_code == 201

@@ -1,0 +1,59 @@
+"""Users and their roles, made by the local commands (``millrace user create``, ``millrace
+token create``) and the standalone's first administrator; each one audited."""
+
+from __future__ import annotations
+
+import getpass
+import secrets
+
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+
+from controller_app.audit import record
+from controller_app.roles import ROLES, grant
+from millrace.tokens import token_for
+
+
+def create_user_token(
+    username: str, *, superuser: bool = False, rotate: bool = False, role: str = "operator"
+) -> str:
+    """The token of ``username`` (created, without a password, if the user does not exist).
+
+    A new user gets ``role`` (``controller_app.roles``); ``superuser`` makes it an
+    administrator instead. ``rotate`` replaces an existing token, which stops the old one
+    working at once.
+    """
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    if user is None:
+        if superuser:
+            user = user_model.objects.create_superuser(username, password=None)
+        else:
+            user = user_model.objects.create_user(username, password=None)
+        grant(user, "admin" if superuser else role)  # type: ignore[arg-type]
+        _audit_local("user.create", username)
+    if rotate:
+        Token.objects.filter(user=user).delete()
+        _audit_local("token.rotate", username)
+    return token_for(user)
+
+
+def create_user(username: str, role: str) -> tuple[str, str]:
+    """A new user with ``role`` and a random console password: ``(password, API token)``.
+    ``ValueError`` when the name is taken or the role is not one of the three."""
+    if role not in ROLES:
+        raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    user_model = get_user_model()
+    if not username or user_model.objects.filter(username=username).exists():
+        raise ValueError(f"user {username!r} exists already" if username else "empty user name")
+    password = secrets.token_urlsafe(12)
+    user = user_model.objects.create_user(username, password=password)
+    grant(user, role)  # type: ignore[arg-type]
+    _audit_local("user.create", username, f"role {role}")
+    return password, token_for(user)
+
+
+def _audit_local(action: str, obj: str, detail: str = "") -> None:
+    """An audit row for a change made by a local command (``millrace user/token ...``)."""
+    record(action, obj, username=f"local:{getpass.getuser()}", source="cli", address="local",
+           detail=detail)  # fmt: skip
