@@ -100,6 +100,8 @@ class AuditMiddleware:
             return response
         status = response.status_code
         refused = status in (401, 403)
+        # A console change that failed answers with a redirect back to its page, marked here.
+        failure = getattr(response, "audit_failure", None)
         action = _action(request)
         if action is None and not refused:
             return response
@@ -109,7 +111,7 @@ class AuditMiddleware:
             AuditEntry.Result.REFUSED
             if refused
             else AuditEntry.Result.OK
-            if status < 400
+            if status < 400 and failure is None
             else AuditEntry.Result.FAILED
         )
         user = getattr(request, "user", None)
@@ -121,6 +123,6 @@ class AuditMiddleware:
             source=_source(request),
             address=client_address(request),
             result=result,
-            detail="" if result == AuditEntry.Result.OK else _detail(response),
+            detail="" if result == AuditEntry.Result.OK else failure or _detail(response),
         )
         return response

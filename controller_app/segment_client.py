@@ -225,3 +225,41 @@ def read_traffic() -> Traffic:
         segments.update(entries)
         uptime = min(uptime, node_uptime)
     return Traffic(segments, 0.0 if uptime == math.inf else uptime)
+
+
+#: The node metrics the console's dashboard sums: Prometheus sample name -> its key.
+NODE_SAMPLES = {
+    "millrace_segment_events_total": "events",
+    "millrace_segment_bytes_total": "bytes",
+    "millrace_container_tier2_lag_bytes": "tier2_lag_bytes",
+    "millrace_container_tier1_backlog_operations": "tier1_backlog_operations",
+    "millrace_container_cache_bytes": "cache_bytes",
+    "millrace_container_running": "containers_running",
+}
+
+
+def read_node_metrics() -> dict[str, dict[str, float] | None]:
+    """Per registered node (``node_id``), the sums of ``NODE_SAMPLES`` from its metrics port's
+    ``/metrics``; ``None`` for a node that does not answer (or has no metrics port)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, dict[str, float] | None] = {}
+    for node in Node.objects.order_by("node_id"):
+        if node.metrics_port is None:
+            found[node.node_id] = None
+            continue
+        url = f"http://{node.host}:{node.metrics_port}/metrics"
+        try:
+            headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
+            answer = httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS)
+            sums = dict.fromkeys(NODE_SAMPLES.values(), 0.0)
+            for family in text_string_to_metric_families(answer.raise_for_status().text):
+                for sample in family.samples:
+                    key = NODE_SAMPLES.get(sample.name)
+                    if key is not None:
+                        sums[key] += sample.value
+            found[node.node_id] = sums
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("no metrics from node %s (%s): %s", node.node_id, url, exc)
+            found[node.node_id] = None
+    return found

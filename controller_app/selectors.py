@@ -14,25 +14,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import F, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from controller_app.choices import StreamState
+from controller_app.choices import StreamState, TxnState
 from controller_app.errors import (
     InvalidStreamCutError,
     NoNodeForSegmentError,
     SegmentNotFoundError,
 )
 from controller_app.models import (
+    AuditEntry,
     Container,
     ContainerAssignment,
     Epoch,
+    Node,
+    ReaderGroup,
     Scope,
     SegmentRecord,
     Stream,
     StreamCutRecord,
     StreamTag,
+    TaskCount,
+    Transaction,
     TruncationRecord,
 )
 from controller_app.segments import (
@@ -504,3 +510,132 @@ def node_uri(segment_name: str, count: int | None = None) -> NodeUri:
 def segment_uri(stream: Stream, segment_id: int, count: int | None = None) -> NodeUri:
     """The endpoint serving segment ``segment_id`` of ``stream`` (as ``node_uri``)."""
     return node_uri(segment_name(stream, segment_id), count)
+
+
+# --- listings for the console (each a fixed number of queries, whatever the history) ----------
+
+#: How the stream list may be sorted: the URL's ``sort`` value -> ORDER BY.
+STREAM_SORTS = {
+    "name": ("name",),
+    "-name": ("-name",),
+    "created": ("created_at", "name"),
+    "-created": ("-created_at", "name"),
+    "state": ("state", "name"),
+}
+
+
+def scope_listing() -> QuerySet[Scope]:
+    """Scopes by name with their stream counts (1 query per page)."""
+    return Scope.objects.annotate(stream_count=Count("streams")).order_by("name")
+
+
+def stream_listing(
+    scope: Scope, *, text: str = "", tag: str = "", sort: str = "name"
+) -> QuerySet[Stream]:
+    """The streams of ``scope`` whose name contains ``text``, tagged ``tag`` (when given),
+    sorted by ``STREAM_SORTS[sort]``. Each row carries ``segment_list`` (its tail epoch's
+    segments, encoded) and ``size`` (bytes up to its newest retention record, or None): one
+    query per page."""
+    rows = Stream.objects.select_related("scope").filter(scope=scope)
+    if text:
+        rows = rows.filter(name__icontains=text)
+    if tag:
+        rows = rows.filter(pk__in=StreamTag.objects.filter(scope=scope, tag=tag).values("stream"))
+    tail = Epoch.objects.filter(stream=OuterRef("pk"), epoch=OuterRef("current_epoch"))
+    newest = StreamCutRecord.objects.filter(stream=OuterRef("pk")).order_by("-recording_time")
+    return rows.annotate(
+        segment_list=Subquery(tail.values("segments")[:1]),
+        size=Subquery(newest.values("recording_size")[:1]),
+    ).order_by(*STREAM_SORTS.get(sort, STREAM_SORTS["name"]))
+
+
+def tags_of(streams: Iterable[Stream]) -> dict[int, list[str]]:
+    """Stream pk -> its tags, sorted (1 query)."""
+    tags: dict[int, list[str]] = {}
+    rows = StreamTag.objects.filter(stream__in=[x.pk for x in streams]).order_by("tag")
+    for stream_id, tag in rows.values_list("stream_id", "tag"):
+        tags.setdefault(stream_id, []).append(tag)
+    return tags
+
+
+def scope_tags(scope: Scope, limit: int = 200) -> list[str]:
+    """The distinct tags used in ``scope`` (1 query, at most ``limit``)."""
+    rows = StreamTag.objects.filter(scope=scope).order_by("tag").values_list("tag", flat=True)
+    return list(rows.distinct()[:limit])
+
+
+def epoch_page(stream: Stream, before: int | None, size: int) -> list[Epoch]:
+    """Up to ``size`` epochs of ``stream`` below ``before`` (default: all), oldest first
+    (1 query)."""
+    rows = Epoch.objects.filter(stream=stream)
+    if before is not None:
+        rows = rows.filter(epoch__lt=before)
+    return list(reversed(rows.order_by("-epoch")[:size]))
+
+
+def retention_set(stream: Stream, limit: int = 20) -> list[StreamCutRecord]:
+    """The newest records of the stream's retention set, newest first (1 query)."""
+    return list(StreamCutRecord.objects.filter(stream=stream).order_by("-recording_time")[:limit])
+
+
+def cut_recorded_before(stream: Stream, timestamp: int) -> StreamCutRecord | None:
+    """The newest retention record taken at or before ``timestamp`` (1 query)."""
+    rows = StreamCutRecord.objects.filter(stream=stream, recording_time__lte=timestamp)
+    return rows.order_by("-recording_time").first()
+
+
+def live_transactions(scope: Scope, stream: Stream | None = None, limit: int = 500) -> list[Any]:
+    """Open, committing and aborting transactions of ``scope`` (or of one stream), oldest
+    first, with their streams (1 query)."""
+    rows = Transaction.objects.select_related("stream", "stream__scope").filter(
+        stream__scope=scope, state__in=[TxnState.OPEN, TxnState.COMMITTING, TxnState.ABORTING]
+    )
+    if stream is not None:
+        rows = rows.filter(stream=stream)
+    return list(rows.order_by("created_at")[:limit])
+
+
+def reader_groups_of(scope: Scope) -> list[ReaderGroup]:
+    """The reader groups of ``scope`` by name (1 query)."""
+    return list(ReaderGroup.objects.filter(scope=scope).order_by("name")[:1000])
+
+
+def reader_groups_reading(stream: Stream) -> list[ReaderGroup]:
+    """The reader groups (of any scope) configured to read ``stream`` (1 query)."""
+    rows = ReaderGroup.objects.select_related("scope")
+    return list(rows.filter(configuration__streams__has_key=stream.scoped_name).order_by("name"))
+
+
+def nodes_with_containers() -> list[Node]:
+    """Registered segment store nodes with ``container_count`` (1 query)."""
+    return list(Node.objects.annotate(container_count=Count("assignments")).order_by("node_id"))
+
+
+def workflow_counts() -> list[TaskCount]:
+    """How often each workflow task ended ok or failed (1 query)."""
+    return list(TaskCount.objects.order_by("task", "outcome"))
+
+
+def busy_streams(limit: int = 20) -> list[Stream]:
+    """Streams a workflow holds off ACTIVE now (scaling, truncating ...) (1 query)."""
+    settled = [StreamState.ACTIVE, StreamState.SEALED]
+    return list(Stream.objects.select_related("scope").exclude(state__in=settled)[:limit])
+
+
+def audit_entries(
+    *, user: str = "", obj: str = "", action: str = "", since: Any = None, until: Any = None
+) -> QuerySet[AuditEntry]:
+    """Audit rows, newest first: ``user`` exact, ``obj`` a prefix (``scope/`` finds all of a
+    scope), ``action`` a prefix (``stream.`` all of streams), ``since``/``until`` datetimes."""
+    rows = AuditEntry.objects.all()
+    if user:
+        rows = rows.filter(username=user)
+    if obj:
+        rows = rows.filter(object__startswith=obj)
+    if action:
+        rows = rows.filter(action__startswith=action)
+    if since is not None:
+        rows = rows.filter(at__gte=since)
+    if until is not None:
+        rows = rows.filter(at__lte=until)
+    return rows.order_by("-at", "-id")

@@ -14,15 +14,17 @@ is where to ask again.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller_app import selectors as sel
-from controller_app.errors import SegmentTruncatedError
+from controller_app.errors import InvalidArgumentError, SegmentTruncatedError
 from controller_app.models import Stream
 from controller_app.ports import SegmentStore
 from controller_app.segments import Segment
 from millrace.client.events import Event, EventSplitter
+from millrace.client.streamcut import StreamCut
 
 #: Bytes one page holds at most (events beyond are left for the next page).
 PAGE_BYTES_MAX = 8 * 1024 * 1024
@@ -144,3 +146,73 @@ def tail_cut(store: SegmentStore, stream: Stream) -> dict[Segment, int]:
         or sel.epoch_record(stream, stream.current_epoch).segment_list()
     )
     return {s: store.info(sel.segment_name(stream, s.id)).length for s in segments}
+
+
+def start_cut(store: SegmentStore, stream: Stream, where: str) -> dict[int, int]:
+    """Where a read starts, as a stream cut (segment id -> offset): ``head``, ``tail``,
+    ``time:<ms>`` (the segments of the epoch current then, from their start) or a stream
+    cut's text form. ``InvalidArgumentError`` (or ``InvalidStreamCutError``) otherwise."""
+    if where == "head":
+        return {s.id: o for s, o in sel.head_segments(stream).items()}
+    if where == "tail":
+        return {s.id: o for s, o in tail_cut(store, stream).items()}
+    if where.startswith("time:"):
+        text = where.removeprefix("time:")
+        if not text.isascii() or not text.isdigit() or int(text) >= 2**63:
+            raise InvalidArgumentError("time must be milliseconds since the Unix epoch")
+        return {s.id: o for s, o in sel.segments_at_time(stream, int(text)).items()}
+    try:
+        cut = StreamCut.from_text(where)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"a read starts at head, tail, time:<ms> or a stream cut ({exc})"
+        ) from None
+    if (cut.scope, cut.stream) != (stream.scope.name, stream.name):
+        raise InvalidArgumentError(f"the stream cut is of {cut.scope}/{cut.stream}")
+    return {s.id: o for s, o in sel.validate_stream_cut(stream, cut.positions).items()}
+
+
+#: Events one search looks at, at most (a console search stops there and says so).
+SCAN_EVENTS_MAX = 200_000
+#: Events asked for per page while searching.
+SCAN_PAGE = 5_000
+
+
+@dataclass
+class Found:
+    events: list[tuple[int, Event]]
+    #: the stream cut after the last event looked at: where to go on from
+    position: dict[int, int]
+    scanned: int
+    #: the search stopped at the scan budget before the tail
+    cut_short: bool
+
+
+def find_events(
+    store: SegmentStore,
+    stream: Stream,
+    cut: Mapping[int, int],
+    *,
+    limit: int,
+    contains: bytes = b"",
+    newest: bool = False,
+    scan_max: int = SCAN_EVENTS_MAX,
+) -> Found:
+    """Events from ``cut`` whose bytes contain ``contains``: the first ``limit`` of them, or
+    with ``newest`` the last ``limit`` before the tail. Looks at ``scan_max`` events at most."""
+    kept: collections.deque[tuple[int, Event]] = collections.deque(maxlen=limit if newest else None)
+    position, scanned = dict(cut), 0
+    while scanned < scan_max:
+        room = scan_max - scanned
+        if not newest and not contains:  # a plain read: the page ends where the limit does
+            room = min(room, limit - len(kept))
+        page = read_page(store, stream, position, min(SCAN_PAGE, room))
+        scanned += len(page.events)
+        kept.extend(item for item in page.events if contains in item[1].data)
+        position = page.position
+        if not newest and len(kept) >= limit:
+            # a search goes on after the events it looked at (later matches of this page too)
+            return Found(list(kept)[:limit], position, scanned, cut_short=False)
+        if not page.events or page.end_of_stream:
+            return Found(list(kept), position, scanned, cut_short=False)
+    return Found(list(kept), position, scanned, cut_short=True)

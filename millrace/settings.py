@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_prometheus",
     "channels",
+    "django_htmx",
     "segment_app",
     "controller_app",
     "admin_ui",
@@ -103,11 +104,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The console's static files (admin_ui/static, vendored packages), served by the node.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controller_app.audit.AuditMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
@@ -156,6 +160,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = MILLRACE.data_dir / "static"
+# Served straight from the apps' static folders: no collectstatic step before a node starts.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+# The console signs in with Django's authentication form.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -4,7 +4,9 @@
 * ``/v1/...``: the REST API (Pravega's admin API and Millrace's additions);
 * ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI);
 * ``/admin/``: the Django admin;
-* ``/metrics``: Prometheus metrics (``controller_app.metrics``), with the API's authentication.
+* ``/metrics``: Prometheus metrics (``controller_app.metrics``), with the API's authentication;
+* everything else: the browser console (``admin_ui.urls``): ``/`` is its dashboard, ``/login/``
+  signs in.
 
 Unknown API paths and server errors answer JSON (``controller_app.api.errors``).
 """
@@ -23,6 +25,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("metrics", PrometheusView.as_view(), name="metrics"),
+    path("", include("admin_ui.urls")),
 ]
 
 handler404 = "controller_app.api.errors.not_found"

@@ -33,7 +33,7 @@ from rest_framework.views import APIView
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError
 from controller_app.segment_client import segment_store
-from controller_app.stream_reads import read_page, tail_cut
+from controller_app.stream_reads import read_page, start_cut
 from controller_app.workflows import marks
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
@@ -191,21 +191,6 @@ def _payload(item: dict[str, Any]) -> bytes:
 READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 10_000
 
 
-def _read_from(stream: Any, scope: str, name: str, where: str) -> dict[int, int]:
-    """The cut a read starts at: ``head``, ``tail`` or a stream cut text."""
-    if where == "head":
-        return {s.id: o for s, o in sel.head_segments(stream).items()}
-    if where == "tail":
-        return {s.id: o for s, o in tail_cut(segment_store(), stream).items()}
-    try:
-        cut = StreamCut.from_text(where)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"from/continuation: {exc}") from None
-    if (cut.scope, cut.stream) != (scope, name):
-        raise InvalidArgumentError(f"the stream cut is of {cut.scope}/{cut.stream}")
-    return {s.id: o for s, o in sel.validate_stream_cut(stream, cut.positions).items()}
-
-
 def _event_json(segment_id: int, event: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "segmentId": segment_id,
@@ -242,9 +227,8 @@ class EventsView(APIView):
             or not (1 <= int(raw_limit) <= READ_LIMIT_MAX)
         ):
             raise InvalidArgumentError(f"limit must be an integer from 1 to {READ_LIMIT_MAX}")
-        page = read_page(
-            segment_store(), row, _read_from(row, scope, stream, where), int(raw_limit)
-        )
+        store = segment_store()
+        page = read_page(store, row, start_cut(store, row, where), int(raw_limit))
         return Response(
             {
                 "events": [_event_json(sid, e) for sid, e in page.events],

@@ -24,7 +24,7 @@ from controller_app import metrics
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
-from controller_app.models import Scope, Stream, StreamTag
+from controller_app.models import Scope, Stream
 from controller_app.roles import may
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
@@ -134,7 +134,7 @@ class StreamsView(APIView):
                 else rows.exclude(name__startswith="_")
             )
             found = list(rows.order_by("name")[:STREAMS_LIST_MAX])
-        tags = _tags_of(found)
+        tags = sel.tags_of(found)
         return Response(
             {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}
         )
@@ -151,14 +151,6 @@ class StreamsView(APIView):
             segment_store(), scope, serializer.validated_data["streamName"], serializer.to_config()
         )
         return Response(_property(stream), status=201)
-
-
-def _tags_of(found: list[Stream]) -> dict[int, list[str]]:
-    tags: dict[int, list[str]] = {}
-    rows = StreamTag.objects.filter(stream__in=[x.pk for x in found]).order_by("tag")
-    for stream_id, tag in rows.values_list("stream_id", "tag"):
-        tags.setdefault(stream_id, []).append(tag)
-    return tags
 
 
 class StreamView(APIView):

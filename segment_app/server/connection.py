@@ -489,7 +489,8 @@ class WireConnection(asyncio.BufferedProtocol):
         for pending in part:
             result = pending.result
             if pending.error is None and result is not None:
-                events = pending.event_number - result.previous_event_number
+                # a writer's first append has no previous event (a negative sentinel)
+                events = pending.event_number - max(result.previous_event_number, 0)
                 record(pending.segment, events if events > 0 else 1, pending.size)
 
     def _replies_of_part(self, part: list[_PendingAppend]) -> None:

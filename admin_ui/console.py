@@ -1,0 +1,145 @@
+"""What every console view shares: sign-in and role checks, errors worded as the REST API
+words them, pagination, and URLs that keep a page's browsing state.
+
+* ``page``: a GET page; signed-in users only (else to ``/login/``), the viewer role at least
+  (else a 403 page saying which role is missing).
+* ``change(action)``: a POST that changes something; the operator role at least (else 403,
+  which the audit middleware writes down as refused). A controller error becomes a message
+  on the page it came from, worded like the REST API's ``{code, message}``, and the audit row
+  says it failed. ``action`` is what the audit log calls it (the REST API's names).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from controller_app.api.errors import exception_handler
+from controller_app.roles import Need, may, refusal, role_of
+
+View = Callable[..., HttpResponse]
+#: Rows per page of every list.
+PAGE_SIZE = 50
+
+
+def refused(request: HttpRequest, need: Need) -> HttpResponse:
+    values = context(request, code="permission-denied", message=refusal(need))
+    return render(request, "admin_ui/refused.html", values, status=403)
+
+
+def page(view: View) -> View:
+    """A page (GET): signed in, with the viewer role at least."""
+
+    @require_GET
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not may(request.user, "read"):
+            return refused(request, "read")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def error_words(exc: Exception) -> tuple[int, str, str] | None:
+    """``(status, code, message)`` as the REST API answers ``exc``; None for a bug."""
+    response = exception_handler(exc, {})
+    if response is None or (response.status_code >= 500 and response.status_code != 503):
+        return None
+    return response.status_code, response.data["code"], response.data["message"]
+
+
+def change(action: str) -> Callable[[View], View]:
+    """A change (POST) named ``action`` in the audit log; the operator role at least."""
+
+    def decorate(view: View) -> View:
+        @require_POST
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(back(request))
+            if not may(request.user, "operate"):
+                return refused(request, "operate")
+            try:
+                return view(request, *args, **kwargs)
+            except Exception as exc:
+                words = error_words(exc)
+                if words is None:
+                    raise
+                _, code, message = words
+                messages.error(request, f"{code}: {message}")
+                response = HttpResponseRedirect(back(request))
+                response.audit_failure = f"{code}: {message}"  # type: ignore[attr-defined]
+                return response
+
+        wrapped.audit_action = action  # type: ignore[attr-defined]
+        return wrapped
+
+    return decorate
+
+
+def back(request: HttpRequest, default: str = "/") -> str:
+    """Where a change returns to: its form's ``next`` field, else the page it came from."""
+    for candidate in (request.POST.get("next"), request.META.get("HTTP_REFERER")):
+        if candidate and url_has_allowed_host_and_scheme(
+            candidate, allowed_hosts={request.get_host()}
+        ):
+            return candidate
+    return default
+
+
+def done(request: HttpRequest, text: str, to: str | None = None) -> HttpResponse:
+    """A change that worked: say so on the next page (POST, redirect, GET)."""
+    messages.success(request, text)
+    return HttpResponseRedirect(to or back(request))
+
+
+def paginate(request: HttpRequest, rows: Any, size: int = PAGE_SIZE) -> Page:
+    """The page of ``rows`` that the URL's ``page`` asks for (the last one if past it)."""
+    return Paginator(rows, size).get_page(request.GET.get("page"))
+
+
+def with_params(request: HttpRequest, **changes: Any) -> str:
+    """This page's query string with ``changes`` applied (None removes a parameter): links
+    that keep the filters, the sort and the position."""
+    params = {k: v for k, v in request.GET.items()}
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = str(value)
+    return "?" + urlencode(params) if params else "?"
+
+
+def context(request: HttpRequest, **values: Any) -> dict[str, Any]:
+    """Every page's context: the user's role and whether it may change things."""
+    return {
+        "role": role_of(request.user),
+        "may_operate": may(request.user, "operate"),
+        **values,
+    }
+
+
+def parse_when(text: str) -> dt.datetime | None:
+    """A time a form gave (ISO 8601, ``datetime-local``), UTC unless it says otherwise."""
+    try:
+        found = parse_datetime(text.strip()) if text.strip() else None
+    except ValueError:
+        return None
+    if found is not None and timezone.is_naive(found):
+        found = timezone.make_aware(found, dt.UTC)
+    return found

@@ -1,0 +1,52 @@
+// The dashboard's live charts: polls the node's counters every 2 s and plots the rates (the
+// change between two polls) for the last 5 minutes with uPlot.
+(function () {
+  var url = document.getElementById("dashboard-script").dataset.live;
+  var keep = 150, last = null;
+  var times = [], events = [], bytes = [], lag = [], backlog = [];
+  function human(n) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return n.toFixed(i ? 1 : 0) + " " + units[i];
+  }
+  function plot(id, series, data) {
+    var el = document.getElementById(id);
+    var opts = { width: el.clientWidth || 500, height: 180, series: [{}].concat(series),
+                 axes: [{}, { size: 70 }], legend: { live: false } };
+    return new uPlot(opts, data, el);
+  }
+  var throughput = plot("chart-throughput", [
+    { label: "events/s", stroke: "#1095c1", width: 2 },
+    { label: "bytes/s", stroke: "#d9822b", width: 1, scale: "bytes" },
+  ], [times, events, bytes]);
+  var tiers = plot("chart-tiers", [
+    { label: "tier-2 lag (bytes)", stroke: "#8e44ad", width: 2 },
+    { label: "tier-1 backlog (ops)", stroke: "#2a9d4b", width: 1, scale: "ops" },
+  ], [times, lag, backlog]);
+  function push(arr, v) { arr.push(v); if (arr.length > keep) arr.shift(); }
+  function poll() {
+    fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (now) {
+      var t = now.totals;
+      if (last) {
+        var dt = Math.max(now.time - last.time, 0.001);
+        var er = Math.max(((t.events || 0) - (last.totals.events || 0)) / dt, 0);
+        var br = Math.max(((t.bytes || 0) - (last.totals.bytes || 0)) / dt, 0);
+        push(times, now.time); push(events, er); push(bytes, br);
+        push(lag, t.tier2_lag_bytes || 0); push(backlog, t.tier1_backlog_operations || 0);
+        throughput.setData([times, events, bytes]);
+        tiers.setData([times, lag, backlog]);
+        document.getElementById("rate-events").textContent = er.toFixed(1);
+        document.getElementById("rate-bytes").textContent = human(br);
+      }
+      document.getElementById("tier2-lag").textContent = human(t.tier2_lag_bytes || 0);
+      document.getElementById("tier1-backlog").textContent = (t.tier1_backlog_operations || 0).toFixed(0);
+      document.getElementById("live-status").textContent = now.nodesDown.length
+        ? "no metrics from: " + now.nodesDown.join(", ") : "";
+      last = now;
+    }).catch(function (e) {
+      document.getElementById("live-status").textContent = "live numbers unavailable: " + e;
+    });
+  }
+  poll();
+  setInterval(poll, 2000);
+})();

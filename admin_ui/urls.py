@@ -1,0 +1,45 @@
+"""Paths of the console (mounted at the site root by ``millrace.urls``)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth
+from django.urls import path
+
+from admin_ui import actions as a
+from admin_ui import views as v
+
+app_name = "console"
+
+SCOPE = "scopes/<str:scope>"
+STREAM = f"{SCOPE}/streams/<str:stream>"
+RG = f"{SCOPE}/readergroups/<str:reader_group>"
+
+urlpatterns = [
+    path("login/", auth.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth.LogoutView.as_view(), name="logout"),
+    path("", v.dashboard, name="dashboard"),
+    path("dashboard/health", v.dashboard_health, name="dashboard-health"),
+    path("dashboard/live.json", v.dashboard_live, name="dashboard-live"),
+    path("scopes/", v.scopes, name="scopes"),
+    path("scopes/create", a.scope_create, name="scope-create"),
+    path(f"{SCOPE}/delete", a.scope_delete, name="scope-delete"),
+    path(f"{SCOPE}/streams/", v.streams, name="streams"),
+    path(f"{SCOPE}/streams/new", v.stream_new, name="stream-new"),
+    path(f"{SCOPE}/streams/create", a.stream_create, name="stream-create"),
+    path(f"{STREAM}/", v.stream_detail, name="stream"),
+    path(f"{STREAM}/edit", v.stream_edit, name="stream-edit"),
+    path(f"{STREAM}/update", a.stream_update, name="stream-update"),
+    path(f"{STREAM}/seal", a.stream_seal, name="stream-seal"),
+    path(f"{STREAM}/delete", a.stream_delete, name="stream-delete"),
+    path(f"{STREAM}/scale", a.stream_scale, name="stream-scale"),
+    path(f"{STREAM}/truncate", a.stream_truncate, name="stream-truncate"),
+    path(f"{STREAM}/events", v.events, name="events"),
+    path(f"{STREAM}/transactions/<str:txn_id>/commit", a.txn_commit, name="txn-commit"),
+    path(f"{STREAM}/transactions/<str:txn_id>/abort", a.txn_abort, name="txn-abort"),
+    path(f"{SCOPE}/transactions/", v.scope_transactions, name="transactions"),
+    path(f"{SCOPE}/readergroups/", v.reader_groups, name="reader-groups"),
+    path(f"{RG}/", v.reader_group, name="reader-group"),
+    path(f"{RG}/checkpoint", a.rg_checkpoint, name="rg-checkpoint"),
+    path(f"{RG}/reset", a.rg_reset, name="rg-reset"),
+    path("audit/", v.audit, name="audit"),
+]
