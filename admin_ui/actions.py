@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, parse_when
+from controller_app import audit
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
@@ -41,6 +42,7 @@ def _confirmed(request: HttpRequest, name: str) -> None:
 @change("scope.create")
 def scope_create(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("scopeName", "").strip()
+    audit.name_object(request, name)
     scopes.create_scope(name)
     return done(request, f"scope {name} created", reverse("console:streams", args=[name]))
 
@@ -128,6 +130,7 @@ def stream_create(request: HttpRequest, scope: str) -> HttpResponse:
     if failed is not None:
         return failed
     name = serializer.validated_data["streamName"]
+    audit.name_object(request, scope, name)
     try:
         streams.create_stream(segment_store(), scope, name, serializer.to_config())
     except InvalidArgumentError as exc:

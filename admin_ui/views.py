@@ -46,7 +46,7 @@ STREAM_TABS = [
 ]
 #: Where the event browser starts: URL value, label.
 EVENT_STARTS = [
-    ("newest", "the newest events"),
+    ("newest", "the newest events (of the last few epochs)"),
     ("head", "the head (oldest kept)"),
     ("tail", "the tail (only new events)"),
     ("cut", "a stream cut"),
@@ -330,10 +330,11 @@ def events(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
     error, found = None, None
     try:
         store = segment_store()
-        cut = start_cut(store, row, _start(request))
-        found = find_events(
-            store, row, cut, limit=limit, contains=text.encode(), newest=kind == "newest"
-        )
+        if kind == "newest":
+            found = newest_events(store, row, limit, text.encode())
+        else:
+            cut = start_cut(store, row, _start(request))
+            found = find_events(store, row, cut, limit=limit, contains=text.encode())
     except Exception as exc:
         words = error_words(exc)
         if words is None:
@@ -370,6 +371,24 @@ def events(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
         ),
         status=400 if error else 200,
     )
+
+
+#: How many epochs back "the newest events" looks, in turn, for enough of them.
+NEWEST_EPOCHS_BACK = (0, 1, 3)
+
+
+def newest_events(store: Any, stream: Stream, limit: int, contains: bytes) -> Any:
+    """The newest ``limit`` events (containing ``contains``): read forward from the start of
+    the current epoch, and if that holds too few, from one and then three epochs back. The
+    work is bounded by those epochs, never by the stream's whole history."""
+    found = None
+    for back in NEWEST_EPOCHS_BACK:
+        epoch = sel.epoch_record(stream, max(stream.current_epoch - back, 0))
+        cut = start_cut(store, stream, f"time:{epoch.creation_time}")
+        found = find_events(store, stream, cut, limit=limit, contains=contains, newest=True)
+        if len(found.events) >= limit or epoch.epoch == 0:
+            break
+    return found
 
 
 def _download(stream: Stream, rows: list[dict[str, Any]], kind: str) -> HttpResponse:

@@ -48,6 +48,13 @@ def record(
         log.exception("could not write the audit row for %s %s", action, obj)
 
 
+def name_object(request: Any, *parts: str) -> None:
+    """Say what a request created (``scope/stream``), for its audit row: a create's object is
+    in its body, not its path. ``request`` is Django's or DRF's request."""
+    target = getattr(request, "_request", request)
+    target.audit_object = "/".join(parts)
+
+
 def object_of(kwargs: dict[str, Any]) -> str:
     """``scope/stream/...`` from a resolved URL's parameters."""
     return "/".join(str(kwargs[k]) for k in OBJECT_PARTS if kwargs.get(k) not in (None, ""))
@@ -116,9 +123,10 @@ class AuditMiddleware:
         )
         user = getattr(request, "user", None)
         match = request.resolver_match
+        named = getattr(request, "audit_object", None)  # what a create made (set by the view)
         record(
             action,
-            object_of(match.kwargs) if match else "",
+            named or (object_of(match.kwargs) if match else ""),
             username=user.get_username() if user is not None and user.is_authenticated else "",
             source=_source(request),
             address=client_address(request),

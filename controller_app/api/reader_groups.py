@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controller_app import audit
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import ReaderGroup
@@ -141,6 +142,7 @@ class ReaderGroupsView(APIView):
     )
     def post(self, request: Request, scope: str) -> Response:
         data = _valid(CreateSerializer, request.data)
+        audit.name_object(request, scope, data["readerGroupName"])
         group = rg.create_reader_group(
             segment_store(), scope, data["readerGroupName"], _config(data)
         )

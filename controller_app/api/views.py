@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import metrics
+from controller_app import audit, metrics
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
@@ -86,6 +86,7 @@ class ScopesView(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _valid(s.ScopeCreateSerializer, request.data).validated_data
+        audit.name_object(request, data["scopeName"])
         scope = scopes.create_scope(data["scopeName"])
         return Response({"scopeName": scope.name}, status=201)
 
@@ -147,6 +148,7 @@ class StreamsView(APIView):
     def post(self, request: Request, scope: str) -> Response:
         scopes.get_scope(scope)  # 404 before 400, as Pravega answers
         serializer = _valid(s.StreamCreateSerializer, request.data)
+        audit.name_object(request, scope, serializer.validated_data["streamName"])
         stream = streams.create_stream(
             segment_store(), scope, serializer.validated_data["streamName"], serializer.to_config()
         )

@@ -225,6 +225,11 @@ class BlockingTransaction:
     def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
         self._loop.run(self.txn.write_event(event, routing_key))
 
+    def flush(self) -> None:
+        """Wait until every event written so far is durable in the transaction (a commit from
+        elsewhere, say the console, then includes them)."""
+        self._loop.run(self.txn.flush())
+
     def commit(self, timestamp: int | None = None) -> None:
         self._loop.run(self.txn.commit(timestamp))
         self._ended = True

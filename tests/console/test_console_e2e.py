@@ -1,0 +1,236 @@
+"""The console end to end, in headless Chromium against a real standalone node: an operator's
+day (sign in, create, write with the Python client, browse, follow the live tail, scale from
+the key-space bar, checkpoint a reader group, commit a transaction, seal, delete) and a
+viewer's (refused every change, in the page and over REST, each refusal audited)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from millrace.client.manager import StreamManager
+from tests.acceptance.standalone_node import Standalone, request
+from tests.console.conftest import screenshot, sign_in
+
+pytestmark = pytest.mark.slow
+
+
+def admin_password(node: Standalone) -> str:
+    return (node.data_dir / "admin-password").read_text().strip()
+
+
+def message(page: Any) -> Any:
+    return page.locator(".messages .message").first
+
+
+def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> None:
+    page = sign_in(chromium, node, "admin", admin_password(node))
+    expect(page.locator("h1")).to_have_text("Dashboard")
+
+    # a scope, and a stream in it (a bad field is refused beside it first)
+    page.click("text=Scopes")
+    expect(page.locator(".empty")).to_contain_text("No scopes yet")
+    page.fill("input[name=scopeName]", "web")
+    page.click("text=Create scope")
+    expect(message(page)).to_have_text("scope web created")
+    expect(page.locator(".empty")).to_contain_text("No streams yet")
+    page.click("text=New stream")
+    page.fill("#f-streamName", "clicks")
+    page.fill("#f-scalingPolicy-minSegments", "0")
+    page.click("button:has-text('Create stream')")
+    expect(page.locator('[data-error-for="scalingPolicy.minSegments"]')).to_contain_text(
+        "greater than or equal to 1"
+    )
+    page.fill("#f-scalingPolicy-minSegments", "2")
+    page.fill("#f-streamTags", "ui, e2e")
+    page.click("button:has-text('Create stream')")
+    expect(message(page)).to_have_text("stream web/clicks created")
+    expect(page.locator("h1")).to_contain_text("web/clicks")
+    expect(page.locator("svg.keyspace .seg")).to_have_count(2)
+
+    # events written with the Python client, seen in the event browser
+    manager = StreamManager(node.base, token=node.token)
+    writer = manager.create_writer("web", "clicks")
+    for i in range(50):
+        writer.write_event(f'{{"click": {i}, "page": "/home"}}', routing_key=f"user-{i % 5}")
+    writer.flush()
+    page.click("text=Browse events")
+    expect(page.locator("#events-table tbody tr")).to_have_count(50)
+    expect(page.locator("#events-table")).to_contain_text('{"click": 49, "page": "/home"}')
+    page.goto(page.url.split("?")[0] + "?from=head&q=%22click%22%3A+7%2C&view=json")
+    expect(page.locator("#events-table tbody tr")).to_have_count(1)
+    expect(page.locator("#events-table pre")).to_contain_text('"click": 7,')
+    screenshot(page, "events")
+
+    # the live tail receives what is written after it started
+    page.click("#tail-start")
+    expect(page.locator("#tail-status")).to_have_text("following")
+    for i in range(20):
+        writer.write_event(f"live {i}", routing_key="user-live")
+    writer.flush()
+    expect(page.locator("#tail-rows tr")).to_have_count(20)
+    expect(page.locator("#tail-rows tr").first).to_contain_text("live 19")
+    page.click("#tail-pause")
+    expect(page.locator("#tail-status")).to_contain_text("paused")
+    writer.write_event("while paused", routing_key="user-live")
+    writer.flush()
+    expect(page.locator("#tail-count")).to_have_text("21")
+    expect(page.locator("#tail-rows tr")).to_have_count(20)  # not drawn while paused
+    page.click("#tail-pause")
+    expect(page.locator("#tail-rows tr").first).to_contain_text("while paused")
+    screenshot(page, "live-tail")
+
+    # scale from the key-space bar; the new epoch is in the history chart
+    page.goto(f"{node.base}/scopes/web/streams/clicks/")
+    page.locator('svg.keyspace .seg[data-number="0"]').click()
+    expect(page.locator('input[name=segment][data-number="0"]')).to_be_checked()
+    page.click("button:has-text('Split chosen')")
+    expect(message(page)).to_have_text("stream web/clicks scaled: epoch 1")
+    expect(page.locator("svg.keyspace .seg")).to_have_count(3)
+    screenshot(page, "stream")
+    page.click("text=Epoch history")
+    expect(page.locator("#epoch-history g.epoch")).to_have_count(2)
+    expect(page.locator('#epoch-history g.epoch[data-epoch="1"] rect')).to_have_count(3)
+    screenshot(page, "epoch-history")
+
+    # a reader group's checkpoint, started here, waits for its reader, then completes
+    group = manager.create_reader_group("web", "billing", ["web/clicks"])
+    member = group.create_reader("reader-1")
+    assert member.read_next(timeout=10) is not None
+    page.goto(f"{node.base}/scopes/web/readergroups/billing/")
+    expect(page.locator("[data-reader='reader-1']")).to_be_visible()
+    page.fill("input[name=checkpointName]", "cp-1")
+    page.click("text=Start checkpoint")
+    expect(message(page)).to_contain_text("checkpoint cp-1 started")
+    row = page.locator("#checkpoints tr[data-checkpoint='cp-1']")
+    expect(row).to_contain_text("waiting")
+    expect(row).to_contain_text("reader-1")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "complete" not in row.inner_text():
+        member.read_next(timeout=0.5)
+        page.reload()
+    expect(row).to_contain_text("complete")
+    screenshot(page, "reader-group")
+    member.close()
+
+    # a transaction committed from its page
+    txn = manager.create_transaction_writer("web", "clicks").begin_txn()
+    txn.write_event("in the transaction", routing_key="user-1")
+    txn.flush()
+    txn_id = str(txn.txn_id)
+    page.goto(f"{node.base}/scopes/web/transactions/")
+    expect(page.locator(f"tr[data-txn='{txn_id}']")).to_contain_text("open")
+    page.locator(f"tr[data-txn='{txn_id}'] button:has-text('Commit')").click()
+    expect(message(page)).to_have_text(f"transaction {txn_id} committed")
+    status, body = request(
+        node.base, "GET", f"/v1/scopes/web/streams/clicks/transactions/{txn_id}", node.token
+    )
+    assert (status, body["state"]) == (200, "COMMITTED")
+    expect(page.locator(".empty")).to_contain_text("No open transactions")
+
+    # seal, then delete (typing the name to confirm)
+    page.goto(f"{node.base}/scopes/web/streams/clicks/")
+    page.click("button:has-text('Seal')")
+    expect(message(page)).to_have_text("stream web/clicks sealed")
+    expect(page.locator("#stream-state")).to_have_text("sealed")
+    page.click("summary:has-text('Delete')")
+    page.fill("details.confirm input[name=confirm]", "clicks")
+    page.click("button:has-text('Delete web/clicks')")
+    expect(message(page)).to_have_text("stream web/clicks deleted")
+    expect(page.locator(".empty")).to_contain_text("No streams yet")
+    writer.close()
+
+    # every change above is in the audit log, attributed to admin from the console
+    page.goto(f"{node.base}/audit/?user=admin&object=web")
+    actions = page.locator("#audit-table tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.action + ' ' + r.dataset.result)"
+    )
+    for done in ("scope.create ok", "stream.create failed", "stream.create ok",
+                 "stream.scale ok", "readergroup.checkpoint ok", "transaction.commit ok",
+                 "stream.seal ok", "stream.delete ok"):  # fmt: skip
+        assert done in actions, (done, actions)
+    screenshot(page, "audit")
+    page.close()
+
+
+def _make_viewer(node: Standalone) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.cli", "user", "create", "vic", "--role", "viewer",
+         "--data-dir", str(node.data_dir)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    password = re.search(r"console password: (\S+)", lines[0])
+    assert password is not None, done.stdout
+    return password.group(1), lines[-1]
+
+
+def test_a_viewer_is_refused_every_change_and_the_refusals_are_audited(
+    chromium: Any, node: Standalone
+) -> None:
+    assert request(node.base, "POST", "/v1/scopes", node.token, {"scopeName": "shop"})[0] == 201
+    status, _ = request(
+        node.base, "POST", "/v1/scopes/shop/streams", node.token,
+        {"streamName": "orders", "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1}},
+    )  # fmt: skip
+    assert status == 201
+    password, token = _make_viewer(node)
+    page = sign_in(chromium, node, "vic", password)
+    expect(page.locator("mark.role")).to_have_text("viewer")
+
+    # reading works; every control that changes something is disabled
+    page.goto(f"{node.base}/scopes/")
+    expect(page.locator("button:has-text('Create scope')")).to_be_disabled()
+    page.goto(f"{node.base}/scopes/shop/streams/orders/")
+    expect(page.locator("h1")).to_contain_text("shop/orders")
+    for label in ("Split chosen", "Merge chosen", "Seal"):
+        expect(page.locator(f"button:has-text('{label}')")).to_be_disabled()
+
+    # a change sent anyway (the browser's own session and CSRF token) is refused and says why
+    csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    for path, form in (
+        ("/scopes/create", {"scopeName": "sneaky"}),
+        ("/scopes/shop/streams/orders/seal", {}),
+        ("/scopes/shop/streams/orders/scale", {"how": "split", "segment": "0"}),
+    ):
+        answer = page.request.post(
+            node.base + path, form=form, headers={"X-CSRFToken": csrf, "Referer": page.url}
+        )
+        assert answer.status == 403, (path, answer.status)
+        assert "permission-denied" in answer.text()
+        assert "this needs the operator role or a stronger one" in answer.text()
+    page.goto(f"{node.base}/scopes/")
+    expect(page.locator("[data-scope='sneaky']")).to_have_count(0)
+
+    # the same over REST with the viewer's API token
+    status, body = request(node.base, "POST", "/v1/scopes", token, {"scopeName": "sneaky"})
+    assert (status, body["code"]) == (403, "permission-denied")
+    status, body = request(
+        node.base, "PUT", "/v1/scopes/shop/streams/orders/state", token, {"streamState": "SEALED"}
+    )
+    assert (status, body["code"]) == (403, "permission-denied")
+    assert request(node.base, "GET", "/v1/scopes/shop/streams/orders", token)[0] == 200
+
+    # each refusal is in the audit log, with where it came from
+    page.goto(f"{node.base}/audit/?user=vic")
+    rows = page.locator("#audit-table tbody tr")
+    expect(rows).to_have_count(5)
+    found = rows.evaluate_all("rows => rows.map(r => r.dataset.action + ' ' + r.dataset.result)")
+    assert sorted(found) == sorted([
+        "scope.create refused", "stream.seal refused", "stream.scale refused",
+        "scope.create refused", "stream.seal refused",
+    ]), found  # fmt: skip
+    expect(page.locator("#audit-table")).to_contain_text("console")
+    expect(page.locator("#audit-table")).to_contain_text("rest")
+    csv_answer = page.request.get(f"{node.base}/audit/?user=vic&format=csv")
+    assert csv_answer.headers["content-type"].startswith("text/csv")
+    assert csv_answer.text().count("refused") == 5
+    status, _ = request(node.base, "GET", "/v1/scopes/shop/streams/orders", node.token)
+    assert status == 200  # nothing changed: the stream is still there, still active
+    page.close()
