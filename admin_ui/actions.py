@@ -283,10 +283,19 @@ def rg_reset(request: HttpRequest, scope: str, reader_group: str) -> HttpRespons
     group = rg.get_reader_group(scope, reader_group)
     current = rg.ReaderGroupConfig.from_json(group.configuration)
     where = request.POST.get("to", "head")
+    when = parse_when(request.POST.get("time", "")) if where == "time" else None
+    if where == "time" and when is None:
+        raise InvalidArgumentError("give the time as YYYY-MM-DD HH:MM[:SS] (UTC)")
     starts: dict[str, Any] = {}
     for scoped in current.streams:
         if where in ("head", "tail"):
             starts[scoped] = where
+            continue
+        if when is not None:  # each stream from the segments of its epoch current then
+            scope_name, stream_name = scoped.split("/", 1)
+            row = get_stream(scope_name, stream_name)
+            ms = int(when.timestamp() * 1000)
+            starts[scoped] = {g.id: o for g, o in sel.segments_at_time(row, ms).items()}
             continue
         try:
             parsed = StreamCut.from_text(request.POST.get("cut", "").strip())

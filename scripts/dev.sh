@@ -2,6 +2,7 @@
 # Developer entry points of Millrace (the README's quickstart):
 #   bash scripts/dev.sh standalone [ARGS...]  run a node on ./data (SQLite, file tiers, no services)
 #   bash scripts/dev.sh test [PYTEST ARGS...]  ruff, import contracts, mypy, then the whole test suite
+#                                             (installs Debian's chromium for the console's tests)
 # Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install millrace[dev] into it
 # when missing, and reinstall only when pyproject.toml or the set of top-level packages changed.
 set -euo pipefail
@@ -43,6 +44,21 @@ setup() {
   echo "$want" >"$stamp_file"
 }
 
+ensure_chromium() {
+  # The console's end-to-end tests drive Debian's chromium through Playwright (no browser
+  # download). Installed once with apt-get (as root, or through sudo).
+  [ -x /usr/bin/chromium ] && return 0
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "/usr/bin/chromium is missing: install Debian's chromium package"
+    sudo="sudo"
+  fi
+  echo "dev.sh: installing Debian's chromium for the console's browser tests"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null ||
+    die "apt-get install chromium failed"
+}
+
 run_tests() {
   export PATH="$PWD/$venv/bin:$PATH"
   local failed=() step
@@ -69,6 +85,7 @@ case "${1:-}" in
   test)
     shift
     setup
+    ensure_chromium
     run_tests "$@"
     ;;
   *)

@@ -1,7 +1,7 @@
 """REST append and read for HTTP clients.
 
-Read: ``GET /v1/scopes/{scope}/streams/{stream}/events?from=head|tail|<cut>&limit=N`` gives a
-page of events and a ``continuation`` (a stream cut text) to pass for the next page
+Read: ``GET /v1/scopes/{scope}/streams/{stream}/events?from=head|tail|time:<ms>|<cut>&limit=N``
+gives a page of events and a ``continuation`` (a stream cut text) to pass for the next page
 (``controller_app.stream_reads``).
 
 Append: events with routing keys, written by the Python client's writer.
@@ -206,7 +206,9 @@ class EventsView(APIView):
     @extend_schema(
         operation_id="readEvents",
         parameters=[
-            OpenApiParameter("from", str, description="head (default), tail or a stream cut"),
+            OpenApiParameter(
+                "from", str, description="head (default), tail, time:<ms> or a stream cut"
+            ),
             OpenApiParameter(
                 "continuation", str, description="the continuation of the previous page"
             ),

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone, request
-from tests.console.conftest import screenshot, sign_in
+from tests.console.conftest import SCREENSHOTS, screenshot, sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +53,10 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
     expect(message(page)).to_have_text("stream web/clicks created")
     expect(page.locator("h1")).to_contain_text("web/clicks")
     expect(page.locator("svg.keyspace .seg")).to_have_count(2)
+    page.click("nav.crumbs >> text=web")
+    expect(page.locator("tr[data-stream='clicks']")).to_contain_text("e2e")
+    screenshot(page, "streams")
+    page.click("tr[data-stream='clicks'] >> text=clicks")
 
     # events written with the Python client, seen in the event browser
     manager = StreamManager(node.base, token=node.token)
@@ -156,6 +160,11 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
                  "stream.seal ok", "stream.delete ok"):  # fmt: skip
         assert done in actions, (done, actions)
     screenshot(page, "audit")
+    if SCREENSHOTS:  # the dashboard once its charts have a few points
+        page.goto(f"{node.base}/")
+        expect(page.locator("#health mark.status").first).to_be_visible()
+        page.wait_for_timeout(7000)
+        screenshot(page, "dashboard")
     page.close()
 
 

@@ -170,3 +170,22 @@ def test_query_counts_do_not_grow_with_streams_or_epochs(world: dict[str, Any]) 
     after = {p: _queries(client, p) for p in watched}
     grew = {p: (before[p], after[p]) for p in watched if after[p] > before[p]}
     assert not grew, grew
+
+
+def test_an_operator_resets_a_reader_group_to_the_head_a_time_or_a_cut(
+    world: dict[str, Any],
+) -> None:
+    client = browser("operator")
+    path = f"/scopes/{world['sc']}/readergroups/rg/reset"
+    group = reader_groups.get_reader_group(world["sc"], "rg")
+    generation = group.generation
+    assert client.post(path, {"to": "head"}).status_code == 302
+    assert client.post(path, {"to": "time", "time": "2026-01-01T00:00:00"}).status_code == 302
+    group.refresh_from_db()
+    assert group.generation == generation + 2
+    response = client.post(path, {"to": "cut", "cut": "nonsense"}, follow=True)
+    assert b"invalid-argument: not a stream cut" in response.content
+    assert reader_groups.get_reader_group(world["sc"], "rg").generation == generation + 2
+    assert list(
+        AuditEntry.objects.filter(action="readergroup.reset").values_list("result", flat=True)
+    ) == ["ok", "ok", "failed"]
