@@ -151,6 +151,7 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
     writer.close()
 
     # every change above is in the audit log, attributed to admin from the console
+    request(node.base, "POST", "/v1/scopes/web/streams", node.token, {"streamName": "pages"})
     page.goto(f"{node.base}/audit/?user=admin&object=web")
     actions = page.locator("#audit-table tbody tr").evaluate_all(
         "rows => rows.map(r => r.dataset.action + ' ' + r.dataset.result)"
@@ -163,7 +164,13 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
     if SCREENSHOTS:  # the dashboard once its charts have a few points
         page.goto(f"{node.base}/")
         expect(page.locator("#health mark.status").first).to_be_visible()
-        page.wait_for_timeout(7000)
+        busy = manager.create_writer("web", "pages")
+        for _ in range(16):  # some traffic for the charts
+            for i in range(500):
+                busy.write_event(f"view {i}", routing_key=f"user-{i % 7}")
+            busy.flush()
+            page.wait_for_timeout(500)
+        busy.close()
         screenshot(page, "dashboard")
     page.close()
 

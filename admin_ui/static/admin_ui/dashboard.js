@@ -10,9 +10,13 @@
     return n.toFixed(i ? 1 : 0) + " " + units[i];
   }
   function plot(id, series, data) {
+    // the first series on the left axis, the second on its own scale and a right axis
     var el = document.getElementById(id);
-    var opts = { width: el.clientWidth || 500, height: 180, series: [{}].concat(series),
-                 axes: [{}, { size: 70 }], legend: { live: false } };
+    var opts = {
+      width: el.clientWidth || 500, height: 180, series: [{}].concat(series),
+      axes: [{}, { size: 70 }, { scale: series[1].scale, side: 1, size: 70, grid: { show: false } }],
+      legend: { live: false },
+    };
     return new uPlot(opts, data, el);
   }
   var throughput = plot("chart-throughput", [
