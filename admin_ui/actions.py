@@ -6,7 +6,6 @@ the REST serializer's messages beside its fields). Roles and the audit log: ``co
 from __future__ import annotations
 
 import itertools
-import uuid
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -249,22 +248,19 @@ def stream_truncate(request: HttpRequest, scope: str, stream: str) -> HttpRespon
 # -- transactions ---------------------------------------------------------------------------------
 
 
-def _txn(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise InvalidArgumentError(f"not a transaction id: {text!r}") from None
-
-
 @change("transaction.commit")
 def txn_commit(request: HttpRequest, scope: str, stream: str, txn_id: str) -> HttpResponse:
-    transactions.commit_transaction(scope, stream, _txn(txn_id), wait=WAIT_SECONDS)
+    transactions.commit_transaction(
+        scope, stream, transactions.parse_txn_id(txn_id), wait=WAIT_SECONDS
+    )
     return done(request, f"transaction {txn_id} committed")
 
 
 @change("transaction.abort")
 def txn_abort(request: HttpRequest, scope: str, stream: str, txn_id: str) -> HttpResponse:
-    transactions.abort_transaction(scope, stream, _txn(txn_id), wait=WAIT_SECONDS)
+    transactions.abort_transaction(
+        scope, stream, transactions.parse_txn_id(txn_id), wait=WAIT_SECONDS
+    )
     return done(request, f"transaction {txn_id} aborted")
 
 

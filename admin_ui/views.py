@@ -432,22 +432,14 @@ def reader_group(request: HttpRequest, scope: str, reader_group: str) -> HttpRes
         raise Http404(f"reader group {scope}/{name} does not exist") from None
     described = rg.describe(group)
     lengths = _segment_lengths(group)
-    readers, total_lag = [], 0
+    readers = []
     for reader in described["readers"]:
-        assigned = []
-        for key, offset in sorted(reader["segments"].items()):
-            length = lengths.get(key)
-            lag = max(length - offset, 0) if length is not None else None
-            total_lag += lag or 0
-            assigned.append({"key": key, "offset": offset, "length": length, "lag": lag})
         seen = dt.datetime.fromtimestamp(reader["lastSeenMs"] / 1000, dt.UTC)
-        readers.append({**reader, "assigned": assigned, "seen": seen})
-    unassigned = []
-    for key, offset in sorted(described["unassignedSegments"].items()):
-        length = lengths.get(key)
-        lag = max(length - offset, 0) if length is not None else None
-        total_lag += lag or 0
-        unassigned.append({"key": key, "offset": offset, "length": length, "lag": lag})
+        readers.append({**reader, "assigned": _lags(reader["segments"], lengths), "seen": seen})
+    unassigned = _lags(described["unassignedSegments"], lengths)
+    total_lag = sum(a["lag"] or 0 for r in readers for a in r["assigned"]) + sum(
+        a["lag"] or 0 for a in unassigned
+    )
     return render(
         request,
         "admin_ui/reader_group.html",
@@ -462,6 +454,17 @@ def reader_group(request: HttpRequest, scope: str, reader_group: str) -> HttpRes
             config=json.dumps(described["configuration"], indent=2),
         ),
     )
+
+
+def _lags(positions: dict[str, int], lengths: dict[str, int]) -> list[dict[str, Any]]:
+    """Per segment key: the reading position, the segment's length and the lag (None when the
+    length is not known)."""
+    rows = []
+    for key, offset in sorted(positions.items()):
+        length = lengths.get(key)
+        lag = max(length - offset, 0) if length is not None else None
+        rows.append({"key": key, "offset": offset, "length": length, "lag": lag})
+    return rows
 
 
 def _segment_lengths(group: ReaderGroup) -> dict[str, int]:

@@ -77,7 +77,8 @@ def test_settings_module_follows_environment(data_dir: Path) -> None:
     assert default["layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     assert default["broker"] == "filesystem://"
     assert default["broker_options"]["data_folder_in"].startswith(str(data_dir))
-    assert default["permissions"] == ["rest_framework.permissions.IsAuthenticated"]
+    # one permission class either way: the roles, which let everyone through with auth off
+    assert default["permissions"] == ["controller_app.api.permissions.RolePermission"]
 
     switched = django_settings_in_subprocess(
         data_dir, DATABASE_URL=PG_URL, REDIS_URL=REDIS, MILLRACE_AUTH="off"
@@ -88,7 +89,7 @@ def test_settings_module_follows_environment(data_dir: Path) -> None:
         "CONFIG": {"hosts": [REDIS]},
     }
     assert switched["broker"] == REDIS
-    assert switched["permissions"] == ["rest_framework.permissions.AllowAny"]
+    assert switched["permissions"] == ["controller_app.api.permissions.RolePermission"]
     # The generated SECRET_KEY is persisted: both processes used the same one.
     assert default["secret"] == switched["secret"]
     assert default["secret"] == (data_dir / "secrets" / "django-secret-key").read_text()

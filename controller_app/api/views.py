@@ -9,7 +9,6 @@ the Celery worker to finish them, up to ``WORKFLOW_WAIT_SECONDS`` (then 504
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.http import HttpResponse
@@ -59,13 +58,6 @@ def _segment(stream: Stream, segment: Segment, offset: int | None = None) -> dic
     if offset is not None:
         item["offset"] = offset
     return item
-
-
-def _txn_id(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise InvalidArgumentError(f"not a transaction id: {text!r}") from None
 
 
 # -- scopes ------------------------------------------------------------------------------------
@@ -480,7 +472,7 @@ class TransactionsView(APIView):
 class TransactionView(APIView):
     @extend_schema(operation_id="getTransactionState", responses=s.TransactionSerializer)
     def get(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
-        txn = _txn_id(txn_id)
+        txn = transactions.parse_txn_id(txn_id)
         state = transactions.transaction_state(scope, stream, txn)
         row = transactions.open_transaction(scope, stream, txn) if state == "OPEN" else None
         if row is not None:  # with its shadow segments: another client may write to it
@@ -493,7 +485,7 @@ class TransactionPingView(APIView):
         operation_id="pingTransaction", request=s.PingSerializer, responses=s.TransactionSerializer
     )
     def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
-        txn = _txn_id(txn_id)
+        txn = transactions.parse_txn_id(txn_id)
         data = _valid(s.PingSerializer, request.data).validated_data
         row = transactions.ping_transaction(scope, stream, txn, data["leaseMs"])
         return Response(_txn(scope, stream, row))
@@ -508,7 +500,7 @@ class TransactionCommitView(APIView):
         responses=s.TransactionSerializer,
     )
     def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
-        txn = _txn_id(txn_id)
+        txn = transactions.parse_txn_id(txn_id)
         data = _valid(s.CommitSerializer, request.data).validated_data
         row = transactions.commit_transaction(
             scope, stream, txn, writer_id=data["writerId"], timestamp=data.get("timestamp"),
@@ -526,7 +518,7 @@ class TransactionAbortView(APIView):
         responses=s.TransactionSerializer,
     )
     def post(self, request: Request, scope: str, stream: str, txn_id: str) -> Response:
-        txn = _txn_id(txn_id)
+        txn = transactions.parse_txn_id(txn_id)
         data = _valid(s.AbortSerializer, request.data).validated_data
         row = transactions.abort_transaction(scope, stream, txn, wait=data.get("wait"))
         return Response({"txnId": str(txn), "state": str(row.state)})

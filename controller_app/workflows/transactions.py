@@ -78,6 +78,14 @@ def _bits(txn_id: uuid.UUID) -> tuple[int, int]:
     return high, low
 
 
+def parse_txn_id(text: str) -> uuid.UUID:
+    """A transaction id from its text; ``InvalidArgumentError`` for anything else."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidArgumentError(f"not a transaction id: {text!r}") from None
+
+
 def transaction_uuid(txn: Transaction | CompletedTransaction) -> uuid.UUID:
     return uuid.UUID(int=((txn.high_bits & _MASK64) << 64) | (txn.low_bits & _MASK64))
 

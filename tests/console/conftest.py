@@ -23,8 +23,10 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = os.environ.get("MILLRACE_SCREENSHOT_DIR", "")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
+    """One browser per module. Not per session: Playwright's sync API keeps an event loop
+    running in this thread while it is open, which the asyncio tests after it cannot share."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():

@@ -226,8 +226,8 @@ def test_an_operators_changes_are_audited_with_their_outcome(world: dict[str, An
     assert client.post("/v1/scopes", {"scopeName": "made"}, format="json").status_code == 409
     rows = list(AuditEntry.objects.filter(username=name).order_by("id"))
     assert [(r.action, r.object, r.result) for r in rows] == [
-        ("scope.create", "", "ok"),
-        ("scope.create", "", "failed"),
+        ("scope.create", "made", "ok"),
+        ("scope.create", "made", "failed"),
     ]
     assert rows[1].detail.startswith("already-exists: ")
     # data-plane calls (appends, reader syncs, pings) are not changes of the audit's kind
@@ -239,3 +239,12 @@ def test_an_operators_changes_are_audited_with_their_outcome(world: dict[str, An
 def test_an_admin_may_do_what_an_operator_may(world: dict[str, Any]) -> None:
     client, _ = _client_of("admin")
     assert client.post("/v1/scopes", {"scopeName": "byadmin"}, format="json").status_code == 201
+
+
+def test_with_authentication_off_anyone_may_change(world: dict[str, Any], settings: Any) -> None:
+    import dataclasses
+
+    settings.MILLRACE = dataclasses.replace(settings.MILLRACE, auth_enabled=False)
+    response = APIClient().post("/v1/scopes", {"scopeName": "open"}, format="json")
+    assert response.status_code == 201
+    assert AuditEntry.objects.get(action="scope.create").username == ""
