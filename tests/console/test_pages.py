@@ -189,3 +189,14 @@ def test_an_operator_resets_a_reader_group_to_the_head_a_time_or_a_cut(
     assert list(
         AuditEntry.objects.filter(action="readergroup.reset").values_list("result", flat=True)
     ) == ["ok", "ok", "failed"]
+
+
+def test_the_stream_search_answers_htmx_with_the_table_alone(world: dict[str, Any]) -> None:
+    client = browser("viewer")
+    path = f"/scopes/{world['sc']}/streams/?q=s&tag=a"
+    partial = client.get(path, headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in partial and 'data-stream="st"' in partial
+    whole = client.get(path).content.decode()
+    assert "<html" in whole and 'id="stream-table"' in whole
+    nothing = client.get(path.replace("q=s", "q=zzz"), headers={"HX-Request": "true"})
+    assert b"No stream matches" in nothing.content
