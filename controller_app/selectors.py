@@ -584,14 +584,18 @@ def cut_recorded_before(stream: Stream, timestamp: int) -> StreamCutRecord | Non
     return rows.order_by("-recording_time").first()
 
 
-def live_transactions(scope: Scope, stream: Stream | None = None, limit: int = 500) -> list[Any]:
-    """Open, committing and aborting transactions of ``scope`` (or of one stream), oldest
-    first, with their streams (1 query)."""
+def live_transactions(
+    scope: Scope, stream: Stream | None = None, limit: int = 500, writer_id: str | None = None
+) -> list[Any]:
+    """Open, committing and aborting transactions of ``scope`` (or of one stream; or of one
+    writer), oldest first, with their streams (1 query)."""
     rows = Transaction.objects.select_related("stream", "stream__scope").filter(
         stream__scope=scope, state__in=[TxnState.OPEN, TxnState.COMMITTING, TxnState.ABORTING]
     )
     if stream is not None:
         rows = rows.filter(stream=stream)
+    if writer_id is not None:
+        rows = rows.filter(writer_id=writer_id)
     return list(rows.order_by("created_at")[:limit])
 
 

@@ -1,5 +1,21 @@
-"""PySpark data source ``millrace`` and bulk-ingest jobs (not built yet).
+"""The ``millrace`` PySpark data source: batch read and write of Millrace streams.
 
-Runs on Spark executors, so it must never import Django: it talks to Millrace only through the
-wire protocol and the REST API (enforced by an import-linter contract in pyproject.toml).
+    import spark_bridge
+    spark_bridge.register(spark)
+    df = (spark.read.format("millrace").option("controller", "http://127.0.0.1:9091")
+          .option("scope", "demo").option("stream", "orders").option("token", token).load())
+
+Runs on Spark executors, so it never imports Django: it talks to Millrace through the Python
+client (an import-linter contract in pyproject.toml says so). See docs/components/spark.md.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    """Make ``format("millrace")`` known to ``spark`` (a ``SparkSession``)."""
+    from spark_bridge.source import MillraceDataSource
+
+    spark.dataSource.register(MillraceDataSource)

@@ -309,6 +309,16 @@ class TransactionCreateSerializer(serializers.Serializer):
     writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
+class OpenTransactionSerializer(serializers.Serializer):
+    txnId = serializers.CharField()
+    state = serializers.CharField()
+    writerId = serializers.CharField()
+
+
+class OpenTransactionsSerializer(serializers.Serializer):
+    transactions = OpenTransactionSerializer(many=True)
+
+
 class ShadowSegmentSerializer(serializers.Serializer):
     name = serializers.CharField(help_text="The transaction segment to write to.")
     parentId = serializers.IntegerField()

@@ -456,6 +456,25 @@ def _txn(scope: str, stream: str, txn: Any, with_segments: bool = False) -> dict
 
 class TransactionsView(APIView):
     @extend_schema(
+        operation_id="listOpenTransactions",
+        parameters=[OpenApiParameter("writerId", str, required=True)],
+        responses=s.OpenTransactionsSerializer,
+        description="The stream's open transactions begun by ``writerId`` (at most 1000).",
+    )
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        writer = request.query_params.get("writerId")
+        if writer is None:
+            raise InvalidArgumentError("query parameter 'writerId' is required")
+        found = sel.live_transactions(row.scope, row, limit=1000, writer_id=writer)
+        items = [
+            {"txnId": str(transactions.transaction_uuid(t)), "state": str(t.state),
+             "writerId": t.writer_id}
+            for t in found if t.state == "OPEN"
+        ]  # fmt: skip
+        return Response({"transactions": items})
+
+    @extend_schema(
         operation_id="createTransaction",
         request=s.TransactionCreateSerializer,
         responses={201: s.TransactionSerializer},

@@ -96,12 +96,24 @@ class AsyncControllerClient:
     async def delete_scope(self, scope: str) -> None:
         await self.call("DELETE", f"/scopes/{scope}")
 
-    async def create_stream(self, scope: str, stream: str, initial_segments: int = 1) -> bool:
-        """Create ``scope/stream`` with a fixed number of segments; ``False`` if it existed."""
-        body = {
+    async def create_stream(
+        self,
+        scope: str,
+        stream: str,
+        initial_segments: int = 1,
+        *,
+        scaling_policy: dict[str, Any] | None = None,
+        retention_policy: dict[str, Any] | None = None,
+    ) -> bool:
+        """Create ``scope/stream`` with a fixed number of segments, or with the REST API's
+        ``scalingPolicy`` / ``retentionPolicy``; ``False`` if it existed."""
+        body: dict[str, Any] = {
             "streamName": stream,
-            "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": initial_segments},
+            "scalingPolicy": scaling_policy
+            or {"type": "FIXED_NUM_SEGMENTS", "minSegments": initial_segments},
         }
+        if retention_policy is not None:
+            body["retentionPolicy"] = retention_policy
         try:
             await self.call("POST", f"/scopes/{scope}/streams", body)
         except ControllerError as exc:

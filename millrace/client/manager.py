@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from typing import Any, TypeVar
 
+from millrace.client.batch import AsyncBatchClient, SegmentRange
 from millrace.client.blocking_readers import EventReader, GroupReader
 from millrace.client.blocking_writer import EventWriter, WriterOptions
 from millrace.client.byte_stream import AsyncByteStream
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.events import EventRead
 from millrace.client.io_loop import IoLoop
 from millrace.client.reader import AsyncEventReader, cut_of
 from millrace.client.reader_group import AsyncReaderGroup
@@ -44,8 +47,12 @@ class AsyncStreamManager:
     async def delete_scope(self, scope: str) -> None:
         await self.controller.delete_scope(scope)
 
-    async def create_stream(self, scope: str, stream: str, initial_segments: int = 1) -> bool:
-        return await self.controller.create_stream(scope, stream, initial_segments)
+    async def create_stream(
+        self, scope: str, stream: str, initial_segments: int = 1, **policies: Any
+    ) -> bool:
+        """``policies``: ``scaling_policy`` and ``retention_policy`` as the REST API takes
+        them (``{"type": "BY_RATE_IN_EVENTS_PER_SEC", "targetRate": 100, ...}``)."""
+        return await self.controller.create_stream(scope, stream, initial_segments, **policies)
 
     async def seal_stream(self, scope: str, stream: str) -> None:
         await self.controller.seal_stream(scope, stream)
@@ -190,8 +197,13 @@ class TransactionalWriter(_Closing):
         self._loop, self._writer = loop, writer
         loop.on_exit(self, writer.close)
 
-    def begin_txn(self, lease_ms: int = 30_000) -> BlockingTransaction:
-        return BlockingTransaction(self._loop, self._loop.run(self._writer.begin_txn(lease_ms)))
+    def begin_txn(self, lease_ms: int = 30_000, writer_id: str = "") -> BlockingTransaction:
+        begun = self._loop.run(self._writer.begin_txn(lease_ms, writer_id))
+        return BlockingTransaction(self._loop, begun)
+
+    def open_txn_ids(self, writer_id: str) -> list[uuid.UUID]:
+        """The transactions begun with ``writer_id`` that are still open."""
+        return self._loop.run(self._writer.open_txn_ids(writer_id))
 
     def get_txn(self, txn_id: uuid.UUID) -> BlockingTransaction:
         """The OPEN transaction ``txn_id``, to write to it, commit or abort it."""
@@ -200,6 +212,48 @@ class TransactionalWriter(_Closing):
     def close(self) -> None:
         self._loop.forget(self)
         self._loop.run(self._writer.close())
+
+
+async def _write_all(txn: Transaction, events: list[tuple[bytes | str, str | None]]) -> int:
+    for event, key in events:
+        await txn.write_event(event, key)
+    return len(events)
+
+
+async def _next(chunks: AsyncGenerator[list[EventRead], None]) -> list[EventRead]:
+    return await anext(chunks)
+
+
+class BatchClient(_Closing):
+    """Blocking facade of ``AsyncBatchClient`` (``millrace.client.batch``): plan a stream's
+    segment ranges between two cuts, read any one of them."""
+
+    def __init__(self, loop: IoLoop, batch: AsyncBatchClient) -> None:
+        self._loop, self._batch = loop, batch
+        loop.on_exit(self, batch.close)
+
+    def segment_ranges(
+        self, scope: str, stream: str, start: StreamCut | None = None, end: StreamCut | None = None
+    ) -> list[SegmentRange]:
+        return self._loop.run(self._batch.segment_ranges(scope, stream, start, end))
+
+    def read_range(self, segment: SegmentRange) -> Iterator[EventRead]:
+        """The range's events (``EventRead``: segment name, offset, data), read by the I/O
+        thread a read at a time."""
+        chunks = self._batch.read_range(segment)
+        try:
+            while True:
+                try:
+                    chunk = self._loop.run(_next(chunks))
+                except StopAsyncIteration:
+                    return
+                yield from chunk
+        finally:
+            self._loop.run(chunks.aclose())
+
+    def close(self) -> None:
+        self._loop.forget(self)
+        self._loop.run(self._batch.close())
 
 
 class BlockingTransaction:
@@ -224,6 +278,10 @@ class BlockingTransaction:
 
     def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
         self._loop.run(self.txn.write_event(event, routing_key))
+
+    def write_events(self, events: Iterable[tuple[bytes | str, str | None]]) -> int:
+        """Write many ``(event, routing key)`` pairs with one hop to the I/O thread; how many."""
+        return self._loop.run(_write_all(self.txn, list(events)))
 
     def flush(self) -> None:
         """Wait until every event written so far is durable in the transaction (a commit from
@@ -260,8 +318,13 @@ class StreamManager(_Closing):
     def delete_scope(self, scope: str) -> None:
         self._loop.run(self._async.delete_scope(scope))
 
-    def create_stream(self, scope: str, stream: str, initial_segments: int = 1) -> bool:
-        return self._loop.run(self._async.create_stream(scope, stream, initial_segments))
+    def create_stream(
+        self, scope: str, stream: str, initial_segments: int = 1, **policies: Any
+    ) -> bool:
+        """As ``AsyncStreamManager.create_stream``."""
+        return self._loop.run(
+            self._async.create_stream(scope, stream, initial_segments, **policies)
+        )
 
     def seal_stream(self, scope: str, stream: str) -> None:
         self._loop.run(self._async.seal_stream(scope, stream))
@@ -307,6 +370,10 @@ class StreamManager(_Closing):
 
     def reader_group(self, scope: str, group: str) -> ReaderGroup:
         return ReaderGroup(self._loop, self._async.reader_group(scope, group))
+
+    def create_batch_client(self) -> BatchClient:
+        """Segment ranges between stream cuts, read independently (Pravega's BatchClient)."""
+        return BatchClient(self._loop, AsyncBatchClient(self._async.controller))
 
     def create_byte_stream(self, scope: str, stream: str) -> ByteStream:
         """As ``AsyncStreamManager.create_byte_stream``."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.pool import SegmentStorePool
@@ -101,9 +102,18 @@ class AsyncTransactionalWriter:
             self._nodes[parent_id] = node
         return await self._pool.get(*node)
 
-    async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT) -> Transaction:
+    async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT, writer_id: str = "") -> Transaction:
+        """A new transaction; ``writer_id`` names who writes it (``open_txn_ids`` finds the
+        ones a writer left open)."""
         path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
-        return Transaction(self, await self.controller.call("POST", path, {"leaseMs": lease_ms}))
+        body = {"leaseMs": lease_ms, "writerId": writer_id}
+        return Transaction(self, await self.controller.call("POST", path, body))
+
+    async def open_txn_ids(self, writer_id: str) -> list[uuid.UUID]:
+        """The transactions begun with ``writer_id`` that are still open."""
+        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
+        answer = await self.controller.call("GET", f"{path}?writerId={quote(writer_id)}")
+        return [uuid.UUID(t["txnId"]) for t in answer["transactions"]]
 
     async def get_txn(self, txn_id: uuid.UUID) -> Transaction:
         """The OPEN transaction ``txn_id`` (begun by this or another client), to write to it,

@@ -1,0 +1,306 @@
+"""The ``millrace`` PySpark data source (``pyspark.sql.datasource``): batch read and write.
+
+Small stateless classes: the options are parsed once (``Options``); readers and writers hold
+only what pickles (the options, plain segment ranges, transaction ids) and talk to Millrace
+through the Python client (``StreamManager``), on the driver and on the executors alike.
+
+* **Read**: the driver plans one partition per segment range between the start and end cuts
+  (``BatchClient.segment_ranges``); executors read their ranges in parallel and hand Spark
+  Arrow record batches. Rows: ``event`` (binary), ``scope``, ``stream``, ``segment_id``,
+  ``offset``, ``routing_key`` (null: Millrace's events do not carry their key). A range whose
+  start was truncated away meanwhile is read from the new start, with a warning.
+* **Write**: an ``event`` column (string or binary) and an optional ``routing_key`` column.
+  With ``exactly_once`` (the default) each task writes into its own transaction and returns its
+  id; the driver commits them all when the job commits, and aborts them when it fails; a task
+  that fails aborts its own. So a failed or retried task or job never leaves partial or
+  duplicate data. Without it, each task writes with an idempotent writer and flushes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from millrace.client.batch import RangeTruncatedError, SegmentRange
+from millrace.client.manager import StreamManager
+from millrace.client.streamcut import StreamCut
+from spark_bridge.options import OptionError, Options
+
+log = logging.getLogger(__name__)
+
+#: The rows a read gives.
+SCHEMA = (
+    "event binary, scope string, stream string, segment_id bigint, offset bigint,"
+    " routing_key string"
+)
+#: Events handed to Spark per Arrow record batch, at most.
+BATCH_ROWS = 8192
+#: Events a writing task hands the client per hop to its I/O thread.
+WRITE_CHUNK = 10_000
+
+
+class MillraceDataSource(DataSource):
+    """``spark.read.format("millrace")`` / ``df.write.format("millrace")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "millrace"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(Options.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = Options.parse(self.options)
+        check_write_schema(schema)
+        prepare_stream(options)
+        return BatchWriter(options)
+
+
+def manager_of(options: Options) -> StreamManager:
+    return StreamManager(options.controller, token=options.token)
+
+
+# -- read -----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RangePartition(InputPartition):  # type: ignore[misc]
+    segment: SegmentRange
+
+
+def plan_ranges(options: Options, start: StreamCut | None, end: StreamCut | None) -> list[Any]:
+    with manager_of(options) as manager, manager.create_batch_client() as batch:
+        ranges = batch.segment_ranges(options.scope, options.stream, start, end)
+    return [RangePartition(r) for r in ranges if r.size > 0]
+
+
+def start_and_end(options: Options) -> tuple[StreamCut | None, StreamCut | None]:
+    """The batch read's cuts: ``earliest`` is the head, ``latest`` and ``unbounded`` the tail
+    as the job is planned."""
+    start = options.cut("start_stream_cut")
+    if start is None and options.start_stream_cut == "latest":
+        with manager_of(options) as manager:
+            start = manager.get_stream_cut(options.scope, options.stream, "tail")
+    if options.end_stream_cut == "earliest":
+        raise OptionError("millrace: option 'end_stream_cut' cannot be earliest")
+    return start, options.cut("end_stream_cut")
+
+
+class BatchReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def partitions(self) -> list[Any]:
+        start, end = start_and_end(self.options)
+        return plan_ranges(self.options, start, end)
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        # with no range to read, Spark still reads one partition of its own: nothing in it
+        segment = getattr(partition, "segment", None)
+        if segment is not None:
+            yield from read_range(self.options, segment)
+
+
+def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
+    """Arrow record batches of the range's events (executors)."""
+    import pyarrow as pa
+
+    with manager_of(options) as manager, manager.create_batch_client() as batch:
+        while segment.start_offset < segment.end_offset:
+            rows: list[Any] = []
+            try:
+                for event in batch.read_range(segment):
+                    rows.append(event)
+                    if len(rows) >= BATCH_ROWS:
+                        yield _record_batch(pa, segment, rows)
+                        rows = []
+                if rows:
+                    yield _record_batch(pa, segment, rows)
+                return
+            except RangeTruncatedError as exc:
+                if rows:
+                    yield _record_batch(pa, segment, rows)
+                    segment = dataclasses.replace(segment, start_offset=rows[-1].next_offset)
+                log.warning(
+                    "millrace: %s was truncated up to %d while read; skipping to there",
+                    segment.name, exc.start_offset,
+                )  # fmt: skip
+                segment = dataclasses.replace(
+                    segment, start_offset=max(segment.start_offset, exc.start_offset)
+                )
+
+
+def _record_batch(pa: Any, segment: SegmentRange, events: list[Any]) -> Any:
+    count = len(events)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([e.data for e in events], pa.binary()),
+            pa.array([segment.scope] * count, pa.string()),
+            pa.array([segment.stream] * count, pa.string()),
+            pa.array([segment.segment_id] * count, pa.int64()),
+            pa.array([e.offset for e in events], pa.int64()),
+            pa.nulls(count, pa.string()),
+        ],
+        names=["event", "scope", "stream", "segment_id", "offset", "routing_key"],
+    )
+
+
+# -- write ----------------------------------------------------------------------------------------
+
+
+def check_write_schema(schema: StructType) -> None:
+    names = {f.name for f in schema.fields}
+    if "event" not in names:
+        raise OptionError(
+            "millrace: a DataFrame written to Millrace needs an 'event' column (string or"
+            f" binary); it has {sorted(names)}"
+        )
+    for field in schema.fields:
+        if field.name in ("event", "routing_key"):
+            kind = field.dataType.simpleString()
+            if kind not in ("string", "binary") or (
+                field.name == "routing_key" and kind != "string"
+            ):
+                raise OptionError(
+                    f"millrace: column {field.name!r} must be string"
+                    f"{' or binary' if field.name == 'event' else ''}, not {kind}"
+                )
+
+
+def prepare_stream(options: Options) -> None:
+    """Create the scope and the stream when allowed (driver, while the job is planned)."""
+    with manager_of(options) as manager:
+        if options.allow_create_scope:
+            manager.create_scope(options.scope)
+        if options.allow_create_stream:
+            manager.create_stream(
+                options.scope, options.stream, options.default_num_segments,
+                scaling_policy=scaling_policy(options), retention_policy=retention_policy(options),
+            )  # fmt: skip
+
+
+def scaling_policy(options: Options) -> dict[str, Any]:
+    if options.default_segment_target_rate_events_per_sec:
+        return {"type": "BY_RATE_IN_EVENTS_PER_SEC", "minSegments": options.default_num_segments,
+                "targetRate": options.default_segment_target_rate_events_per_sec,
+                "scaleFactor": options.default_scale_factor}  # fmt: skip
+    if options.default_segment_target_rate_bytes_per_sec:
+        return {"type": "BY_RATE_IN_KBYTES_PER_SEC", "minSegments": options.default_num_segments,
+                "targetRate": max(options.default_segment_target_rate_bytes_per_sec // 1024, 1),
+                "scaleFactor": options.default_scale_factor}  # fmt: skip
+    return {"type": "FIXED_NUM_SEGMENTS", "minSegments": options.default_num_segments}
+
+
+def retention_policy(options: Options) -> dict[str, Any] | None:
+    if options.default_retention_duration_milliseconds:
+        minutes = max(options.default_retention_duration_milliseconds // 60_000, 1)
+        return {"type": "LIMITED_DAYS", "value": 0, "timeBasedRetention": {"minutes": minutes}}
+    if options.default_retention_size_bytes:
+        mib = max(options.default_retention_size_bytes // (1024 * 1024), 1)
+        return {"type": "LIMITED_SIZE_MB", "value": mib}
+    return None
+
+
+@dataclasses.dataclass
+class WriteMessage(WriterCommitMessage):  # type: ignore[misc]
+    events: int
+    #: the task's transaction (exactly once), or ''
+    txn_id: str = ""
+
+
+class BatchWriter(DataSourceWriter):  # type: ignore[misc]
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        #: every transaction of this job is begun with this writer id, so that an abort also
+        #: finds those of tasks that were killed before they could report theirs
+        self.writer_id = f"spark-{uuid.uuid4().hex[:24]}"
+
+    def write(self, iterator: Iterator[Any]) -> WriteMessage:
+        return write_rows(self.options, iterator, self.writer_id)
+
+    def commit(self, messages: list[Any]) -> None:
+        finish(self.options, messages, commit=True)
+
+    def abort(self, messages: list[Any]) -> None:
+        finish(self.options, messages, commit=False, writer_id=self.writer_id)
+
+
+def _pairs(rows: Iterator[Any]) -> Iterator[tuple[bytes | str, str | None]]:
+    for row in rows:
+        event = row["event"]
+        if event is None:
+            raise ValueError("millrace: a row's 'event' is null")
+        key = row["routing_key"] if "routing_key" in row.__fields__ else None
+        yield (bytes(event) if isinstance(event, (bytearray, memoryview)) else event), key
+
+
+def write_rows(options: Options, rows: Iterator[Any], writer_id: str) -> WriteMessage:
+    """One task's rows (executors): into its own transaction, or with a plain writer."""
+    count = 0
+    with manager_of(options) as manager:
+        if not options.exactly_once:
+            with manager.create_writer(options.scope, options.stream) as writer:
+                for event, key in _pairs(rows):
+                    writer.write_event(event, routing_key=key)
+                    count += 1
+                writer.flush()
+            return WriteMessage(count)
+        with manager.create_transaction_writer(options.scope, options.stream) as writers:
+            txn = writers.begin_txn(lease_ms=options.transaction_timeout_ms, writer_id=writer_id)
+            try:
+                chunk: list[tuple[bytes | str, str | None]] = []
+                for pair in _pairs(rows):
+                    chunk.append(pair)
+                    if len(chunk) >= WRITE_CHUNK:
+                        count += txn.write_events(chunk)
+                        chunk = []
+                count += txn.write_events(chunk)
+                txn.flush()
+            except BaseException:
+                txn.abort()  # this attempt's events never appear; Spark may retry the task
+                raise
+            return WriteMessage(count, str(txn.txn_id))
+
+
+def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:
+    """Commit (or abort) every task's transaction (driver). Both are idempotent: one that is
+    committed (aborted) already is left so; a commit finding one aborted (its lease ran out)
+    fails the job. An abort also aborts whatever the job's ``writer_id`` left open."""
+    ids = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
+    if not ids and not writer_id:
+        return
+    with (
+        manager_of(options) as manager,
+        manager.create_transaction_writer(options.scope, options.stream) as writers,
+    ):
+        if writer_id:
+            ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
+        for text in ids:
+            try:
+                txn = writers.get_txn(uuid.UUID(text))
+            except ValueError as exc:  # not open any more ("... is STATE, not OPEN")
+                state = str(exc).split(" is ")[-1].split(",")[0]
+                if commit and state not in ("COMMITTED", "COMMITTING"):
+                    raise RuntimeError(
+                        f"millrace: transaction {text} cannot be committed: {exc}"
+                    ) from None
+                continue
+            if commit:
+                txn.commit()
+            else:
+                txn.abort()

@@ -1,0 +1,169 @@
+"""Batch reads and writes through ``format("millrace")`` on local Spark against a real
+standalone node: round trips with per-key order, exactly once through failures, stream cuts
+shared with the Python client, clear errors for bad options."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from millrace.client.manager import StreamManager
+from tests.acceptance.standalone_node import Standalone
+from tests.spark.conftest import options
+
+
+def events_frame(spark: Any, count: int, keys: int, tag: str = "e") -> Any:
+    """``count`` events ``<tag>:<key>:<seq>``; each key's events in one partition, in order."""
+    from pyspark.sql import functions as f
+
+    return (
+        spark.range(count)
+        .select(
+            (f.col("id") % keys).cast("string").alias("routing_key"),
+            f.col("id").alias("seq"),
+        )
+        .repartition(4, "routing_key")
+        .sortWithinPartitions("seq")
+        .select(
+            f.concat_ws(":", f.lit(tag), "routing_key", f.col("seq").cast("string")).alias("event"),
+            "routing_key",
+        )
+    )
+
+
+def read_back(spark: Any, node: Standalone, stream: str, **more: Any) -> list[Any]:
+    frame = spark.read.format("millrace").options(**options(node, stream, **more)).load()
+    return frame.collect()
+
+
+def assert_in_key_order(rows: list[Any]) -> None:
+    by_key: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for row in rows:
+        _, key, seq = row["event"].decode().split(":")
+        by_key[key].append((row["segment_id"], row["offset"], int(seq)))
+    for key, found in by_key.items():
+        seqs = [seq for _, _, seq in sorted(found)]
+        assert seqs == sorted(seqs), f"key {key} out of order"
+
+
+def open_transactions(node: Standalone) -> int:
+    with sqlite3.connect(node.data_dir / "millrace.sqlite3") as db:
+        (count,) = db.execute(
+            "SELECT count(*) FROM controller_app_transaction WHERE state = 'OPEN'"
+        ).fetchone()
+    return int(count)
+
+
+def test_a_round_trip_keeps_every_event_once_and_each_keys_order(
+    spark: Any, node: Standalone
+) -> None:
+    frame = events_frame(spark, 20_000, keys=100)
+    frame.write.format("millrace").options(**options(node, "trip", default_num_segments=3)).mode(
+        "append"
+    ).save()
+    rows = read_back(spark, node, "trip")
+    assert len(rows) == 20_000
+    assert {r["event"].decode() for r in rows} == {f"e:{i % 100}:{i}" for i in range(20_000)}
+    assert {(r["scope"], r["stream"]) for r in rows} == {("sp", "trip")}
+    assert len({r["segment_id"] for r in rows}) == 3
+    assert_in_key_order(rows)
+    assert open_transactions(node) == 0
+
+
+def test_a_retried_task_writes_nothing_twice(spark: Any, node: Standalone) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql import functions as f
+
+    def fail_once(event: str) -> str:
+        context = TaskContext.get()
+        if context.partitionId() == 0 and context.attemptNumber() == 0 and event.endswith(":500"):
+            raise RuntimeError("injected failure, first attempt of partition 0")
+        return event
+
+    flaky = f.udf(fail_once, "string")
+    frame = events_frame(spark, 4_000, keys=10)
+    frame = frame.select(flaky("event").alias("event"), "routing_key")
+    frame.write.format("millrace").options(**options(node, "retried")).mode("append").save()
+    rows = read_back(spark, node, "retried")
+    assert sorted(r["event"].decode() for r in rows) == sorted(
+        f"e:{i % 10}:{i}" for i in range(4_000)
+    )
+    assert_in_key_order(rows)
+    assert open_transactions(node) == 0
+
+
+def test_a_failed_job_leaves_nothing_visible_and_no_open_transaction(
+    spark: Any, node: Standalone
+) -> None:
+    from pyspark.sql import functions as f
+
+    def always_fail(event: str) -> str:
+        if event.endswith(":3000"):
+            raise RuntimeError("injected failure, every attempt")
+        return event
+
+    broken = f.udf(always_fail, "string")
+    frame = events_frame(spark, 4_000, keys=10).select(
+        broken("event").alias("event"), "routing_key"
+    )
+    with pytest.raises(Exception, match="injected failure"):
+        frame.write.format("millrace").options(**options(node, "failed")).mode("append").save()
+    assert read_back(spark, node, "failed") == []
+    assert open_transactions(node) == 0
+
+
+def test_without_exactly_once_plain_writers_write(spark: Any, node: Standalone) -> None:
+    frame = events_frame(spark, 1_000, keys=5)
+    frame.write.format("millrace").options(**options(node, "plain", exactly_once="false")).mode(
+        "append"
+    ).save()
+    rows = read_back(spark, node, "plain")
+    assert len(rows) == 1_000
+    assert_in_key_order(rows)
+
+
+def test_stream_cuts_of_the_python_client_and_of_spark_interoperate(
+    spark: Any, node: Standalone
+) -> None:
+    write = options(node, "cuts")
+    events_frame(spark, 500, keys=5, tag="old").write.format("millrace").options(**write).mode(
+        "append"
+    ).save()
+    with StreamManager(node.base, token=node.token) as manager:
+        middle = manager.get_stream_cut("sp", "cuts", "tail")
+        events_frame(spark, 300, keys=5, tag="new").write.format("millrace").options(**write).mode(
+            "append"
+        ).save()
+        end = manager.get_stream_cut("sp", "cuts", "tail")
+        manager.create_writer("sp", "cuts").write_event("after the end")
+    between = read_back(
+        spark, node, "cuts", start_stream_cut=middle.to_text(), end_stream_cut=end.to_text()
+    )
+    assert sorted(r["event"].decode() for r in between) == sorted(
+        f"new:{i % 5}:{i}" for i in range(300)
+    )
+    before = read_back(spark, node, "cuts", end_stream_cut=middle.to_text())
+    assert len(before) == 500 and all(r["event"].startswith(b"old:") for r in before)
+    latest = read_back(spark, node, "cuts", start_stream_cut="latest")
+    assert latest == []
+
+
+@pytest.mark.parametrize(
+    ("more", "message"),
+    [
+        ({"colour": "blue"}, "unknown option 'colour'"),
+        ({"start_stream_cut": "yesterday"}, "option 'start_stream_cut' must be earliest"),
+        ({"default_num_segments": "-1"}, "option 'default_num_segments' must be from 1"),
+    ],
+)
+def test_bad_options_fail_the_job_with_a_clear_message(
+    spark: Any, node: Standalone, more: dict[str, str], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        spark.read.format("millrace").options(**options(node, "trip", **more)).load().collect()
+    frame = spark.createDataFrame([("x",)], "payload string")
+    with pytest.raises(Exception, match="needs an 'event' column"):
+        frame.write.format("millrace").options(**options(node, "trip")).mode("append").save()
