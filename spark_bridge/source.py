@@ -19,14 +19,20 @@ through the Python client (``StreamManager``), on the driver and on the executor
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -69,6 +75,17 @@ class MillraceDataSource(DataSource):
         check_write_schema(schema)
         prepare_stream(options)
         return BatchWriter(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(Options.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        records = commit_records(self.options)
+        options = Options.parse({k: v for k, v in self.options.items()
+                                 if str(k).lower() != "checkpointlocation"})  # fmt: skip
+        check_write_schema(schema)
+        prepare_stream(options)
+        return StreamWriter(options, records)
 
 
 def manager_of(options: Options) -> StreamManager:
@@ -304,3 +321,111 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
                 txn.commit()
             else:
                 txn.abort()
+
+
+# -- streaming read -------------------------------------------------------------------------------
+
+
+def offset_of(cut: StreamCut) -> dict[str, Any]:
+    """A stream cut as Spark keeps an offset (a dict of primitives)."""
+    return {"positions": {str(k): int(v) for k, v in sorted(cut.positions.items())}}
+
+
+def cut_of(options: Options, offset: dict[str, Any]) -> StreamCut:
+    positions = {int(k): int(v) for k, v in offset["positions"].items()}
+    return StreamCut(options.scope, options.stream, positions)
+
+
+class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Micro-batches between stream cuts: a batch's offset is the tail cut when it was planned,
+    its partitions the segment ranges between the previous cut and that one (successors of
+    segments that scaled meanwhile included, so keys are followed in order across a scale)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def initialOffset(self) -> dict[str, Any]:
+        where = self.options.start_stream_cut
+        given = self.options.cut("start_stream_cut")
+        if given is not None:
+            return offset_of(given)
+        with manager_of(self.options) as manager:
+            at = "tail" if where == "latest" else "head"
+            return offset_of(manager.get_stream_cut(self.options.scope, self.options.stream, at))
+
+    def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, Any]:
+        with manager_of(self.options) as manager:
+            tail = manager.get_stream_cut(self.options.scope, self.options.stream, "tail")
+        return offset_of(tail)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+        if start == end:
+            return []
+        return plan_ranges(self.options, cut_of(self.options, start), cut_of(self.options, end))
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        segment = getattr(partition, "segment", None)
+        if segment is not None:
+            yield from read_range(self.options, segment)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: Millrace keeps no state for the query."""
+
+
+# -- streaming write ------------------------------------------------------------------------------
+
+
+class StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+    """Each micro-batch's tasks write into transactions named after the query and the batch;
+    the driver records the batch's transaction ids beside the query's checkpoint before it
+    commits them. A replayed batch (the query restarted after the record, before Spark noted
+    the batch as done) commits the recorded transactions again (a no-op when they were) and
+    aborts the replay's own: no batch is ever written twice."""
+
+    def __init__(self, options: Options, records: Path) -> None:
+        self.options = options
+        self.records = records
+        self.query = hashlib.sha256(str(records).encode()).hexdigest()[:16]
+
+    def write(self, iterator: Iterator[Any]) -> WriteMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        return write_rows(self.options, iterator, f"spark-{self.query}-{batch}")
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        record = self.records / f"{batchId}.json"
+        ours = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
+        if record.exists():  # a replay: the first run's transactions are the batch
+            first = json.loads(record.read_text())["transactions"]
+            finish(self.options, [WriteMessage(0, t) for t in first], commit=True)
+            replayed = [t for t in ours if t not in first]
+            finish(self.options, [WriteMessage(0, t) for t in replayed], commit=False)
+            return
+        self.records.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(".tmp")
+        partial.write_text(json.dumps({"batchId": batchId, "transactions": ours}))
+        os.replace(partial, record)
+        finish(self.options, messages, commit=True)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        finish(self.options, messages, commit=False, writer_id=f"spark-{self.query}-{batchId}")
+
+
+def commit_records(options: dict[str, Any]) -> Path:
+    """Where a streaming write keeps its batches' records: ``<checkpointLocation>/millrace``
+    (a local checkpoint location is required)."""
+    location = {str(k).lower(): v for k, v in options.items()}.get("checkpointlocation")
+    if not location:
+        raise OptionError(
+            "millrace: a streaming write needs option 'checkpointLocation' (its batches'"
+            " commit records are kept there)"
+        )
+    text = str(location)
+    if "://" in text and not text.startswith("file://"):
+        raise OptionError(
+            f"millrace: a streaming write keeps its commit records beside a local"
+            f" checkpointLocation; {text!r} is not local"
+        )
+    return Path(text.removeprefix("file://").removeprefix("file:")) / "millrace"
