@@ -532,6 +532,78 @@ def add_commands(commands: Any, add: Any, data_dir: argparse.ArgumentParser) -> 
     )  # fmt: skip
 
 
+def add_spark_commands(commands: Any, add: Any, data_dir: argparse.ArgumentParser) -> None:
+    """``millrace ingest`` and ``millrace export``: the Spark jobs of ``spark_bridge.jobs`` on
+    a local Spark, or the ``spark-submit`` line that runs them on a cluster."""
+    common = _common()
+    parents = [data_dir, common]
+    ingest = add(commands, "ingest", _run(spark_ingest),
+                 "Load Parquet, CSV or JSON files into a stream, exactly once (local Spark).",
+                 parents=parents)  # fmt: skip
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    ingest.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
+    ingest.add_argument("--format", default="parquet", choices=("parquet", "csv", "json"))
+    ingest.add_argument("--key-column", help="the routing key's column")
+    ingest.add_argument("--event-column", help="the event's column (default: the row as JSON)")
+    ingest.add_argument("--create", action="store_true", help="create the scope and stream")
+    ingest.add_argument("--segments", type=int, default=1, help="a created stream's segments")
+    export = add(commands, "export", _run(spark_export),
+                 "Write a stream, or the part between two cuts, out as files (local Spark).",
+                 parents=parents)  # fmt: skip
+    export.add_argument("name", metavar="SCOPE/STREAM")
+    export.add_argument("--to", required=True, metavar="DIR")
+    export.add_argument("--from", dest="start", default="earliest", help="a stream cut text")
+    export.add_argument("--until", dest="end", default="unbounded", help="a stream cut text")
+    export.add_argument("--format", default="parquet", choices=("parquet", "json", "csv"))
+    for command in (ingest, export):
+        command.add_argument("--master", help="Spark master (default local[*])")
+        command.add_argument("--spark-submit", action="store_true",
+                             help="print the spark-submit line for a cluster instead")  # fmt: skip
+
+
+def _job_argv(args: argparse.Namespace, *rest: str) -> list[str]:
+    argv = ["--controller", _url(args), *rest]
+    if args.master:
+        argv += ["--master", args.master]
+    return argv
+
+
+def _run_job(args: argparse.Namespace, module: str, argv: list[str]) -> None:
+    import importlib
+    import shlex
+
+    job = importlib.import_module(f"spark_bridge.jobs.{module}")
+    if args.spark_submit:  # the cluster's Python needs Millrace installed, as here
+        path = Path(job.__file__ or module)
+        shown = [a if a != _token(args) else "TOKEN" for a in argv]
+        line = shlex.join(["spark-submit", str(path), *shown])
+        print(line.replace(" TOKEN", ' "$MILLRACE_TOKEN"'))
+        return
+    code = job.main(argv)
+    if code:
+        raise AdminError(f"the {module} job failed (exit status {code})")
+
+
+def spark_ingest(args: argparse.Namespace) -> None:
+    _split(args.stream)
+    rest = ["--token", _token(args), "--stream", args.stream, "--format", args.format,
+            "--segments", str(args.segments)]  # fmt: skip
+    if args.key_column:
+        rest += ["--key-column", args.key_column]
+    if args.event_column:
+        rest += ["--event-column", args.event_column]
+    if args.create:
+        rest.append("--create")
+    _run_job(args, "ingest", _job_argv(args, *rest, *args.paths))
+
+
+def spark_export(args: argparse.Namespace) -> None:
+    _split(args.name)
+    rest = ["--token", _token(args), "--stream", args.name, "--to", args.to,
+            "--from", args.start, "--until", args.end, "--format", args.format]  # fmt: skip
+    _run_job(args, "export", _job_argv(args, *rest))
+
+
 def _run(handler: Any, rest: bool = False) -> Any:
     """A cli.Handler around an admin command (``AdminError`` is caught by ``cli.main``). With
     ``rest``, the handler also gets the arguments argparse left over (events placed after an

@@ -381,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     from millrace import admin_cli
 
     admin_cli.add_commands(commands, _add, data_dir)
+    admin_cli.add_spark_commands(commands, _add, data_dir)
     _add(commands, "version", cmd_version, "Print the version of Millrace.")
     return parser
 

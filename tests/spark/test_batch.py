@@ -14,6 +14,8 @@ from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone
 from tests.spark.conftest import options
 
+pytestmark = pytest.mark.slow
+
 
 def events_frame(spark: Any, count: int, keys: int, tag: str = "e") -> Any:
     """``count`` events ``<tag>:<key>:<seq>``; each key's events in one partition, in order."""

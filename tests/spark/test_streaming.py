@@ -8,10 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone, request
 from tests.spark.conftest import options
 from tests.spark.test_batch import assert_in_key_order, open_transactions, read_back
+
+pytestmark = pytest.mark.slow
 
 
 def write_events(node: Standalone, stream: str, tag: str, first: int, count: int) -> None:

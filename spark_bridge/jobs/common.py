@@ -1,0 +1,87 @@
+"""What the jobs share: a Spark session, a progress bar over Spark's tasks, a summary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+def spark_session(app: str, master: str | None = None) -> Any:
+    """The session of a job: ``master`` (default: what spark-submit gave, else ``local[*]``),
+    with the ``millrace`` data source registered."""
+    from pyspark.sql import SparkSession
+
+    import spark_bridge
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
+    if master:
+        builder = builder.master(master)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    spark_bridge.register(session)
+    return session
+
+
+@contextlib.contextmanager
+def progress(spark: Any, what: str, enabled: bool = True) -> Iterator[None]:
+    """A progress bar of the tasks of the job's running stages, while the block runs."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    tracker = spark.sparkContext.statusTracker()
+    stop = threading.Event()
+    bar = tqdm(total=0, desc=what, unit="task", file=sys.stderr)
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            done = total = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info is not None:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if total:
+                bar.total = max(bar.total or 0, total)
+                bar.n = done
+                bar.refresh()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        bar.n = bar.total or bar.n
+        bar.close()
+
+
+@dataclass
+class Summary:
+    events: int
+    bytes: int
+    seconds: float
+
+    def line(self, verb: str) -> str:
+        rate = self.events / self.seconds if self.seconds else 0.0
+        return (
+            f"{verb} {self.events:,} events ({self.bytes:,} bytes) in {self.seconds:.1f} s:"
+            f" {rate:,.0f} events/s, {self.bytes / max(self.seconds, 1e-9) / 2**20:,.1f} MiB/s"
+        )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
