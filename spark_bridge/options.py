@@ -35,7 +35,7 @@ LIMITS = {
 class Options:
     controller: str
     scope: str
-    stream: str
+    stream: str = ""
     start_stream_cut: str = "earliest"
     end_stream_cut: str = "unbounded"
     exactly_once: bool = True
@@ -70,7 +70,8 @@ class Options:
                 names = ", ".join(sorted([*known, "token_file"]))
                 raise OptionError(f"millrace: unknown option {raw_key!r}; the options are {names}")
             values[key] = _convert(key, value, field.default)
-        for required in ("controller", "scope", "stream"):
+        listing = values.get("metadata") == "streams"  # the scope's streams: no stream needed
+        for required in ("controller", "scope", *(() if listing else ("stream",))):
             if not values.get(required):
                 raise OptionError(f"millrace: option {required!r} is required")
         if not values["controller"].startswith(("http://", "https://")):
@@ -83,6 +84,11 @@ class Options:
                 values["token"] = Path(token_file).read_text().strip()
             except OSError as exc:
                 raise OptionError(f"millrace: option 'token_file': {exc}") from None
+        if values.get("approx_bytes_per_trigger"):
+            raise OptionError(
+                "millrace: option 'approx_bytes_per_trigger' is not supported yet: each"
+                " micro-batch reads up to the tail of the stream"
+            )
         options = cls(**values)
         options.check_cut("start_stream_cut")
         options.check_cut("end_stream_cut")

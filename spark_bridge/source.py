@@ -51,6 +51,11 @@ SCHEMA = (
     "event binary, scope string, stream string, segment_id bigint, offset bigint,"
     " routing_key string"
 )
+#: The rows a read with option ``metadata`` gives instead of events.
+METADATA_SCHEMAS = {
+    "streams": "scope string, stream string",
+    "streaminfo": "scope string, stream string, head_stream_cut string, tail_stream_cut string",
+}
 #: Events handed to Spark per Arrow record batch, at most.
 BATCH_ROWS = 8192
 #: Events a writing task hands the client per hop to its I/O thread.
@@ -65,10 +70,12 @@ class MillraceDataSource(DataSource):
         return "millrace"
 
     def schema(self) -> str:
-        return SCHEMA
+        metadata = Options.parse(self.options).metadata
+        return METADATA_SCHEMAS[metadata] if metadata else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(Options.parse(self.options))
+        options = Options.parse(self.options)
+        return MetadataReader(options) if options.metadata else BatchReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = Options.parse(self.options)
@@ -131,6 +138,25 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         segment = getattr(partition, "segment", None)
         if segment is not None:
             yield from read_range(self.options, segment)
+
+
+class MetadataReader(DataSourceReader):  # type: ignore[misc]
+    """``metadata=Streams``: the scope's streams; ``metadata=StreamInfo``: the stream's head
+    and tail cuts (as the Python client's text form, for ``start_stream_cut`` and the like)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+        scope, stream = self.options.scope, self.options.stream
+        with manager_of(self.options) as manager:
+            if self.options.metadata == "streams":
+                for name in manager.list_streams(scope):
+                    yield scope, name
+                return
+            head = manager.get_stream_cut(scope, stream, "head").to_text()
+            tail = manager.get_stream_cut(scope, stream, "tail").to_text()
+            yield scope, stream, head, tail
 
 
 def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:

@@ -122,6 +122,11 @@ class AsyncControllerClient:
             raise
         return True
 
+    async def list_streams(self, scope: str) -> list[str]:
+        """The names of the scope's streams (internal ones, starting with ``_``, left out)."""
+        found = await self.call("GET", f"/scopes/{scope}/streams")
+        return [str(item["streamName"]) for item in found["streams"]]
+
     async def seal_stream(self, scope: str, stream: str) -> None:
         await self.call("PUT", f"/scopes/{scope}/streams/{stream}/state", {"streamState": "SEALED"})
 

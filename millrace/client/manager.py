@@ -93,6 +93,9 @@ class AsyncStreamManager:
         await self.controller.create_stream(scope, stream, initial_segments=1)
         return await AsyncByteStream.open(self.controller, scope, stream)
 
+    async def list_streams(self, scope: str) -> list[str]:
+        return await self.controller.list_streams(scope)
+
     async def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
         where = str(at)
@@ -352,6 +355,10 @@ class StreamManager(_Closing):
 
     def create_transaction_writer(self, scope: str, stream: str) -> TransactionalWriter:
         return TransactionalWriter(self._loop, self._async.create_transaction_writer(scope, stream))
+
+    def list_streams(self, scope: str) -> list[str]:
+        """The names of the scope's streams."""
+        return self._loop.run(self._async.list_streams(scope))
 
     def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""

@@ -169,3 +169,28 @@ def test_bad_options_fail_the_job_with_a_clear_message(
     frame = spark.createDataFrame([("x",)], "payload string")
     with pytest.raises(Exception, match="needs an 'event' column"):
         frame.write.format("millrace").options(**options(node, "trip")).mode("append").save()
+
+
+def test_metadata_lists_streams_and_gives_a_streams_cuts(spark: Any, node: Standalone) -> None:
+    events_frame(spark, 100, keys=3).write.format("millrace").options(**options(node, "meta")).mode(
+        "append"
+    ).save()
+    listing = (
+        spark.read.format("millrace")
+        .options(controller=node.base, token=node.token, scope="sp", metadata="Streams")
+        .load()
+        .collect()
+    )
+    assert ("sp", "meta") in {(r["scope"], r["stream"]) for r in listing}
+    (info,) = (
+        spark.read.format("millrace")
+        .options(**options(node, "meta", metadata="StreamInfo"))
+        .load()
+        .collect()
+    )
+    with StreamManager(node.base, token=node.token) as manager:
+        assert info["tail_stream_cut"] == manager.get_stream_cut("sp", "meta", "tail").to_text()
+        assert info["head_stream_cut"] == manager.get_stream_cut("sp", "meta", "head").to_text()
+    between = read_back(spark, node, "meta", start_stream_cut=info["head_stream_cut"],
+                        end_stream_cut=info["tail_stream_cut"])  # fmt: skip
+    assert len(between) == 100

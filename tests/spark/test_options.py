@@ -38,6 +38,8 @@ def test_defaults_and_conversions(tmp_path: Path) -> None:
          "option 'end_stream_cut' is a cut of other/st"),
         ({"metadata": "Everything"}, "option 'metadata' must be Streams or StreamInfo"),
         ({"token_file": "/nonexistent/token"}, "option 'token_file'"),
+        ({"approx_bytes_per_trigger": "1000"}, "'approx_bytes_per_trigger' is not supported yet"),
+        ({"stream": ""}, "option 'stream' is required"),
     ],
 )  # fmt: skip
 def test_bad_options_are_refused_by_name(given: dict[str, str], named: str) -> None:
@@ -50,3 +52,8 @@ def test_a_cut_of_the_stream_is_taken() -> None:
     parsed = Options.parse({**BASE, "start_stream_cut": text})
     assert parsed.cut("start_stream_cut") == StreamCut("sc", "st", {0: 10})
     assert parsed.cut("end_stream_cut") is None
+
+
+def test_listing_a_scopes_streams_needs_no_stream() -> None:
+    parsed = Options.parse({"controller": BASE["controller"], "scope": "sc", "metadata": "Streams"})
+    assert (parsed.scope, parsed.stream, parsed.metadata) == ("sc", "", "streams")

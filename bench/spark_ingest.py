@@ -1,0 +1,123 @@
+"""Spark writes and reads: Millrace (exactly once) beside Parquet on local disk, one run.
+
+Target (issue 16, section 5): with the same DataFrame (``--events`` events of ``--size`` bytes
+with ``--keys`` routing keys), Millrace's write rate (exactly once) and read rate are each at
+least half of Parquet's on local disk.
+
+It starts a standalone node (embedded defaults), a local Spark (``local[2]``), builds the
+DataFrame once (cached in memory, so neither side pays for making it), then in turn: writes it
+to Parquet, writes it to a Millrace stream with ``format("millrace")``, reads the Parquet files
+back, reads the stream back (each read ends in a ``count()`` of rows that materialises every
+column), and prints events/s and MiB/s of each with the ratios.
+
+Usage::
+
+    .venv/bin/python bench/spark_ingest.py                              # 10,000,000 events
+    .venv/bin/python bench/spark_ingest.py --events 1000000 --segments 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.services import rest_call, standalone_node
+
+
+def timed(what: str, action: Any) -> float:
+    started = time.perf_counter()
+    action()
+    seconds = time.perf_counter() - started
+    print(f"  {what}: {seconds:.1f} s", flush=True)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--size", type=int, default=100, help="bytes per event")
+    parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--segments", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=8, help="Spark partitions written")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as f
+
+    import spark_bridge
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    results: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores,"
+        f" Python {platform.python_version()}",
+        "events": args.events, "size": args.size, "keys": args.keys, "segments": args.segments,
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="millrace-spark-bench-") as scratch:
+        work = Path(scratch)
+        with standalone_node(work) as (base, token, _wire):
+            spark = (
+                SparkSession.builder.master("local[2]").appName("millrace-bench")
+                .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+                .config("spark.driver.host", "127.0.0.1")
+                .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate()
+            )  # fmt: skip
+            spark.sparkContext.setLogLevel("ERROR")
+            spark_bridge.register(spark)
+            rest_call(base, token, "POST", "/v1/scopes", {"scopeName": "bench"})
+            pad = "x" * max(args.size - 24, 0)
+            label = f.format_string("%012d:%010d:", f.col("id") % args.keys, f.col("id"))
+            frame = spark.range(args.events, numPartitions=args.partitions).select(
+                f.concat(label, f.lit(pad)).alias("event"),
+                (f.col("id") % args.keys).cast("string").alias("routing_key"),
+            )
+            frame = frame.cache()
+            frame.count()
+            megabytes = args.events * args.size / 2**20
+            options = {"controller": base, "token": token, "scope": "bench", "stream": "ingest",
+                       "default_num_segments": str(args.segments)}  # fmt: skip
+            parquet = work / "parquet"
+            print(f"{args.events:,} events of {args.size} B, {args.keys} keys", flush=True)
+            w_parquet = timed("write parquet", lambda: frame.write.parquet(str(parquet)))
+            w_millrace = timed(
+                "write millrace (exactly once)",
+                lambda: frame.write.format("millrace").options(**options).mode("append").save(),
+            )
+            r_parquet = timed("read parquet", lambda: spark.read.parquet(str(parquet))
+                              .select(f.sum(f.length("event"))).collect())  # fmt: skip
+            r_millrace = timed("read millrace", lambda: spark.read.format("millrace")
+                               .options(**options).load()
+                               .select(f.sum(f.length("event"))).collect())  # fmt: skip
+            count = spark.read.format("millrace").options(**options).load().count()
+            if count != args.events:
+                raise RuntimeError(f"read back {count} events, wrote {args.events}")
+            spark.stop()
+            shutil.rmtree(parquet, ignore_errors=True)
+    for name, seconds in (("write_parquet", w_parquet), ("write_millrace", w_millrace),
+                          ("read_parquet", r_parquet), ("read_millrace", r_millrace)):  # fmt: skip
+        results[name] = {"seconds": round(seconds, 2),
+                         "events_per_s": round(args.events / seconds),
+                         "mib_per_s": round(megabytes / seconds, 1)}  # fmt: skip
+    results["write_ratio"] = round(w_parquet / w_millrace, 3)
+    results["read_ratio"] = round(r_parquet / r_millrace, 3)
+    print(json.dumps(results, indent=1))
+    for what in ("write", "read"):
+        ratio = results[f"{what}_ratio"]
+        verdict = "met" if ratio >= 0.5 else "NOT met"
+        print(f"{what}: Millrace at {ratio:.2f} of Parquet's rate (target 0.5): {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
