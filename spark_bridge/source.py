@@ -284,12 +284,19 @@ class BatchWriter(DataSourceWriter):  # type: ignore[misc]
 
 
 def _pairs(rows: Iterator[Any]) -> Iterator[tuple[bytes | str, str | None]]:
+    """``(event, routing key)`` of each row (the columns' places are found once)."""
+    event_at = key_at = None
     for row in rows:
-        event = row["event"]
+        if event_at is None:
+            fields = list(row.__fields__)
+            event_at = fields.index("event")
+            key_at = fields.index("routing_key") if "routing_key" in fields else None
+        event = row[event_at]
         if event is None:
             raise ValueError("millrace: a row's 'event' is null")
-        key = row["routing_key"] if "routing_key" in row.__fields__ else None
-        yield (bytes(event) if isinstance(event, (bytearray, memoryview)) else event), key
+        if isinstance(event, (bytearray, memoryview)):
+            event = bytes(event)
+        yield event, (row[key_at] if key_at is not None else None)
 
 
 def write_rows(options: Options, rows: Iterator[Any], writer_id: str) -> WriteMessage:

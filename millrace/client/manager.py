@@ -217,12 +217,6 @@ class TransactionalWriter(_Closing):
         self._loop.run(self._writer.close())
 
 
-async def _write_all(txn: Transaction, events: list[tuple[bytes | str, str | None]]) -> int:
-    for event, key in events:
-        await txn.write_event(event, key)
-    return len(events)
-
-
 async def _next(chunks: AsyncGenerator[list[EventRead], None]) -> list[EventRead]:
     return await anext(chunks)
 
@@ -284,7 +278,9 @@ class BlockingTransaction:
 
     def write_events(self, events: Iterable[tuple[bytes | str, str | None]]) -> int:
         """Write many ``(event, routing key)`` pairs with one hop to the I/O thread; how many."""
-        return self._loop.run(_write_all(self.txn, list(events)))
+        pairs = list(events)
+        self._loop.run(self.txn.write_events(pairs))
+        return len(pairs)
 
     def flush(self) -> None:
         """Wait until every event written so far is durable in the transaction (a commit from

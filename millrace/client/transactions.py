@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -43,17 +44,30 @@ class Transaction:
 
     async def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
         """Append ``event`` to the transaction (invisible until the commit)."""
+        await self.write_events([(event, routing_key)])
+
+    async def write_events(self, events: Sequence[tuple[bytes | str, str | None]]) -> None:
+        """Append many ``(event, routing key)`` pairs: one block per shadow segment, each
+        key's events in the order given."""
         if self.state != "OPEN":
             raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
-        data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
-        shadow = self._keyspace.segment_for(key_point(routing_key))
-        client = await self.owner.client_for(shadow.segment_id)
-        known = self._writers.get(shadow.name)
-        if known is None:
-            known = (uuid.uuid4(), shadow.segment_id)
-            await client.setup_append(shadow.name, known[0])
-            self._writers[shadow.name] = known
-        self._acks.append(await client.append_event(known[0], data))
+        segment_for = self._keyspace.segment_for
+        groups: dict[str, tuple[Any, list[bytes]]] = {}
+        for event, routing_key in events:
+            data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
+            shadow = segment_for(key_point(routing_key))
+            found = groups.get(shadow.name)
+            if found is None:
+                found = groups[shadow.name] = (shadow, [])
+            found[1].append(data)
+        for name, (shadow, datas) in groups.items():
+            client = await self.owner.client_for(shadow.segment_id)
+            known = self._writers.get(name)
+            if known is None:
+                known = (uuid.uuid4(), shadow.segment_id)
+                await client.setup_append(name, known[0])
+                self._writers[name] = known
+            self._acks.append(await client.append_block(known[0], datas))
 
     async def flush(self) -> None:
         """Wait until every event written to the transaction is durable in its shadows."""
