@@ -88,3 +88,21 @@ def test_the_commands_as_a_user_types_them(spark: Any, node: Standalone, tmp_pat
     ).stdout  # fmt: skip
     assert line.startswith("spark-submit ") and "spark_bridge/jobs/ingest.py" in line
     assert node.token not in line and '"$MILLRACE_TOKEN"' in line
+
+
+def test_the_readmes_spark_example_runs(
+    spark: Any, node: Standalone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("## Spark", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    with StreamManager(node.base, token=node.token) as manager:
+        manager.create_scope("demo")
+        manager.create_stream("demo", "orders", initial_segments=2)
+        writer = manager.create_writer("demo", "orders")
+        for i in range(100):
+            writer.write_event(f"order {i}", routing_key=f"customer-{i % 10}")
+        writer.flush()
+    monkeypatch.chdir(node.data_dir.parent)  # where the example finds data/admin-token
+    exec(block.replace("http://127.0.0.1:9091", node.base), {"spark": spark})
+    copied = read_back(spark, node, "orders-copy", scope="demo")
+    assert sorted(r["event"] for r in copied) == sorted(f"order {i}".encode() for i in range(100))

@@ -27,19 +27,18 @@ def write_events(node: Standalone, stream: str, tag: str, first: int, count: int
         writer.flush()
 
 
-def run_read_query(spark: Any, node: Standalone, stream: str, checkpoint: Path, out: Path) -> None:
-    """Start the query from its checkpoint, let it read all there is, stop it."""
-    frame = spark.readStream.format("millrace").options(**options(node, stream)).load()
-    query = (
-        frame.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
+def run_until_caught_up(writer: Any, checkpoint: Path) -> None:
+    """Start the query from its checkpoint, let it process all there is, stop it."""
+    query = writer.option("checkpointLocation", str(checkpoint)).start()
     try:
         query.processAllAvailable()
     finally:
         query.stop()
+
+
+def run_read_query(spark: Any, node: Standalone, stream: str, checkpoint: Path, out: Path) -> None:
+    frame = spark.readStream.format("millrace").options(**options(node, stream)).load()
+    run_until_caught_up(frame.writeStream.format("parquet").option("path", str(out)), checkpoint)
 
 
 def test_a_restarted_query_reads_every_event_once_across_a_scale(
@@ -84,16 +83,10 @@ def test_a_replayed_streaming_batch_is_written_once(
 
     def run() -> None:
         frame = spark.readStream.schema("event string, routing_key string").json(str(source))
-        query = (
-            frame.writeStream.format("millrace")
-            .options(**options(node, "sink", default_num_segments=2))
-            .option("checkpointLocation", str(checkpoint))
-            .start()
+        sink = frame.writeStream.format("millrace").options(
+            **options(node, "sink", default_num_segments=2)
         )
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_until_caught_up(sink, checkpoint)
 
     add_file("one", 0, 500)
     run()
