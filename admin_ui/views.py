@@ -280,6 +280,7 @@ def stream_detail(request: HttpRequest, scope: str, stream: str) -> HttpResponse
             if epochs and epochs[-1].epoch < row.current_epoch
             else None,
             head=head_text,
+            controller=request.build_absolute_uri("/").rstrip("/"),
             retention=sel.retention_set(row),
             watermark=watermark,
             transactions=txns,

@@ -200,3 +200,10 @@ def test_the_stream_search_answers_htmx_with_the_table_alone(world: dict[str, An
     assert "<html" in whole and 'id="stream-table"' in whole
     nothing = client.get(path.replace("q=s", "q=zzz"), headers={"HX-Request": "true"})
     assert b"No stream matches" in nothing.content
+
+
+def test_the_stream_page_shows_how_to_use_it_from_spark(world: dict[str, Any]) -> None:
+    page = browser("viewer").get(f"/scopes/{world['sc']}/streams/st/").content.decode()
+    assert 'spark.read.format("millrace")' in page
+    assert f'"scope": "{world["sc"]}", "stream": "st"' in page
+    assert "http://testserver" in page  # the node's own address
