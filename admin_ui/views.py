@@ -472,11 +472,14 @@ def _segment_lengths(group: ReaderGroup) -> dict[str, int]:
     """Segment key -> its length now, for the segments the group reads."""
     state = GroupState.load(group.sync_state)
     store = segment_store()
-    lengths = {}
+    lengths: dict[str, int] = {}
+    streams: dict[tuple[str, str], Stream] = {}
     for key in state.positions():
         scope, stream, segment_id = split_key(key)
         try:
-            row = sel.get_stream(scope, stream)
+            if (scope, stream) not in streams:
+                streams[scope, stream] = sel.get_stream(scope, stream)
+            row = streams[scope, stream]
             lengths[key] = store.info(sel.segment_name(row, segment_id)).length
         except Exception:  # gone, or the segment store is away: no lag shown
             continue

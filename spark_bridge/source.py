@@ -134,10 +134,7 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         return plan_ranges(self.options, start, end)
 
     def read(self, partition: Any) -> Iterator[Any]:
-        # with no range to read, Spark still reads one partition of its own: nothing in it
-        segment = getattr(partition, "segment", None)
-        if segment is not None:
-            yield from read_range(self.options, segment)
+        return read_partition(self.options, partition)
 
 
 class MetadataReader(DataSourceReader):  # type: ignore[misc]
@@ -157,6 +154,13 @@ class MetadataReader(DataSourceReader):  # type: ignore[misc]
             head = manager.get_stream_cut(scope, stream, "head").to_text()
             tail = manager.get_stream_cut(scope, stream, "tail").to_text()
             yield scope, stream, head, tail
+
+
+def read_partition(options: Options, partition: Any) -> Iterator[Any]:
+    """A planned partition's events; with no range to read, Spark still reads one partition
+    of its own (no ``segment``): nothing in it."""
+    segment = getattr(partition, "segment", None)
+    return read_range(options, segment) if segment is not None else iter(())
 
 
 def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
@@ -397,9 +401,7 @@ class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return plan_ranges(self.options, cut_of(self.options, start), cut_of(self.options, end))
 
     def read(self, partition: Any) -> Iterator[Any]:
-        segment = getattr(partition, "segment", None)
-        if segment is not None:
-            yield from read_range(self.options, segment)
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: Millrace keeps no state for the query."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -63,6 +64,30 @@ def progress(spark: Any, what: str, enabled: bool = True) -> Iterator[None]:
         thread.join()
         bar.n = bar.total or bar.n
         bar.close()
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every job takes to reach Millrace and run Spark."""
+    parser.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
+    parser.add_argument("--controller", required=True, help="Millrace's HTTP URL")
+    parser.add_argument("--token", default="", help="API token (or --token-file)")
+    parser.add_argument("--token-file", default="")
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def connection_options(args: argparse.Namespace, job: str) -> dict[str, str]:
+    """The data source's options for ``--stream`` (``SystemExit`` 2 for a bad one)."""
+    scope, _, stream = args.stream.partition("/")
+    if not scope or not stream or "/" in stream:
+        print(f"{job}: --stream must be SCOPE/STREAM, not {args.stream!r}", file=sys.stderr)
+        raise SystemExit(2)
+    options = {"controller": args.controller, "scope": scope, "stream": stream}
+    if args.token:
+        options["token"] = args.token
+    elif args.token_file:
+        options["token_file"] = args.token_file
+    return options
 
 
 @dataclass

@@ -13,7 +13,14 @@ import argparse
 import sys
 from typing import Any
 
-from spark_bridge.jobs.common import Clock, Summary, progress, spark_session
+from spark_bridge.jobs.common import (
+    Clock,
+    Summary,
+    add_connection_arguments,
+    connection_options,
+    progress,
+    spark_session,
+)
 
 FORMATS = ("parquet", "json", "csv")
 
@@ -46,31 +53,18 @@ def export(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="export", description=__doc__.splitlines()[0])
-    p.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
+    add_connection_arguments(p)
     p.add_argument("--to", required=True, metavar="DIR")
-    p.add_argument("--controller", required=True, help="Millrace's HTTP URL")
-    p.add_argument("--token", default="")
-    p.add_argument("--token-file", default="")
     p.add_argument("--from", dest="start", default="earliest", help="a stream cut (or earliest)")
     p.add_argument("--until", dest="end", default="unbounded", help="a stream cut (or unbounded)")
     p.add_argument("--format", default="parquet", choices=FORMATS)
-    p.add_argument("--master")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    scope, _, stream = args.stream.partition("/")
-    if not scope or not stream:
-        print(f"export: --stream must be SCOPE/STREAM, not {args.stream!r}", file=sys.stderr)
-        return 2
-    options = {"controller": args.controller, "scope": scope, "stream": stream,
-               "start_stream_cut": args.start, "end_stream_cut": args.end}  # fmt: skip
-    if args.token:
-        options["token"] = args.token
-    elif args.token_file:
-        options["token_file"] = args.token_file
+    options = connection_options(args, "export")
+    options |= {"start_stream_cut": args.start, "end_stream_cut": args.end}
     spark = spark_session("millrace-export", args.master)
     try:
         summary = export(spark, options, args.to, fmt=args.format,

@@ -15,7 +15,14 @@ import argparse
 import sys
 from typing import Any
 
-from spark_bridge.jobs.common import Clock, Summary, progress, spark_session
+from spark_bridge.jobs.common import (
+    Clock,
+    Summary,
+    add_connection_arguments,
+    connection_options,
+    progress,
+    spark_session,
+)
 
 FORMATS = ("parquet", "csv", "json")
 
@@ -64,44 +71,26 @@ def ingest(
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ingest", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
-    p.add_argument("--controller", required=True, help="Millrace's HTTP URL")
-    p.add_argument("--token", default="", help="API token (or --token-file)")
-    p.add_argument("--token-file", default="")
+    add_connection_arguments(p)
     p.add_argument("--format", default="parquet", choices=FORMATS)
     p.add_argument("--key-column")
     p.add_argument("--event-column")
     p.add_argument("--create", action="store_true", help="create the scope and stream")
     p.add_argument("--segments", type=int, default=1, help="segments of a created stream")
-    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    p.add_argument("--no-progress", action="store_true")
     return p
-
-
-def source_options(args: argparse.Namespace, scope: str, stream: str) -> dict[str, str]:
-    options = {"controller": args.controller, "scope": scope, "stream": stream,
-               "allow_create_scope": str(args.create).lower(),
-               "allow_create_stream": str(args.create).lower(),
-               "default_num_segments": str(args.segments)}  # fmt: skip
-    if args.token:
-        options["token"] = args.token
-    elif args.token_file:
-        options["token_file"] = args.token_file
-    return options
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    scope, _, stream = args.stream.partition("/")
-    if not scope or not stream:
-        print(f"ingest: --stream must be SCOPE/STREAM, not {args.stream!r}", file=sys.stderr)
-        return 2
+    options = connection_options(args, "ingest")
+    create = str(args.create).lower()
+    options |= {"allow_create_scope": create, "allow_create_stream": create,
+                "default_num_segments": str(args.segments)}  # fmt: skip
     spark = spark_session("millrace-ingest", args.master)
     try:
         summary = ingest(
-            spark, args.paths, source_options(args, scope, stream), fmt=args.format,
-            key_column=args.key_column, event_column=args.event_column,
-            show_progress=not args.no_progress,
+            spark, args.paths, options, fmt=args.format, key_column=args.key_column,
+            event_column=args.event_column, show_progress=not args.no_progress,
         )  # fmt: skip
     finally:
         spark.stop()
