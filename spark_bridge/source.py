@@ -30,7 +30,9 @@ from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -40,8 +42,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from millrace.client.batch import RangeTruncatedError, SegmentRange
+from millrace.client.events import EventFormatError
 from millrace.client.manager import StreamManager
 from millrace.client.streamcut import StreamCut
+from spark_bridge import arrow
 from spark_bridge.options import OptionError, Options
 
 log = logging.getLogger(__name__)
@@ -56,10 +60,6 @@ METADATA_SCHEMAS = {
     "streams": "scope string, stream string",
     "streaminfo": "scope string, stream string, head_stream_cut string, tail_stream_cut string",
 }
-#: Events handed to Spark per Arrow record batch, at most.
-BATCH_ROWS = 8192
-#: Events a writing task hands the client per hop to its I/O thread.
-WRITE_CHUNK = 10_000
 
 
 class MillraceDataSource(DataSource):
@@ -164,47 +164,28 @@ def read_partition(options: Options, partition: Any) -> Iterator[Any]:
 
 
 def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
-    """Arrow record batches of the range's events (executors)."""
-    import pyarrow as pa
-
+    """Arrow record batches of the range's events, one per read (executors)."""
     with manager_of(options) as manager, manager.create_batch_client() as batch:
         while segment.start_offset < segment.end_offset:
-            rows: list[Any] = []
+            pending, at = b"", segment.start_offset
             try:
-                for event in batch.read_range(segment):
-                    rows.append(event)
-                    if len(rows) >= BATCH_ROWS:
-                        yield _record_batch(pa, segment, rows)
-                        rows = []
-                if rows:
-                    yield _record_batch(pa, segment, rows)
+                for _, data in batch.read_chunks(segment):
+                    buffer = pending + data if pending else data
+                    starts, used = arrow.event_starts(buffer, at)
+                    if len(starts):
+                        yield arrow.record_batch(segment, buffer, starts, used, at)
+                    pending, at = buffer[used:], at + used
+                if pending:
+                    raise EventFormatError(
+                        f"{segment.name}: the range ends inside an event at offset {at}"
+                    )
                 return
             except RangeTruncatedError as exc:
-                if rows:
-                    yield _record_batch(pa, segment, rows)
-                    segment = dataclasses.replace(segment, start_offset=rows[-1].next_offset)
                 log.warning(
                     "millrace: %s was truncated up to %d while read; skipping to there",
                     segment.name, exc.start_offset,
                 )  # fmt: skip
-                segment = dataclasses.replace(
-                    segment, start_offset=max(segment.start_offset, exc.start_offset)
-                )
-
-
-def _record_batch(pa: Any, segment: SegmentRange, events: list[Any]) -> Any:
-    count = len(events)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([e.data for e in events], pa.binary()),
-            pa.array([segment.scope] * count, pa.string()),
-            pa.array([segment.stream] * count, pa.string()),
-            pa.array([segment.segment_id] * count, pa.int64()),
-            pa.array([e.offset for e in events], pa.int64()),
-            pa.nulls(count, pa.string()),
-        ],
-        names=["event", "scope", "stream", "segment_id", "offset", "routing_key"],
-    )
+                segment = dataclasses.replace(segment, start_offset=max(at, exc.start_offset))
 
 
 # -- write ----------------------------------------------------------------------------------------
@@ -270,7 +251,7 @@ class WriteMessage(WriterCommitMessage):  # type: ignore[misc]
     txn_id: str = ""
 
 
-class BatchWriter(DataSourceWriter):  # type: ignore[misc]
+class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: Options) -> None:
         self.options = options
         #: every transaction of this job is begun with this writer id, so that an abort also
@@ -278,7 +259,7 @@ class BatchWriter(DataSourceWriter):  # type: ignore[misc]
         self.writer_id = f"spark-{uuid.uuid4().hex[:24]}"
 
     def write(self, iterator: Iterator[Any]) -> WriteMessage:
-        return write_rows(self.options, iterator, self.writer_id)
+        return write_batches(self.options, iterator, self.writer_id)
 
     def commit(self, messages: list[Any]) -> None:
         finish(self.options, messages, commit=True)
@@ -287,43 +268,25 @@ class BatchWriter(DataSourceWriter):  # type: ignore[misc]
         finish(self.options, messages, commit=False, writer_id=self.writer_id)
 
 
-def _pairs(rows: Iterator[Any]) -> Iterator[tuple[bytes | str, str | None]]:
-    """``(event, routing key)`` of each row (the columns' places are found once)."""
-    event_at = key_at = None
-    for row in rows:
-        if event_at is None:
-            fields = list(row.__fields__)
-            event_at = fields.index("event")
-            key_at = fields.index("routing_key") if "routing_key" in fields else None
-        event = row[event_at]
-        if event is None:
-            raise ValueError("millrace: a row's 'event' is null")
-        if isinstance(event, (bytearray, memoryview)):
-            event = bytes(event)
-        yield event, (row[key_at] if key_at is not None else None)
-
-
-def write_rows(options: Options, rows: Iterator[Any], writer_id: str) -> WriteMessage:
-    """One task's rows (executors): into its own transaction, or with a plain writer."""
+def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> WriteMessage:
+    """One task's Arrow record batches (executors): into its own transaction, or with a plain
+    writer."""
     count = 0
     with manager_of(options) as manager:
         if not options.exactly_once:
             with manager.create_writer(options.scope, options.stream) as writer:
-                for event, key in _pairs(rows):
-                    writer.write_event(event, routing_key=key)
-                    count += 1
+                for batch in batches:
+                    datas, keys = arrow.columns_of(batch)
+                    for data, key in zip(datas, keys, strict=True):
+                        writer.write_event(data, routing_key=key)
+                    count += len(datas)
                 writer.flush()
             return WriteMessage(count)
         with manager.create_transaction_writer(options.scope, options.stream) as writers:
             txn = writers.begin_txn(lease_ms=options.transaction_timeout_ms, writer_id=writer_id)
             try:
-                chunk: list[tuple[bytes | str, str | None]] = []
-                for pair in _pairs(rows):
-                    chunk.append(pair)
-                    if len(chunk) >= WRITE_CHUNK:
-                        count += txn.write_events(chunk)
-                        chunk = []
-                count += txn.write_events(chunk)
+                for batch in batches:
+                    count += txn.write_batch(*arrow.columns_of(batch))
                 txn.flush()
             except BaseException:
                 txn.abort()  # this attempt's events never appear; Spark may retry the task
@@ -410,7 +373,7 @@ class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
 # -- streaming write ------------------------------------------------------------------------------
 
 
-class StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     """Each micro-batch's tasks write into transactions named after the query and the batch;
     the driver records the batch's transaction ids beside the query's checkpoint before it
     commits them. A replayed batch (the query restarted after the record, before Spark noted
@@ -427,7 +390,7 @@ class StreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
 
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        return write_rows(self.options, iterator, f"spark-{self.query}-{batch}")
+        return write_batches(self.options, iterator, f"spark-{self.query}-{batch}")
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         record = self.records / f"{batchId}.json"

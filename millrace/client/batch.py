@@ -11,6 +11,8 @@ in the order written when sorted by (segment id, offset): a successor's id is al
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
@@ -105,21 +107,42 @@ class AsyncBatchClient:
     async def read_range(self, segment: SegmentRange) -> AsyncGenerator[list[EventRead], None]:
         """The range's events, a read's worth at a time."""
         splitter = EventSplitter(segment.start_offset, segment.name)
-        offset = segment.start_offset
-        while offset < segment.end_offset:
-            client = await self.pool.get(segment.host, segment.port)
-            try:
-                result = await client.read_segment(
-                    segment.name, offset, min(READ_BYTES, segment.end_offset - offset),
-                    token=segment.token,
-                )  # fmt: skip
-            except ssc.SegmentTruncatedError as exc:
-                info = await client.get_info(segment.name, token=segment.token)
-                raise RangeTruncatedError(segment.name, info.start_offset) from exc
-            data = result.data[: segment.end_offset - offset]
-            if not data:
-                break
+        async for offset, data in self.read_chunks(segment):
             events = splitter.feed(offset, data)
-            offset += len(data)
             if events:
                 yield events
+
+    async def read_chunks(self, segment: SegmentRange) -> AsyncGenerator[tuple[int, bytes], None]:
+        """The range's bytes as read, ``(offset, data)`` (events may be cut at a chunk's
+        ends); the next read is under way while the caller works on a chunk."""
+        offset = segment.start_offset
+        ahead: asyncio.Task[bytes] | None = None
+        try:
+            while offset < segment.end_offset:
+                if ahead is None:
+                    ahead = asyncio.ensure_future(self._read(segment, offset))
+                data = await ahead
+                ahead = None
+                if not data:
+                    break
+                if offset + len(data) < segment.end_offset:
+                    ahead = asyncio.ensure_future(self._read(segment, offset + len(data)))
+                yield offset, data
+                offset += len(data)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
+
+    async def _read(self, segment: SegmentRange, offset: int) -> bytes:
+        client = await self.pool.get(segment.host, segment.port)
+        try:
+            result = await client.read_segment(
+                segment.name, offset, min(READ_BYTES, segment.end_offset - offset),
+                token=segment.token,
+            )  # fmt: skip
+        except ssc.SegmentTruncatedError as exc:
+            info = await client.get_info(segment.name, token=segment.token)
+            raise RangeTruncatedError(segment.name, info.start_offset) from exc
+        return bytes(result.data[: segment.end_offset - offset])

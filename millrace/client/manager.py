@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from millrace.client.batch import AsyncBatchClient, SegmentRange
@@ -217,8 +217,8 @@ class TransactionalWriter(_Closing):
         self._loop.run(self._writer.close())
 
 
-async def _next(chunks: AsyncGenerator[list[EventRead], None]) -> list[EventRead]:
-    return await anext(chunks)
+async def _next(items: AsyncGenerator[T, None]) -> T:
+    return await anext(items)
 
 
 class BatchClient(_Closing):
@@ -237,16 +237,24 @@ class BatchClient(_Closing):
     def read_range(self, segment: SegmentRange) -> Iterator[EventRead]:
         """The range's events (``EventRead``: segment name, offset, data), read by the I/O
         thread a read at a time."""
-        chunks = self._batch.read_range(segment)
+        for chunk in self._drain(self._batch.read_range(segment)):
+            yield from chunk
+
+    def read_chunks(self, segment: SegmentRange) -> Iterator[tuple[int, bytes]]:
+        """The range's bytes as read, ``(offset, data)``, events possibly cut at the chunks'
+        ends (for callers that split events themselves, say into Arrow arrays)."""
+        return self._drain(self._batch.read_chunks(segment))
+
+    def _drain(self, items: AsyncGenerator[T, None]) -> Iterator[T]:
         try:
             while True:
                 try:
-                    chunk = self._loop.run(_next(chunks))
+                    item = self._loop.run(_next(items))
                 except StopAsyncIteration:
                     return
-                yield from chunk
+                yield item
         finally:
-            self._loop.run(chunks.aclose())
+            self._loop.run(items.aclose())
 
     def close(self) -> None:
         self._loop.forget(self)
@@ -281,6 +289,12 @@ class BlockingTransaction:
         pairs = list(events)
         self._loop.run(self.txn.write_events(pairs))
         return len(pairs)
+
+    def write_batch(self, events: Sequence[bytes], keys: Sequence[str | None]) -> int:
+        """Write ``events[i]`` under routing key ``keys[i]`` for every ``i`` (bytes only, as
+        they come out of a column) with one hop to the I/O thread; how many."""
+        self._loop.run(self.txn.write_batch(events, keys))
+        return len(events)
 
     def flush(self) -> None:
         """Wait until every event written so far is durable in the transaction (a commit from

@@ -49,17 +49,34 @@ class Transaction:
     async def write_events(self, events: Sequence[tuple[bytes | str, str | None]]) -> None:
         """Append many ``(event, routing key)`` pairs: one block per shadow segment, each
         key's events in the order given."""
+        datas: list[bytes] = []
+        keys: list[str | None] = []
+        for event, routing_key in events:
+            datas.append(event.encode("utf-8") if isinstance(event, str) else bytes(event))
+            keys.append(routing_key)
+        await self.write_batch(datas, keys)
+
+    async def write_batch(self, events: Sequence[bytes], keys: Sequence[str | None]) -> None:
+        """Append ``events[i]`` under routing key ``keys[i]`` for every ``i``: one block per
+        shadow segment, each key's events in the order given, each distinct key routed once."""
         if self.state != "OPEN":
             raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
+        if len(events) != len(keys):
+            raise ValueError(f"{len(events)} events but {len(keys)} routing keys")
         segment_for = self._keyspace.segment_for
         groups: dict[str, tuple[Any, list[bytes]]] = {}
-        for event, routing_key in events:
-            data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
-            shadow = segment_for(key_point(routing_key))
-            found = groups.get(shadow.name)
-            if found is None:
-                found = groups[shadow.name] = (shadow, [])
-            found[1].append(data)
+        routed: dict[str, list[bytes]] = {}  # key -> its shadow's list
+        for data, routing_key in zip(events, keys, strict=True):  # (hot: a lookup per event)
+            datas = routed.get(routing_key)  # type: ignore[arg-type]
+            if datas is None:
+                shadow = segment_for(key_point(routing_key))
+                found = groups.get(shadow.name)
+                if found is None:
+                    found = groups[shadow.name] = (shadow, [])
+                datas = found[1]
+                if routing_key is not None:  # (no key: a random segment each time)
+                    routed[routing_key] = datas
+            datas.append(data)
         for name, (shadow, datas) in groups.items():
             client = await self.owner.client_for(shadow.segment_id)
             known = self._writers.get(name)
