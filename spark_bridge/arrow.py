@@ -16,6 +16,7 @@ import pyarrow as pa
 from millrace.client.batch import SegmentRange
 from millrace.client.events import EVENT_BYTES_MAX, EVENT_TYPE, EventFormatError
 from millrace.client.events import EVENT_HEADER as HEADER
+from millrace.client.routing import key_point
 
 #: The columns a read gives, in order (``SCHEMA`` in ``source``).
 READ_COLUMNS = ["event", "scope", "stream", "segment_id", "offset", "routing_key"]
@@ -89,18 +90,116 @@ def record_batch(
     )
 
 
-def columns_of(batch: Any) -> tuple[list[bytes], list[str | None]]:
-    """The events (as ``bytes``) and routing keys of a record batch Spark hands a writing
-    task, each column converted at once."""
-    names = batch.schema.names
-    events = batch.column(names.index("event"))
+def event_column(batch: Any) -> Any:
+    """The ``event`` column of a record batch Spark hands a writing task, as binary."""
+    events = batch.column(batch.schema.names.index("event"))
     if events.null_count:
         raise ValueError("millrace: a row's 'event' is null")
     if not pa.types.is_binary(events.type):
         events = events.cast(pa.binary())  # (a string column: the same bytes)
-    datas = events.to_pylist()
+    return events
+
+
+def columns_of(batch: Any) -> tuple[list[bytes], list[str | None]]:
+    """The events (as ``bytes``) and routing keys of a record batch, each column converted
+    at once (for the plain writer)."""
+    datas = event_column(batch).to_pylist()
+    names = batch.schema.names
     if "routing_key" in names:
         keys = batch.column(names.index("routing_key")).to_pylist()
     else:
         keys = [None] * len(datas)
     return datas, keys
+
+
+class Framer:
+    """Cuts a writing task's record batches into framed pieces per segment of a key space:
+    each row's segment found from its routing key (each distinct key hashed once; a row
+    without one goes to a random point, as the client does), each segment's events framed
+    with their headers in one go and cut at event boundaries into pieces of about
+    ``piece_bytes``."""
+
+    def __init__(self, ranges: list[tuple[float, float]], piece_bytes: int = 1 << 20) -> None:
+        self.starts = np.array([start for start, _ in ranges])
+        self.piece_bytes = piece_bytes
+        self.routes: dict[str, int] = {}
+        self.rng = np.random.default_rng()
+
+    def parts(self, batch: Any) -> dict[int, list[bytes]]:
+        events = event_column(batch)
+        where = self.segments_of(batch, len(events))
+        if len(self.starts) == 1:
+            return {0: frame(events, self.piece_bytes)} if len(events) else {}
+        parts = {}
+        for index in np.unique(where):
+            rows = events.take(pa.array(np.flatnonzero(where == index)))
+            parts[int(index)] = frame(rows, self.piece_bytes)
+        return parts
+
+    def segments_of(self, batch: Any, count: int) -> np.ndarray:
+        """Each row's segment (an index into the key space's ranges)."""
+        names = batch.schema.names
+        if len(self.starts) == 1:
+            return np.zeros(count, np.int64)
+        if "routing_key" not in names:
+            return self._random(count)
+        encoded = batch.column(names.index("routing_key")).dictionary_encode()
+        lookup = np.array([self._route(k) for k in encoded.dictionary.to_pylist()] or [0])
+        indices = encoded.indices
+        where = lookup[indices.fill_null(0).to_numpy()]
+        if indices.null_count:
+            nulls = np.flatnonzero(indices.is_null().to_numpy(zero_copy_only=False))
+            where[nulls] = self._random(len(nulls))
+        return where
+
+    def _route(self, key: str) -> int:
+        index = self.routes.get(key)
+        if index is None:
+            point = key_point(key)
+            index = self.routes[key] = int(np.searchsorted(self.starts, point, "right")) - 1
+        return index
+
+    def _random(self, count: int) -> np.ndarray:
+        return np.searchsorted(self.starts, self.rng.random(count), "right") - 1
+
+
+def frame(events: Any, piece_bytes: int) -> list[bytes]:
+    """A binary array's events, each behind its header, cut at event boundaries into pieces
+    of at most ``piece_bytes`` (or one event, if larger)."""
+    count = len(events)
+    if not count:
+        return []
+    _, offsets_buffer, data_buffer = events.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, events.offset * 4)
+    first = int(offsets[0])
+    lengths = np.diff(offsets)
+    if lengths.max() > EVENT_BYTES_MAX:
+        raise ValueError(
+            f"millrace: an event holds at most {EVENT_BYTES_MAX} bytes; a row's 'event' has"
+            f" {int(lengths.max())}"
+        )
+    total = int(offsets[-1]) - first
+    data = np.frombuffer(data_buffer, np.uint8, total, first) if total else np.empty(0, np.uint8)
+    headers = np.zeros((count, HEADER.size), np.uint8)
+    headers[:, 4:] = lengths.astype(">i4").view(np.uint8).reshape(count, 4)
+    ends = offsets[1:].astype(np.int64) - first + HEADER.size * np.arange(1, count + 1)
+    if (lengths == lengths[0]).all():  # one size: a table of header and payload
+        table = np.empty((count, HEADER.size + int(lengths[0])), np.uint8)
+        table[:, : HEADER.size] = headers
+        table[:, HEADER.size :] = data.reshape(count, -1)
+        out = table.tobytes()
+    else:
+        framed = np.empty(total + HEADER.size * count, np.uint8)
+        is_header = np.zeros(len(framed), bool)
+        begins = ends - lengths - HEADER.size
+        is_header[(begins[:, None] + np.arange(HEADER.size)).ravel()] = True
+        framed[is_header] = headers.ravel()
+        framed[~is_header] = data
+        out = framed.tobytes()
+    pieces, start, done = [], 0, 0
+    while done < count:
+        upto = max(int(np.searchsorted(ends, start + piece_bytes, "right")), done + 1)
+        end = int(ends[upto - 1])
+        pieces.append(out[start:end])
+        start, done = end, upto
+    return pieces

@@ -285,8 +285,10 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
         with manager.create_transaction_writer(options.scope, options.stream) as writers:
             txn = writers.begin_txn(lease_ms=options.transaction_timeout_ms, writer_id=writer_id)
             try:
+                framer = arrow.Framer(txn.shadow_ranges)
                 for batch in batches:
-                    count += txn.write_batch(*arrow.columns_of(batch))
+                    txn.write_framed(framer.parts(batch))
+                    count += batch.num_rows
                 txn.flush()
             except BaseException:
                 txn.abort()  # this attempt's events never appear; Spark may retry the task
@@ -307,6 +309,7 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
     ):
         if writer_id:
             ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
+        asked = []
         for text in ids:
             try:
                 txn = writers.get_txn(uuid.UUID(text))
@@ -318,9 +321,12 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
                     ) from None
                 continue
             if commit:
-                txn.commit()
+                txn.commit(wait=False)  # all asked first: the controller commits them together
+                asked.append(txn)
             else:
                 txn.abort()
+        for txn in asked:
+            txn.commit()
 
 
 # -- streaming read -------------------------------------------------------------------------------

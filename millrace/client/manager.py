@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from millrace.client.batch import AsyncBatchClient, SegmentRange
@@ -296,13 +296,21 @@ class BlockingTransaction:
         self._loop.run(self.txn.write_batch(events, keys))
         return len(events)
 
+    @property
+    def shadow_ranges(self) -> list[tuple[float, float]]:
+        return self.txn.shadow_ranges
+
+    def write_framed(self, parts: Mapping[int, Sequence[bytes]]) -> None:
+        """``Transaction.write_framed`` with one hop to the I/O thread."""
+        self._loop.run(self.txn.write_framed(parts))
+
     def flush(self) -> None:
         """Wait until every event written so far is durable in the transaction (a commit from
         elsewhere, say the console, then includes them)."""
         self._loop.run(self.txn.flush())
 
-    def commit(self, timestamp: int | None = None) -> None:
-        self._loop.run(self.txn.commit(timestamp))
+    def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
+        self._loop.run(self.txn.commit(timestamp, wait=wait))
         self._ended = True
 
     def abort(self) -> None:

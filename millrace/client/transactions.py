@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -59,8 +59,7 @@ class Transaction:
     async def write_batch(self, events: Sequence[bytes], keys: Sequence[str | None]) -> None:
         """Append ``events[i]`` under routing key ``keys[i]`` for every ``i``: one block per
         shadow segment, each key's events in the order given, each distinct key routed once."""
-        if self.state != "OPEN":
-            raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
+        self._check_open()
         if len(events) != len(keys):
             raise ValueError(f"{len(events)} events but {len(keys)} routing keys")
         segment_for = self._keyspace.segment_for
@@ -77,14 +76,39 @@ class Transaction:
                 if routing_key is not None:  # (no key: a random segment each time)
                     routed[routing_key] = datas
             datas.append(data)
-        for name, (shadow, datas) in groups.items():
-            client = await self.owner.client_for(shadow.segment_id)
-            known = self._writers.get(name)
-            if known is None:
-                known = (uuid.uuid4(), shadow.segment_id)
-                await client.setup_append(name, known[0])
-                self._writers[name] = known
-            self._acks.append(await client.append_block(known[0], datas))
+        for shadow, datas in groups.values():
+            await self._append(shadow, datas)
+
+    @property
+    def shadow_ranges(self) -> list[tuple[float, float]]:
+        """The key range of each shadow segment, in key order: the indexes of
+        ``write_framed``."""
+        return [(s.key_start, s.key_end) for s in self._keyspace.segments]
+
+    async def write_framed(self, parts: Mapping[int, Sequence[bytes]]) -> None:
+        """Append events framed already (each ``bytes`` holds whole events, each with its
+        8-byte header as ``millrace.client.events.EVENT_HEADER`` packs it) to the shadow
+        segments by index in ``shadow_ranges``: for callers that frame whole columns at once."""
+        self._check_open()
+        segments = self._keyspace.segments
+        for index, pieces in parts.items():
+            if pieces:
+                await self._append(segments[index], pieces, raw=True)
+
+    def _check_open(self) -> None:
+        if self.state != "OPEN":
+            raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
+
+    async def _append(
+        self, shadow: SegmentRange, datas: Sequence[bytes], raw: bool = False
+    ) -> None:
+        client = await self.owner.client_for(shadow.segment_id)
+        known = self._writers.get(shadow.name)
+        if known is None:
+            known = (uuid.uuid4(), shadow.segment_id)
+            await client.setup_append(shadow.name, known[0])
+            self._writers[shadow.name] = known
+        self._acks.append(await client.append_block(known[0], datas, raw=raw))
 
     async def flush(self) -> None:
         """Wait until every event written to the transaction is durable in its shadows."""
@@ -93,14 +117,16 @@ class Transaction:
             await client.flush(writer)
         await asyncio.gather(*self._acks)
 
-    async def commit(self, timestamp: int | None = None) -> None:
+    async def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
+        """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING
+        (commits asked for together are carried out together; ``commit()`` again waits)."""
         await self.flush()
-        body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS}
+        body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS} if wait else {}
         if timestamp is not None:
             body["timestamp"] = timestamp
         answer = await self.owner.controller.call("POST", f"{self._base}/commit", body)
         self.state = str(answer["state"])
-        if self.state != "COMMITTED":
+        if self.state != "COMMITTED" and (wait or self.state != "COMMITTING"):
             raise RuntimeError(f"transaction {self.txn_id} is {self.state} after the commit")
 
     async def abort(self) -> None:

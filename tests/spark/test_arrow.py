@@ -65,3 +65,61 @@ def test_write_columns_of_a_record_batch() -> None:
     nulls = pa.RecordBatch.from_arrays([pa.array([b"x", None], pa.binary())], names=["event"])
     with pytest.raises(ValueError, match="'event' is null"):
         arrow.columns_of(nulls)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [b"e%04d" % i for i in range(1000)],  # one size
+        [b"x" * (i % 37) for i in range(1000)],  # mixed, some empty
+        [b"small", b"y" * 5000, b"z"],  # one event larger than a piece
+    ],
+)
+def test_framed_pieces_hold_whole_events_in_order(events: list[bytes]) -> None:
+    column = pa.array(events, pa.binary()).slice(1)  # (an offset into the buffers, as a take gives)
+    pieces = arrow.frame(column, piece_bytes=1024)
+    assert all(len(p) <= 1024 for p in pieces if p.count(b"y" * 5000) == 0)
+    assert b"".join(pieces) == framed(*events[1:])
+    for piece in pieces:  # each piece is whole events
+        starts, used = arrow.event_starts(piece, 0)
+        assert used == len(piece) and len(starts) > 0
+
+
+def test_an_oversized_event_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="at most 8388608 bytes; a row's 'event' has 8388609"):
+        arrow.frame(pa.array([b"x" * (8 * 1024 * 1024 + 1)], pa.binary()), 1 << 20)
+
+
+def test_rows_go_to_the_segment_owning_their_key() -> None:
+    from millrace.client.routing import key_point
+
+    ranges = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0)]
+    keys = [f"k{i}" for i in range(300)] + [None] * 50
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([f"e{i}".encode() for i in range(350)]), pa.array(keys, pa.string())],
+        names=["event", "routing_key"],
+    )
+    framer = arrow.Framer(ranges)
+    where = framer.segments_of(batch, 350)
+    for key, index in zip(keys[:300], where[:300], strict=True):
+        start, end = ranges[index]
+        assert start <= key_point(key) < end
+    assert set(where[300:]) <= {0, 1, 2}
+    parts = framer.parts(batch)
+    got = {i: [e for p in pieces for e in _payloads(p)] for i, pieces in parts.items()}
+    for index, found in got.items():  # each segment's keyed events in the batch's order
+        keyed = [e for e in found if int(e[1:]) < 300]
+        assert keyed == [f"e{i}".encode() for i in range(300) if where[i] == index]
+    assert sorted(e for found in got.values() for e in found) == sorted(
+        f"e{i}".encode() for i in range(350)
+    )  # (rows without a key at random: each somewhere, once)
+    keyless = pa.RecordBatch.from_arrays([pa.array([b"a", b"b"])], names=["event"])
+    assert sorted(e for ps in framer.parts(keyless).values() for p in ps for e in _payloads(p)) == [
+        b"a",
+        b"b",
+    ]
+
+
+def _payloads(piece: bytes) -> list[bytes]:
+    starts, used = arrow.event_starts(piece, 0)
+    return arrow.record_batch(SEGMENT, piece, starts, used, 0).column("event").to_pylist()
