@@ -1,0 +1,97 @@
+"""The s3 tier-2 backend against moto's S3 server (a real HTTP server process on 127.0.0.1):
+the shared contract, multipart uploads, bad options and an unreachable or missing bucket."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.tiers.s3_server import make_bucket, moto_server
+from tiers.base import ChunkStorage, StorageError
+from tiers.registry import load_tier2
+from tiers.s3 import S3ChunkStorage
+from tiers.testing.contract import ChunkStorageContract
+
+
+@pytest.fixture(scope="module")
+def s3_url() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
+
+
+def _storage(url: str, bucket: str, **more: object) -> S3ChunkStorage:
+    return S3ChunkStorage(bucket=bucket, prefix="millrace/", endpoint_url=url, region="us-east-1",
+                          access_key_id="testing", secret_access_key="testing", **more)  # fmt: skip
+
+
+def _bucket_of(tmp_path: Path) -> str:
+    """One bucket per test (the same for every instance the test makes)."""
+    return "t" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:20]
+
+
+class TestS3ChunkStorage(ChunkStorageContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, s3_url: str) -> None:
+        self.url = s3_url
+
+    def make_storage(self, tmp_path: Path) -> ChunkStorage:
+        bucket = _bucket_of(tmp_path)
+        make_bucket(self.url, bucket)
+        return _storage(self.url, bucket)
+
+
+class TestS3ChunkStorageByName(TestS3ChunkStorage):
+    """Through the registry, with credentials from the standard AWS variables, as the
+    segment store builds it from ``MILLRACE_TIER2=s3`` and ``MILLRACE_TIER2_OPTIONS``."""
+
+    @pytest.fixture(autouse=True)
+    def _credentials(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    def make_storage(self, tmp_path: Path) -> ChunkStorage:
+        bucket = _bucket_of(tmp_path)
+        make_bucket(self.url, bucket)
+        return load_tier2("s3", bucket=bucket, prefix="p/", endpoint_url=self.url)
+
+
+async def test_a_large_chunk_goes_up_in_parts_and_reads_back(s3_url: str) -> None:
+    make_bucket(s3_url, "multipart")
+    storage = _storage(s3_url, "multipart", multipart_threshold_bytes=6 << 20)
+    data = bytes(i % 251 for i in range(13 << 20))  # three parts of 5 MiB, the last shorter
+    storage.multipart_part_bytes = 5 << 20
+    await storage.create_with_data("big", data)
+    assert await storage.length("big") == len(data)
+    assert await storage.read("big", (5 << 20) - 3, 10) == data[(5 << 20) - 3 : (5 << 20) + 7]
+    with pytest.raises(StorageError, match="exists"):
+        await storage.create_with_data("big", data)
+    await storage.close()
+
+
+async def test_a_missing_bucket_and_a_dead_endpoint_are_named(s3_url: str) -> None:
+    missing = _storage(s3_url, "no-such-bucket")
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
+        await missing.create_with_data("c", b"x")
+    dead = _storage("http://127.0.0.1:9", "b", max_attempts=2, connect_timeout_s=1)
+    with pytest.raises(
+        StorageError, match=r"S3ChunkStorage\(s3://b/millrace/ at http://127.0.0.1:9\)"
+    ):
+        await dead.exists("c")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, r"needs option\(s\): bucket"),
+        ({"bucket": "b", "retry_mode": "often"}, "retry_mode"),
+        ({"bucket": "b", "max_attempts": 0}, "max_attempts"),
+        ({"bucket": "b", "multipart_part_bytes": 1024}, "at least 5242880"),
+    ],
+)
+def test_bad_options_are_refused_with_their_name(options: dict, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        load_tier2("s3", **options)
