@@ -54,7 +54,7 @@ def test_unknown_name_suggests_and_lists() -> None:
         load_tier1("fiel")
     message = str(error.value)
     assert "did you mean 'file'?" in message
-    assert "file, memory" in message
+    assert "Known backends: file, jetstream, memory." in message
     assert isinstance(error.value, ValueError)
     with pytest.raises(UnknownBackendError, match="did you mean 'filesystem'"):
         load_tier2("filesytem")
