@@ -110,13 +110,14 @@ class NodeFactory:
         data_dir: Path,
         *,
         unsafe: str = "",
+        tier1: str = "",
         tier1_options: str = "",
         containers: int = 2,
     ) -> NodeProcess:
         """Start a node on ``data_dir`` without waiting for it (see ``NodeProcess.wait_ready``).
 
-        ``unsafe``: MILLRACE_TEST_UNSAFE (test-only protection switches);
-        ``tier1_options``: MILLRACE_TIER1_OPTIONS (a JSON object).
+        ``unsafe``: MILLRACE_TEST_UNSAFE (test-only protection switches); ``tier1``:
+        MILLRACE_TIER1 (default ``file``); ``tier1_options``: MILLRACE_TIER1_OPTIONS (JSON).
         """
         env = {
             key: value
@@ -126,6 +127,8 @@ class NodeFactory:
         env |= {"MILLRACE_AUTH": "off", "PYTHONUNBUFFERED": "1"}
         if unsafe:
             env["MILLRACE_TEST_UNSAFE"] = unsafe
+        if tier1:
+            env["MILLRACE_TIER1"] = tier1
         if tier1_options:
             env["MILLRACE_TIER1_OPTIONS"] = tier1_options
         name = f"node-{len(self.nodes) + 1}"

@@ -49,6 +49,7 @@ async def crash_loop(
     seed: int,
     kills: int,
     unsafe: str = "",
+    tier1: str = "",
     tier1_options: str = "",
     after_kill: Callable[[random.Random], Awaitable[None]] | None = None,
     stop_at_first_failure: bool = False,
@@ -58,7 +59,7 @@ async def crash_loop(
     rng = random.Random(f"{seed}:crash-loop")
     run = CrashRun()
     began = time.monotonic()
-    options = {"unsafe": unsafe, "tier1_options": tier1_options}
+    options = {"unsafe": unsafe, "tier1": tier1, "tier1_options": tier1_options}
     node = await nodes.start(data_dir, **options)
     await workload.create_segments(node.port)
     while run.kills < kills:

@@ -1,7 +1,9 @@
-"""The standalone node, unchanged, on ``MILLRACE_TIER2=s3`` against moto's S3 server (a real
-server process on 127.0.0.1): events written go to the bucket as chunk objects (credentials
-from the standard ``AWS_*`` variables) and read back; after a restart, with a cold cache,
-every event reads back again (what tier-1 no longer holds, from the bucket), per key in order."""
+"""The standalone node, unchanged, on the production tiers: ``MILLRACE_TIER2=s3`` against
+moto's S3 server, alone and with ``MILLRACE_TIER1=jetstream`` on a nats-server (real server
+processes on 127.0.0.1, started here). Events written go to the bucket as chunk objects
+(credentials from the standard ``AWS_*`` variables) and read back; after a restart, with a
+cold cache, every event reads back again (what tier-1 no longer holds, from the bucket), per
+key in order."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import READY_LINE, Standalone, eventually, free_ports
+from tests.tiers.nats_servers import nats_servers
 from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
 
 pytestmark = pytest.mark.slow
@@ -29,8 +32,8 @@ def s3_url() -> Iterator[str]:
         yield url
 
 
-def _env(url: str) -> dict[str, str]:
-    options = {"bucket": "millrace", "prefix": "node/", "endpoint_url": url}
+def _env(url: str, prefix: str) -> dict[str, str]:
+    options = {"bucket": "millrace", "prefix": prefix, "endpoint_url": url}
     return {
         **CREDENTIALS,
         "MILLRACE_TIER2": "s3",
@@ -40,20 +43,20 @@ def _env(url: str) -> dict[str, str]:
     }
 
 
-def _start(data_dir: Path, url: str) -> Standalone:
+def _start(data_dir: Path, env: dict[str, str]) -> Standalone:
     http, wire, metrics = free_ports(3)
-    env = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics), **_env(url)}
+    env = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics), **env}
     node = Standalone(data_dir, http, wire, env=env)
     node.wait_for(READY_LINE)
     return node
 
 
-def _stored_bytes(url: str) -> int:
+def _stored_bytes(url: str, prefix: str) -> int:
     import boto3
 
     client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
                           aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket="millrace", Prefix="node/")
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="millrace", Prefix=prefix)
     total = sum(item["Size"] for page in pages for item in page.get("Contents", []))
     client.close()
     return total
@@ -75,10 +78,12 @@ def _read_all(node: Standalone, scope: str) -> dict[str, list[int]]:
     return seen
 
 
-def test_events_go_to_s3_and_read_back_from_it_after_a_restart(tmp_path: Path, s3_url: str) -> None:
+def _round_trip(data_dir: Path, env: dict[str, str], s3_url: str, prefix: str) -> None:
+    """Write, see the bytes in the bucket, read back; restart on the same data dir (metadata,
+    and tier-1 files if any) and read back again."""
     scope = f"s{uuid.uuid4().hex[:8]}"
     pad = "x" * 180
-    node = _start(tmp_path / "data", s3_url)
+    node = _start(data_dir, env)
     try:
         with StreamManager(node.base, token=node.token) as manager:
             manager.create_scope(scope)
@@ -88,11 +93,25 @@ def test_events_go_to_s3_and_read_back_from_it_after_a_restart(tmp_path: Path, s
                     writer.write_event(f"{KEYS[i % 4]}:{i}:{pad}", routing_key=KEYS[i % 4])
                 writer.flush()
         size = sum(8 + len(f"{KEYS[i % 4]}:{i}:{pad}") for i in range(EVENTS))
-        eventually(lambda: _stored_bytes(s3_url) >= size, 60, "the events in the bucket")
+        eventually(lambda: _stored_bytes(s3_url, prefix) >= size, 60, "the events in the bucket")
         expected = {key: list(range(n, EVENTS, 4)) for n, key in enumerate(KEYS)}
         assert _read_all(node, scope) == expected
         assert node.stop() == 0
-        node = _start(tmp_path / "data", s3_url)  # the same data dir: tier-1 and metadata
+        node = _start(data_dir, env)
         assert _read_all(node, scope) == expected  # a cold cache: from the bucket
     finally:
         node.kill()
+
+
+def test_on_s3_events_go_to_the_bucket_and_read_back_after_a_restart(
+    tmp_path: Path, s3_url: str
+) -> None:
+    _round_trip(tmp_path / "data", _env(s3_url, "s3/"), s3_url, "s3/")
+
+
+def test_on_jetstream_and_s3_events_read_back_after_a_restart(tmp_path: Path, s3_url: str) -> None:
+    with nats_servers(tmp_path / "nats") as (server,):
+        env = {**_env(s3_url, "js/"), "MILLRACE_TIER1": "jetstream",
+               "MILLRACE_TIER1_OPTIONS": json.dumps({"servers": [server.url]})}  # fmt: skip
+        _round_trip(tmp_path / "data", env, s3_url, "js/")
+        assert not (tmp_path / "data" / "tier1").exists()  # tier-1 was JetStream, not files
