@@ -43,7 +43,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import services  # a sibling module: bench/ is not a package
+
+from tests.tiers.nats_servers import nats_servers
+from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
 
 PRODUCER = Path(__file__).resolve().parent / "append_producer.py"
 KIB = 1024
@@ -136,6 +140,29 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
             Scenario("diag-10-segments-pair-per-event", "millrace", 100, segments=10,
                      api="pairs"),
         ]  # fmt: skip
+    if args.tiers:  # the production tiers beside the local ones (servers from run_all)
+        urls = args.tier_urls
+        s3 = {"bucket": "bench", "prefix": "{run}/", "endpoint_url": urls["s3"]}
+        on_s3 = (("MILLRACE_TIER2", "s3"), ("MILLRACE_TIER2_OPTIONS", json.dumps(s3)),
+                 *CREDENTIALS.items())  # fmt: skip
+
+        def jetstream(servers: list[str], replicas: int) -> tuple[tuple[str, str], ...]:
+            options = {"servers": servers, "replicas": replicas, "stream_prefix": "{run}"}
+            return (
+                ("MILLRACE_TIER1", "jetstream"),
+                ("MILLRACE_TIER1_OPTIONS", json.dumps(options)),
+            )
+
+        all_ = [
+            Scenario("millrace-10KiB", "millrace", 10 * KIB, step_events=25),
+            Scenario("millrace-10KiB-s3", "millrace", 10 * KIB, step_events=25, node_env=on_s3),
+            Scenario("millrace-100B", "millrace", 100),
+            Scenario("millrace-100B-jetstream", "millrace", 100,
+                     node_env=jetstream(urls["nats"], 1)),
+            Scenario("millrace-100B-jetstream-r3", "millrace", 100,
+                     node_env=jetstream(urls["nats-cluster"], 3)),
+            Scenario("redis-100B", "redis", 100),
+        ]  # fmt: skip
     if args.only:
         all_ = [s for s in all_ if any(word in s.name for word in args.only)]
     if args.no_redis:
@@ -211,6 +238,7 @@ def run_one(
             out.parent.mkdir(parents=True, exist_ok=True)
         env = dict(item.split("=", 1) for item in args.node_env)
         env.update(scenario.node_env)
+        env = {k: v.replace("{run}", f"b{work.name}") for k, v in env.items()}  # (per run)
         server = services.millrace_node(work, profile=args.profile, profile_out=out, env=env)
     with server as (host, port, server_pid):
         spec = scenario.spec(host, port, args)
@@ -276,6 +304,19 @@ def _progress(total: int, quiet: bool) -> Iterator[Any]:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    with contextlib.ExitStack() as servers:
+        if args.tiers:  # moto's S3 server, one nats-server and a cluster of three
+            root = Path(tempfile.mkdtemp(prefix="millrace-bench-tiers-", dir=args.tmp_dir))
+            servers.callback(shutil.rmtree, root, ignore_errors=True)
+            s3 = servers.enter_context(moto_server())
+            make_bucket(s3, "bench")
+            (one,) = servers.enter_context(nats_servers(root / "one"))
+            three = servers.enter_context(nats_servers(root / "three", 3))
+            args.tier_urls = {"s3": s3, "nats": [one.url], "nats-cluster": [n.url for n in three]}
+        return _run_plan(args)
+
+
+def _run_plan(args: argparse.Namespace) -> dict[str, Any]:
     plan = [(rep, s) for rep in range(args.repeat) for s in scenarios(args)]
     runs: list[dict[str, Any]] = []
     load_before = os.getloadavg()
@@ -382,6 +423,19 @@ def targets(med: dict[str, dict[str, float]], many: int, rate: int) -> list[dict
     if m10k:
         mb = m10k["mb_per_s"]
         add(">= 150 MB/s, 10 KiB with tier-2 flushing", mb, mb >= 150, f"{mb:,.1f} MB/s")
+    s3 = med.get("millrace-10KiB-s3")
+    if s3 and m10k:
+        ratio = s3["events_per_s"] / m10k["events_per_s"]
+        shown = f"{ratio:.2f} ({s3['mb_per_s']:,.1f} vs {m10k['mb_per_s']:,.1f} MB/s)"
+        add("10 KiB on s3 >= 70% of filesystem", ratio, ratio >= 0.7, shown)
+    jetstreams = (("millrace-100B-jetstream", "1 server"),
+                  ("millrace-100B-jetstream-r3", "3 servers, replicas 3"))  # fmt: skip
+    for name, label in jetstreams:
+        found = med.get(name)
+        if found and r100:
+            times = found["events_per_s"] / r100["events_per_s"]
+            shown = f"{times:.1f}x Redis ({found['events_per_s']:,.0f} ev/s, {label})"
+            add(f"100 B on jetstream ({label}) >= 2x Redis", times, times >= 2, shown)
     paced = med.get("millrace-paced-100k")
     if paced:
         p99, got = paced["latency_p99_ms"], paced["events_per_s"]
@@ -459,6 +513,9 @@ def format_table(report: dict[str, Any]) -> str:
         (f"diag-{many}-segments-calls-of-4", f"diag: {many} seg, calls of 4"),
         (f"diag-{many}-segments-call-per-event", f"diag: {many} seg, call/event"),
         ("diag-10-segments-pair-per-event", "diag: 10 seg, pair/event"),
+        ("millrace-10KiB-s3", "10KiB tier-2 s3 (moto)"),
+        ("millrace-100B-jetstream", "100B tier-1 jetstream"),
+        ("millrace-100B-jetstream-r3", "100B jetstream, 3 x R3"),
     ):
         if name in med:
             lines.append(_row(label, med[name]))
@@ -504,6 +561,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "segments with bursts of 100 events per segment, and with 10 KiB events",
     )
     p.add_argument("--no-redis", action="store_true", help="skip the Redis runs")
+    p.add_argument(
+        "--tiers",
+        action="store_true",
+        help="instead: 10 KiB on tier-2 filesystem vs s3 (moto's S3 server), 100 B on tier-1"
+        " file vs jetstream (one nats-server, and three with replicas 3) vs Redis",
+    )
     p.add_argument(
         "--traffic-monitor",
         action="store_true",
