@@ -36,7 +36,7 @@ import asyncio
 import hashlib
 import re
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import nats
@@ -54,6 +54,13 @@ PART_HEADER = "Millrace-Part"
 EXPECTED_LAST = "Nats-Expected-Last-Sequence"
 #: JetStream's error code for a publish whose expected last sequence is not the stream's.
 WRONG_LAST_SEQUENCE = 10071
+#: Answers meaning "not now" (no leader yet, no responders while a stream is placed).
+UNSETTLED = (
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.NoRespondersError,
+    nats.errors.TimeoutError,
+)
 #: Room kept in each message for its headers.
 HEADER_ROOM = 1024
 
@@ -222,7 +229,25 @@ class JetStreamDurableDataLog(DurableDataLog):
             self._part_bytes = max(self._nc.max_payload - HEADER_ROOM, 4096)
         return await coroutine
 
+    async def _settled(self, step: Callable[[], Awaitable[_T]]) -> _T:
+        """``step()``, again while JetStream answers that it cannot serve yet (a cluster
+        electing a leader, a stream being placed), for up to ``request_timeout_s``: only for
+        steps that change nothing or may be repeated."""
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        pause = 0.05
+        while True:
+            try:
+                return await step()
+            except UNSETTLED:
+                if asyncio.get_running_loop().time() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
     async def _ensure_stream(self) -> None:
+        await self._settled(self._ensure_stream_once)
+
+    async def _ensure_stream_once(self) -> None:
         config = api.StreamConfig(
             name=self.stream,
             subjects=[self.frames_subject, self.epoch_subject],
@@ -237,6 +262,9 @@ class JetStreamDurableDataLog(DurableDataLog):
             await self._js.add_stream(config)
 
     async def _newest_epoch(self) -> int:
+        return await self._settled(self._newest_epoch_once)
+
+    async def _newest_epoch_once(self) -> int:
         try:
             message = await self._js.get_last_msg(self.stream, self.epoch_subject)
         except nats.js.errors.NotFoundError:
@@ -250,8 +278,11 @@ class JetStreamDurableDataLog(DurableDataLog):
             raise DataLogFencedError(f"{self!r}: epoch {epoch} is not above {newest}")
         # Unconditional: it lands even while the old owner writes, and moves the stream's last
         # sequence past what that owner expects, so its next publish fails.
-        ack = await self._js.publish(self.epoch_subject, b"", headers={EPOCH_HEADER: str(epoch)})
-        newest_message = await self._js.get_last_msg(self.stream, self.epoch_subject)
+        headers = {EPOCH_HEADER: str(epoch)}
+        ack = await self._settled(lambda: self._js.publish(self.epoch_subject, headers=headers))
+        newest_message = await self._settled(
+            lambda: self._js.get_last_msg(self.stream, self.epoch_subject)
+        )
         if newest_message.seq != ack.seq:  # another open came after this one: it owns the log
             raise DataLogFencedError(f"{self!r}: another instance opened it after this one")
         self._last = ack.seq
