@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import IO
 
 from tests.acceptance.standalone_node import free_ports
 
@@ -19,32 +21,40 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
-    """Start ``python -m moto.server`` on a free loopback port; its URL until the block ends."""
+    """Start ``python -m moto.server`` on a free loopback port; its URL until the block ends.
+    Its output (a line per request) goes to a temporary file: a pipe nobody reads would fill
+    and stop the server."""
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    error = process.stderr.read().decode() if process.stderr else ""
-                    raise RuntimeError(f"moto's S3 server did not start: {error[-2000:]}") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            _wait_until_up(url, process, log)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
+            return
+        except (urllib.error.URLError, ConnectionError):
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                error = log.read().decode(errors="replace")
+                raise RuntimeError(f"moto's S3 server did not start: {error[-2000:]}") from None
+            time.sleep(0.1)
 
 
 def make_bucket(url: str, bucket: str) -> None:
