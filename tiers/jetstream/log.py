@@ -3,7 +3,8 @@
 Responsibility: implement the tier-1 primitives with ``nats-py`` on a replicated log service.
 
 * **Layout.** The log ``log_id`` is the JetStream stream ``<stream_prefix>_<log id>`` with two
-  subjects: ``millrace.<log id>.frames`` (the frames) and ``millrace.<log id>.epoch`` (one
+  subjects: ``millrace.<stream_prefix>.<log id>.frames`` (the frames) and
+  ``millrace.<stream_prefix>.<log id>.epoch`` (one
   message per ``open``, its header ``Millrace-Epoch`` holding the epoch). A frame larger than
   what one message may carry (the server's ``max_payload``, 1 MiB by default) goes as several
   consecutive messages with a ``Millrace-Part: i/n`` header; a frame's address is
@@ -138,8 +139,9 @@ class JetStreamDurableDataLog(DurableDataLog):
         self.log_id = log_id
         token_part = _token(log_id)
         self.stream = f"{stream_prefix}_{token_part}"
-        self.frames_subject = f"millrace.{token_part}.frames"
-        self.epoch_subject = f"millrace.{token_part}.epoch"
+        # (the prefix in the subjects too: deployments sharing an account never overlap)
+        self.frames_subject = f"millrace.{stream_prefix}.{token_part}.frames"
+        self.epoch_subject = f"millrace.{stream_prefix}.{token_part}.epoch"
         self.replicas, self.storage = replicas, storage
         self._auth = {"user": user, "password": password, "token": token}
         self.connect_timeout_s, self.request_timeout_s = connect_timeout_s, request_timeout_s
