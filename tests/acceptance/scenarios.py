@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.acceptance.nodes import NodeFactory, NodeProcess
 from tests.acceptance.workload import CheckReport, Workload, check
 
-__all__ = ["CrashRun", "crash_loop"]
+__all__ = ["CrashRun", "assert_clean", "crash_loop"]
 
 #: Seconds the workload runs before a kill, at least and at most.
 RUN_SECONDS = (0.05, 0.6)
@@ -84,6 +84,17 @@ async def crash_loop(
     await node.terminate()
     run.seconds = time.monotonic() - began
     return run
+
+
+def assert_clean(run: CrashRun, workload: Workload, *, kills: int, acked_at_least: int) -> None:
+    """The loop did its kills, wrote enough between them, and every check came out clean:
+    nothing acknowledged lost, nothing twice, no writer's order broken."""
+    assert run.kills >= kills
+    failure = run.first_failure()
+    assert failure is None, failure.summary()
+    assert not workload.errors, workload.errors
+    assert not workload.ledger.anomalies, workload.ledger.anomalies
+    assert workload.ledger.acked_count() > acked_at_least  # it wrote between the kills
 
 
 async def _kill_during_recovery(

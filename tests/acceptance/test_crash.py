@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.acceptance.nodes import NodeFactory
-from tests.acceptance.scenarios import crash_loop
+from tests.acceptance.scenarios import assert_clean, crash_loop
 from tests.acceptance.workload import Workload
 
 SEED = 20261121
@@ -22,12 +22,7 @@ KILLS = 20
 async def test_acknowledged_appends_survive_kill_9(nodes: NodeFactory, tmp_path: Path) -> None:
     workload = Workload(SEED, name="crash")
     run = await crash_loop(nodes, tmp_path / "data", workload, seed=SEED, kills=KILLS)
-    assert run.kills >= KILLS
-    failure = run.first_failure()
-    assert failure is None, failure.summary()
-    assert not workload.errors, workload.errors
-    assert not workload.ledger.anomalies, workload.ledger.anomalies
-    assert workload.ledger.acked_count() > 1000  # the workload did write between the kills
+    assert_clean(run, workload, kills=KILLS, acked_at_least=1000)
     assert workload.stats.duplicates_dropped > 0  # re-sends did reach the deduplication
     print(
         f"{run.kills} kills (+{run.recovery_kills} during recovery), "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.acceptance.disk import power_loss
 from tests.acceptance.nodes import NodeFactory
-from tests.acceptance.scenarios import crash_loop
+from tests.acceptance.scenarios import assert_clean, crash_loop
 from tests.acceptance.workload import Workload, check
 
 SEED = 20261122
@@ -39,12 +39,7 @@ async def test_acknowledged_appends_survive_power_loss(nodes: NodeFactory, tmp_p
         tier1_options=SYNC_TRACE,
         after_kill=lose_power,
     )
-    assert run.kills >= KILLS
-    failure = run.first_failure()
-    assert failure is None, failure.summary()
-    assert not workload.errors, workload.errors
-    assert not workload.ledger.anomalies, workload.ledger.anomalies
-    assert workload.ledger.acked_count() > 1000
+    assert_clean(run, workload, kills=KILLS, acked_at_least=1000)
     print(
         f"{run.kills} power losses, {sum(dropped)} unsynced bytes dropped, "
         f"{workload.ledger.acked_count()} events acknowledged, {run.seconds:.1f} s"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.nodes import NodeFactory
-from tests.acceptance.scenarios import crash_loop
+from tests.acceptance.scenarios import assert_clean, crash_loop
 from tests.acceptance.workload import Workload
 from tests.tiers.nats_servers import nats_servers
 
@@ -29,17 +29,18 @@ async def test_acknowledged_appends_survive_node_and_jetstream_server_kills(
     with nats_servers(tmp_path / "nats", 3) as servers:
         options = json.dumps({"servers": [s.url for s in servers], "replicas": 3})
         workload = Workload(SEED, name="jetstream")
-        # One server of three dies with SIGKILL while the workload writes.
-        asyncio.get_running_loop().call_later(2.0, servers[1].kill)
+
+        async def kill_a_server_mid_run() -> None:  # once writes are being acknowledged
+            while workload.ledger.acked_count() < 300:
+                await asyncio.sleep(0.05)
+            servers[1].kill()
+
+        killer = asyncio.ensure_future(kill_a_server_mid_run())
         run = await crash_loop(nodes, tmp_path / "data", workload, seed=SEED, kills=KILLS,
                                tier1="jetstream", tier1_options=options)  # fmt: skip
+        assert killer.done()  # (before the loop ended)
         assert servers[1].process is not None and servers[1].process.returncode == -9
-    assert run.kills >= KILLS
-    failure = run.first_failure()
-    assert failure is None, failure.summary()
-    assert not workload.errors, workload.errors
-    assert not workload.ledger.anomalies, workload.ledger.anomalies
-    assert workload.ledger.acked_count() > 500
+    assert_clean(run, workload, kills=KILLS, acked_at_least=500)
     print(
         f"{run.kills} kills, one JetStream server of three killed, "
         f"{workload.ledger.acked_count()} events acknowledged, {workload.stats}, "

@@ -3,6 +3,8 @@ package), for the jetstream tier's tests: one server, or a three-server cluster.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import signal
 import socket
@@ -69,6 +71,31 @@ class NatsServer:
                 self.kill()
 
 
+async def _until_jetstream_serves(urls: list[str], replicas: int) -> None:
+    """Until a stream with ``replicas`` can be made and written (a new cluster elects its
+    leaders first): tests then start from a JetStream that serves."""
+    import nats
+    import nats.errors
+    import nats.js.errors
+
+    deadline = time.monotonic() + 60
+    client = await nats.connect(servers=urls, max_reconnect_attempts=-1)
+    try:
+        js = client.jetstream(timeout=5)
+        while True:
+            try:
+                await js.add_stream(name="READY", subjects=["ready.check"], num_replicas=replicas)
+                await js.publish("ready.check", b"ready")
+                await js.delete_stream("READY")
+                return
+            except (nats.errors.Error, nats.js.errors.Error, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
 @contextlib.contextmanager
 def nats_servers(where: Path, count: int = 1) -> Iterator[list[NatsServer]]:
     """``count`` servers (3: a JetStream cluster), started; stopped at the end."""
@@ -82,6 +109,9 @@ def nats_servers(where: Path, count: int = 1) -> Iterator[list[NatsServer]]:
     try:
         for server in servers:
             server.start()
+        check = _until_jetstream_serves([s.url for s in servers], replicas=count)
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:  # (callers may be async)
+            thread.submit(asyncio.run, check).result()
         yield servers
     finally:
         for server in servers:

@@ -16,6 +16,9 @@ Responsibility: implement the tier-1 primitives with ``nats-py`` on a replicated
   the server's configuration syncs each message). So with one server an acknowledged frame
   survives the server's crash but not the machine's power loss unless the server syncs
   always; with three replicas it survives the loss of one server.
+* **Leader changes.** A publish that gets no answer (no leader yet, a server gone) is sent
+  again with the same ``Nats-Msg-Id`` for up to ``request_timeout_s``; if the first one was
+  stored, JetStream answers the retry with its sequence instead of storing it twice.
 * **Fencing.** Every frame message is published with ``Nats-Expected-Last-Sequence`` set to
   the last sequence this instance wrote (or its epoch message's). ``open(epoch)`` refuses an
   epoch not above the newest epoch message, then publishes its own, which moves the stream's
@@ -53,6 +56,11 @@ _T = TypeVar("_T")
 EPOCH_HEADER = "Millrace-Epoch"
 PART_HEADER = "Millrace-Part"
 EXPECTED_LAST = "Nats-Expected-Last-Sequence"
+MSG_ID = "Nats-Msg-Id"
+#: Seconds one publish waits for its answer before it is sent again (same message id).
+PUBLISH_TRY_S = 2.0
+#: Seconds one JetStream API request waits before it is tried again.
+TRY_S = 5.0
 #: JetStream's error code for a publish whose expected last sequence is not the stream's.
 WRONG_LAST_SEQUENCE = 10071
 #: Answers meaning "not now" (no leader yet, no responders while a stream is placed).
@@ -94,7 +102,7 @@ class JetStreamDurableDataLog(DurableDataLog):
     Options: ``servers`` (NATS URLs, default ``["nats://127.0.0.1:4222"]``), ``log_id`` (set
     per container by the node), ``stream_prefix`` (``MILLRACE``), ``replicas`` (1),
     ``storage`` (``file`` or ``memory``), ``user`` / ``password`` or ``token``,
-    ``connect_timeout_s`` (5), ``request_timeout_s`` (10), ``read_batch_frames_max`` (1024).
+    ``connect_timeout_s`` (5), ``request_timeout_s`` (30), ``read_batch_frames_max`` (1024).
     """
 
     name = "jetstream"
@@ -118,7 +126,7 @@ class JetStreamDurableDataLog(DurableDataLog):
         password: str | None = None,
         token: str | None = None,
         connect_timeout_s: float = 5.0,
-        request_timeout_s: float = 10.0,
+        request_timeout_s: float = 30.0,
         read_batch_frames_max: int = 1024,
         frame_bytes_max: int = 8 * 1024 * 1024,
         batch_frames_max: int = 256,
@@ -227,7 +235,8 @@ class JetStreamDurableDataLog(DurableDataLog):
             except BaseException:
                 coroutine.close()
                 raise
-            self._js = self._nc.jetstream(timeout=self.request_timeout_s)
+            # (each try short: ``_settled`` tries again until ``request_timeout_s``)
+            self._js = self._nc.jetstream(timeout=min(TRY_S, self.request_timeout_s))
             self._part_bytes = max(self._nc.max_payload - HEADER_ROOM, 4096)
         return await coroutine
 
@@ -302,11 +311,19 @@ class JetStreamDurableDataLog(DurableDataLog):
             parts = [view[i : i + step] for i in range(0, len(view), step)]
             first = 0
             for number, part in enumerate(parts, start=1):
-                headers = {EXPECTED_LAST: str(self._last)}
+                # The message id names the place: a publish retried after a lost answer is
+                # answered with the first one's sequence (JetStream drops the duplicate).
+                headers = {EXPECTED_LAST: str(self._last),
+                           MSG_ID: f"{self.stream}:{self.epoch}:{self._last}"}  # fmt: skip
                 if len(parts) > 1:
                     headers[PART_HEADER] = f"{number}/{len(parts)}"
+                payload = bytes(part)
                 try:
-                    ack = await self._js.publish(self.frames_subject, bytes(part), headers=headers)
+                    ack = await self._settled(
+                        lambda p=payload, h=headers: self._js.publish(  # type: ignore[misc]
+                            self.frames_subject, p, timeout=PUBLISH_TRY_S, headers=h
+                        )
+                    )
                 except nats.js.errors.APIError as error:
                     if error.err_code == WRONG_LAST_SEQUENCE:
                         raise DataLogFencedError(f"{self!r}: a newer owner took it over") from None
@@ -318,40 +335,54 @@ class JetStreamDurableDataLog(DurableDataLog):
 
     async def _read(self, cursor: object) -> tuple[list[tuple[LogAddress, bytes]], object]:
         if cursor is None:
-            await self._ensure_stream()
-            end = (await self._js.stream_info(self.stream)).state.last_seq
-            config = api.ConsumerConfig(
-                deliver_policy=api.DeliverPolicy.ALL,
-                ack_policy=api.AckPolicy.NONE,
-                inactive_threshold=60.0,
-                filter_subject=self.frames_subject,
-            )
-            subscription = await self._js.pull_subscribe(
-                self.frames_subject, stream=self.stream, config=config
-            )
-            cursor = _Reading(subscription, end)
+            cursor = await self._start_reading()
         assert isinstance(cursor, _Reading)
         frames: list[tuple[LogAddress, bytes]] = []
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
         while len(frames) < self.read_batch_frames_max and not cursor.done:
             try:
                 messages = await cursor.subscription.fetch(256, timeout=2.0)
-            except nats.errors.TimeoutError:  # nothing more before ``end``
-                cursor.done = True
-                break
+            except nats.errors.TimeoutError:
+                # Not the end (that is a message with nothing pending after it): no answer
+                # yet, as while a leader is elected. Wait, but not for ever.
+                if loop.time() - quiet_since > self.request_timeout_s:
+                    raise DataLogError(f"{self!r}: reading the log got no answer") from None
+                continue
+            quiet_since = loop.time()
             for message in messages:
                 sequence = message.metadata.sequence.stream
-                if sequence > cursor.end:
+                if sequence > cursor.end:  # appended after the read began
                     cursor.done = True
                     break
                 found = cursor.add(sequence, message.headers or {}, message.data)
                 if found is not None:
                     frames.append(found)
-                if sequence == cursor.end:
+                if sequence == cursor.end or message.metadata.num_pending == 0:
                     cursor.done = True
+                    break
         if cursor.done:
             await cursor.subscription.unsubscribe()
             return frames, None
         return frames, cursor
+
+    async def _start_reading(self) -> _Reading:
+        """A consumer of the frames subject from its first message kept; where to stop."""
+        await self._ensure_stream()
+        info = await self._settled(lambda: self._js.stream_info(self.stream))
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_policy=api.AckPolicy.NONE,
+            inactive_threshold=60.0,
+            filter_subject=self.frames_subject,
+        )
+        subscription = await self._settled(
+            lambda: self._js.pull_subscribe(self.frames_subject, stream=self.stream, config=config)
+        )
+        reading = _Reading(subscription, info.state.last_seq)
+        if (await self._settled(subscription.consumer_info)).num_pending == 0:
+            reading.done = True  # no frame at all
+        return reading
 
 
 class _Reading:
