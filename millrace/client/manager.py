@@ -290,12 +290,6 @@ class BlockingTransaction:
         self._loop.run(self.txn.write_events(pairs))
         return len(pairs)
 
-    def write_batch(self, events: Sequence[bytes], keys: Sequence[str | None]) -> int:
-        """Write ``events[i]`` under routing key ``keys[i]`` for every ``i`` (bytes only, as
-        they come out of a column) with one hop to the I/O thread; how many."""
-        self._loop.run(self.txn.write_batch(events, keys))
-        return len(events)
-
     @property
     def shadow_ranges(self) -> list[tuple[float, float]]:
         return self.txn.shadow_ranges
