@@ -208,6 +208,8 @@ def commit_transaction(
     if finished is not None:
         return finished
     txn = _find(stream, txn_id)
+    if txn.state == _T.COMMITTED:  # (committed, not yet moved to the completed records)
+        return txn
     if txn.state == _T.OPEN:
         txn = _mark_committing(stream, txn, timestamp)
     elif txn.state != _T.COMMITTING:
