@@ -51,6 +51,10 @@ class SegmentStore(Protocol):
     def info(self, segment: str) -> SegmentState:
         """The segment's state (a missing segment: ``exists`` False)."""
 
+    def locate(self, segment: str, target: int) -> int:
+        """The first event boundary of ``segment`` at or after ``target`` (its length when
+        none is below it)."""
+
 
 @dataclass(frozen=True)
 class SegmentTraffic:

@@ -166,6 +166,14 @@ class SegmentStorePort:
             raise SegmentTruncatedError(str(exc)) from exc
         return bytes(got.data)
 
+    def locate(self, segment: str, target: int) -> int:
+        try:
+            return self._call(
+                segment, lambda c: c.locate_offset(segment, target, token=_token(segment))
+            )
+        except ssc.SegmentTruncatedError as exc:
+            raise SegmentTruncatedError(str(exc)) from exc
+
     def info(self, segment: str) -> SegmentState:
         try:
             got = self._call(segment, lambda c: c.get_info(segment, token=_token(segment)))

@@ -138,6 +138,57 @@ def _start_successors(stream: Stream, position: dict[int, int], ended: dict[int,
     return changed
 
 
+def next_cut(
+    store: SegmentStore, stream: Stream, cut: Mapping[int, int], approx_bytes: int
+) -> tuple[dict[int, int], int]:
+    """The stream cut about ``approx_bytes`` after the valid cut ``cut``, and the bytes between
+    the two (Pravega's ``getNextStreamCut``).
+
+    The bytes are shared evenly among the segments that have data after the cut (what one
+    cannot use goes to the others); each segment's new offset is the first event boundary at
+    or after its share (``SegmentStore.locate``), so the distance may pass ``approx_bytes`` by
+    up to one event per segment. A segment read to its end is followed by its successors as
+    in ``read_page``. Never past the tail as of now: with less data than asked, the answer is
+    the tail (and ``cut`` itself when there is nothing after it).
+    """
+    position = dict(cut)
+    ended: dict[int, int] = {}
+    budget, moved = approx_bytes, 0
+    while budget > 0:
+        progressed = False
+        active: list[tuple[int, str, int, int]] = []
+        for segment_id in sorted(position):
+            if segment_id in ended:
+                continue
+            name = sel.segment_name(stream, segment_id)
+            state = store.info(name)
+            offset = position[segment_id]
+            if not state.exists:
+                ended[segment_id] = offset
+                progressed = True
+            elif offset < state.start_offset:  # truncated away: from the head
+                position[segment_id] = state.start_offset
+                active.append((segment_id, name, state.start_offset, state.length))
+            elif offset < state.length:
+                active.append((segment_id, name, offset, state.length))
+            elif state.sealed:
+                ended[segment_id] = offset
+                progressed = True
+        share = max(budget // max(len(active), 1), 1)
+        for segment_id, name, offset, length in active:
+            target = offset + share
+            if offset < length:
+                found = length if target >= length else store.locate(name, target)
+                position[segment_id] = found
+                budget -= found - offset
+                moved += found - offset
+                progressed = True
+        progressed |= _start_successors(stream, position, ended)
+        if not progressed:
+            break
+    return position, moved
+
+
 def tail_cut(store: SegmentStore, stream: Stream) -> dict[Segment, int]:
     """Where the stream ends now: each segment of its current epoch (of its last epoch once
     sealed) at its length in the segment store, as ``{Segment: offset}``."""

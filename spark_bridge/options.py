@@ -84,11 +84,6 @@ class Options:
                 values["token"] = Path(token_file).read_text().strip()
             except OSError as exc:
                 raise OptionError(f"millrace: option 'token_file': {exc}") from None
-        if values.get("approx_bytes_per_trigger"):
-            raise OptionError(
-                "millrace: option 'approx_bytes_per_trigger' is not supported yet: each"
-                " micro-batch reads up to the tail of the stream"
-            )
         options = cls(**values)
         options.check_cut("start_stream_cut")
         options.check_cut("end_stream_cut")

@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes
 from pyspark.sql.types import StructType
 
 from millrace.client.batch import RangeTruncatedError, SegmentRange
@@ -343,9 +344,11 @@ def cut_of(options: Options, offset: dict[str, Any]) -> StreamCut:
 
 
 class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
-    """Micro-batches between stream cuts: a batch's offset is the tail cut when it was planned,
-    its partitions the segment ranges between the previous cut and that one (successors of
-    segments that scaled meanwhile included, so keys are followed in order across a scale)."""
+    """Micro-batches between stream cuts: a batch's offset is the tail cut when it was planned
+    (with ``approx_bytes_per_trigger``, the cut about that many bytes after the previous one,
+    on event boundaries: the controller's next-stream-cut call), its partitions the segment
+    ranges between the previous cut and that one (successors of segments that scaled meanwhile
+    included, so keys are followed in order across a scale)."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -359,8 +362,17 @@ class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
             at = "tail" if where == "latest" else "head"
             return offset_of(manager.get_stream_cut(self.options.scope, self.options.stream, at))
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.approx_bytes_per_trigger:
+            return ReadMaxBytes(self.options.approx_bytes_per_trigger)
+        return ReadAllAvailable()
+
     def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, Any]:
+        """The tail; with a byte limit (and a start), the cut about that many bytes on."""
         with manager_of(self.options) as manager:
+            if isinstance(limit, ReadMaxBytes) and start is not None:
+                cut, _ = manager.next_stream_cut(cut_of(self.options, start), limit.max_bytes)
+                return offset_of(cut)
             tail = manager.get_stream_cut(self.options.scope, self.options.stream, "tail")
         return offset_of(tail)
 

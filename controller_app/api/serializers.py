@@ -291,6 +291,20 @@ class CutsRequestSerializer(serializers.Serializer):
     toStreamCut = StreamCutField(required=False)
 
 
+class NextCutRequestSerializer(serializers.Serializer):
+    streamCut = StreamCutField()
+    approxBytes = serializers.IntegerField(
+        min_value=1, max_value=INT64_MAX, help_text="About how many bytes after the cut."
+    )
+
+
+class NextCutSerializer(serializers.Serializer):
+    streamCut = serializers.DictField(
+        child=serializers.IntegerField(), help_text="The next cut: segment id -> offset."
+    )
+    bytes = serializers.IntegerField(help_text="Bytes between the given cut and the next.")
+
+
 class SizeSerializer(serializers.Serializer):
     size = serializers.IntegerField(help_text="Bytes from the start of the stream to the cut.")
 

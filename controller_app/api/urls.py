@@ -49,6 +49,7 @@ urlpatterns = [
     path(f"{STREAM}/segments-between", v.SegmentsBetweenView.as_view()),
     path(f"{STREAM}/stream-cut/validity", v.StreamCutValidityView.as_view()),
     path(f"{STREAM}/stream-cut/size", v.StreamSizeView.as_view()),
+    path(f"{STREAM}/stream-cut/next", v.NextStreamCutView.as_view()),
     path(f"{STREAM}/scale", v.ScaleView.as_view()),
     path(f"{STREAM}/truncate", v.TruncateView.as_view()),
     path(f"{STREAM}/transactions", v.TransactionsView.as_view()),

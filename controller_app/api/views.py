@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, metrics
+from controller_app import audit, metrics, stream_reads
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
@@ -381,6 +381,26 @@ class StreamSizeView(APIView):
         row = get_stream(scope, stream)
         cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
         return Response({"size": sel.size_till_stream_cut(row, cut)})
+
+
+class NextStreamCutView(APIView):
+    """Pravega's ``getNextStreamCut``: the cut about ``approxBytes`` after a cut, on event
+    boundaries (``stream_reads.next_cut``); Spark's ``approx_bytes_per_trigger`` plans its
+    micro-batches with it."""
+
+    needs = {"POST": "read"}
+
+    @extend_schema(
+        operation_id="getNextStreamCut",
+        request=s.NextCutRequestSerializer,
+        responses=s.NextCutSerializer,
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        data = _valid(s.NextCutRequestSerializer, request.data).validated_data
+        cut = {g.id: o for g, o in sel.validate_stream_cut(row, data["streamCut"]).items()}
+        found, moved = stream_reads.next_cut(segment_store(), row, cut, data["approxBytes"])
+        return Response({"streamCut": {str(k): v for k, v in found.items()}, "bytes": moved})
 
 
 # -- Millrace's additions: scale, truncate ------------------------------------------------------

@@ -125,6 +125,17 @@ class SegmentCalls:
         r = await self._call(make, wire.SegmentRead)
         return ReadResult(r.offset, bytes(r.data), r.at_tail, r.end_of_segment)
 
+    async def locate_offset(
+        self, segment: str, target_offset: int, *, token: str | None = None
+    ) -> int:
+        """The first event boundary at or after ``target_offset`` (the segment's length when
+        none is below it)."""
+
+        def make(rid: int) -> Any:
+            return wire.LocateOffset(rid, segment, target_offset, self._token(token))
+
+        return (await self._call(make, wire.OffsetLocated)).offset
+
     async def seal(self, segment: str, *, token: str | None = None) -> None:
         await self._call(
             lambda rid: wire.SealSegment(rid, segment, self._token(token)), wire.SegmentSealed

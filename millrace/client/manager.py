@@ -104,6 +104,18 @@ class AsyncStreamManager:
         cut = await cut_of(self.controller, scope, stream, where)
         return StreamCut(scope, stream, {sid: off for sid, (_, off) in cut.items()})
 
+    async def next_stream_cut(self, cut: StreamCut, approx_bytes: int) -> tuple[StreamCut, int]:
+        """The cut about ``approx_bytes`` after ``cut`` (on event boundaries, never past the
+        tail) and the bytes between them, as Pravega's ``getNextStreamCut``."""
+        if approx_bytes < 1:
+            raise ValueError(f"approx_bytes must be positive, not {approx_bytes}")
+        path = f"/scopes/{cut.scope}/streams/{cut.stream}/stream-cut/next"
+        body = {"streamCut": {str(k): v for k, v in cut.positions.items()},
+                "approxBytes": approx_bytes}  # fmt: skip
+        found = await self.controller.call("POST", path, body)
+        positions = {int(k): int(v) for k, v in found["streamCut"].items()}
+        return StreamCut(cut.scope, cut.stream, positions), int(found["bytes"])
+
     async def close(self) -> None:
         await self.controller.close()
 
@@ -375,6 +387,10 @@ class StreamManager(_Closing):
     def get_stream_cut(self, scope: str, stream: str, at: str | int = "tail") -> StreamCut:
         """The head (``"head"``), the tail (``"tail"``) or the position at a time (ms)."""
         return self._loop.run(self._async.get_stream_cut(scope, stream, at))
+
+    def next_stream_cut(self, cut: StreamCut, approx_bytes: int) -> tuple[StreamCut, int]:
+        """The cut about ``approx_bytes`` after ``cut``, and the bytes between them."""
+        return self._loop.run(self._async.next_stream_cut(cut, approx_bytes))
 
     def create_reader_group(
         self,

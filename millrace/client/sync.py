@@ -84,6 +84,7 @@ _SYNC_METHODS = frozenset(
     {
         "create_segment", "get_info", "read_segment", "seal", "truncate", "delete", "merge",
         "get_attribute", "update_attribute", "setup_append", "flush", "conditional_append",
+        "locate_offset",
     }
 )  # fmt: skip
 

@@ -18,6 +18,7 @@ from millrace.claims import READ, READ_UPDATE
 from segment_app.engine.api import AttributeUpdate, SegmentStoreAPI
 from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentError
 from segment_app.server.auth import Authorizer
+from segment_app.server.locate import EventLocator
 from segment_app.server.replies import UnsupportedOperationError
 
 __all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "RequestHandlers", "RequestSettings"]
@@ -48,6 +49,7 @@ class RequestHandlers:
         self.store = store
         self.auth = authorizer
         self.settings = settings
+        self.locator = EventLocator(store)
         self.handlers: dict[int, Handler] = {
             wire.ReadSegment.TYPE: self.read_segment,
             wire.GetStreamSegmentInfo.TYPE: self.get_info,
@@ -61,6 +63,7 @@ class RequestHandlers:
             wire.UpdateSegmentAttribute.TYPE: self.update_attribute,
             wire.UpdateSegmentPolicy.TYPE: self.update_policy,
             wire.CreateTransientSegment.TYPE: self.create_transient_segment,
+            wire.LocateOffset.TYPE: self.locate_offset,
         }
 
     def authorize(self, token: str, segment: str, access: str) -> None:
@@ -96,6 +99,13 @@ class RequestHandlers:
             info.start_offset,
         )
 
+    async def locate_offset(self, cmd: wire.LocateOffset) -> object:
+        """The first event boundary at or after the target offset (``EventLocator``)."""
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        _check_offset(cmd.target_offset, cmd.segment)
+        offset = await self.locator.locate(cmd.segment, cmd.target_offset)
+        return wire.OffsetLocated(cmd.request_id, cmd.segment, offset)
+
     async def create_segment(self, cmd: wire.CreateSegment) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
         await self.store.create_segment(cmd.segment)
@@ -115,6 +125,7 @@ class RequestHandlers:
     async def delete_segment(self, cmd: wire.DeleteSegment) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
         await self.store.delete(cmd.segment)
+        self.locator.forget(cmd.segment)
         return wire.SegmentDeleted(cmd.request_id, cmd.segment)
 
     async def merge_segments(self, cmd: wire.MergeSegments) -> object:

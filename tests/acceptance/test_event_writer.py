@@ -236,6 +236,58 @@ def test_a_saved_stream_cut_reads_exactly_the_later_events(
         manager.create_reader(scope, "other", start=StreamCut.from_text(saved))
 
 
+def test_next_stream_cuts_step_through_the_stream_in_pieces_across_a_scale(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    """``next_stream_cut`` (the controller's getNextStreamCut, what Spark's
+    ``approx_bytes_per_trigger`` plans with): each step is a valid cut about the bytes asked
+    after the last, on event boundaries; read between consecutive cuts, the steps give every
+    event once, per key in order, across a scale; at the tail it stops moving."""
+    manager, scope = session
+    writer = manager.create_writer(scope, "st")
+    keyed = Keyed(writer)
+    keyed.write(300)
+    writer.flush()
+    _scale(standalone, standalone.token, scope, split=True)
+    keyed.write(200)
+    writer.flush()
+    writer.close()
+    base = f"/v1/scopes/{scope}/streams/st"
+    cut = manager.get_stream_cut(scope, "st", "head")
+    seen: dict[str, list[int]] = {key: [] for key in KEYS}
+    steps = 0
+    with manager.create_batch_client() as batch:
+        while True:
+            after, moved = manager.next_stream_cut(cut, 1_000)
+            if moved == 0:
+                assert after == cut
+                break
+            steps += 1
+            assert 0 < moved <= 1_000 + 3 * 20  # past the share by under one event a segment
+            status, check = request(
+                standalone.base, "POST", f"{base}/stream-cut/validity", standalone.token,
+                {"streamCut": {str(k): v for k, v in after.positions.items()}},
+            )  # fmt: skip
+            assert status == 200 and check["valid"], check
+            ranges = batch.segment_ranges(scope, "st", cut, after)
+            assert sum(r.size for r in ranges) == moved
+            for segment in ranges:
+                for event in batch.read_range(segment):  # from a boundary to a boundary
+                    key, seq = event.data.decode().split(":")
+                    seen[key].append(int(seq))
+            cut = after
+    assert steps >= 5
+    assert seen == keyed.expected()  # every event once, per key in the order written
+    assert after == manager.get_stream_cut(scope, "st", "tail")
+    with pytest.raises(ValueError, match="positive"):
+        manager.next_stream_cut(cut, 0)
+    status, answer = request(
+        standalone.base, "POST", f"{base}/stream-cut/next", standalone.token,
+        {"streamCut": {"0": 0}, "approxBytes": 10},
+    )  # fmt: skip
+    assert status == 400 and "not a stream cut" in answer["message"], answer
+
+
 def test_controller_errors_are_clear(standalone: Standalone) -> None:
     manager = StreamManager(standalone.base, token="wrong")
     try:

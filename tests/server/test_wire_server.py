@@ -379,3 +379,40 @@ async def test_backpressure_pauses_and_resumes_reading(make_server, store) -> No
     assert acks[-1].event_number == 500
     assert (await store.get_info(SEG)).length == 500 * 28
     await client.close()
+
+
+async def test_locate_offset_finds_the_next_event_boundary(
+    client: SegmentStoreClient, store: SegmentStore
+) -> None:
+    """LocateOffset: the first boundary at or after the target, events larger than a walk's
+    read stepped over, the start offset and the length at the ends, a segment of other bytes
+    refused with a clear error (and the node serving on)."""
+    from segment_app.server import locate
+
+    await client.create_segment(SEG)
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)
+    big = b"B" * (locate.WALK_READ_BYTES + 100)
+    sizes = [10, 20, len(big), 5, 30]
+    await (await client.append_block(writer, [b"a" * 10, b"b" * 20, big, b"c" * 5, b"d" * 30]))
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + 8 + size)
+    length = starts[-1]
+    for target, expected in [
+        (0, 0), (1, starts[1]), (starts[1], starts[1]), (starts[1] + 1, starts[2]),
+        (starts[2] + 5, starts[3]), (starts[3] - 1, starts[3]), (starts[4] + 1, starts[5]),
+        (length, length), (length + 1000, length),
+    ]:  # fmt: skip
+        assert await client.locate_offset(SEG, target) == expected, target
+    await client.truncate(SEG, starts[2])
+    assert await client.locate_offset(SEG, 3) == starts[2]
+    assert await client.locate_offset(SEG, starts[2] + 1) == starts[3]
+
+    await client.create_segment("sc/st/1.#epoch.0")
+    await store.append("sc/st/1.#epoch.0", b"not events at all, just bytes")
+    with pytest.raises(c.InvalidArgumentError, match="not written as events"):
+        await client.locate_offset("sc/st/1.#epoch.0", 3)
+    with pytest.raises(c.InvalidArgumentError, match="negative"):
+        await client.locate_offset(SEG, -1)
+    assert await client.locate_offset(SEG, starts[4]) == starts[4]

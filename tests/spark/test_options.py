@@ -38,7 +38,7 @@ def test_defaults_and_conversions(tmp_path: Path) -> None:
          "option 'end_stream_cut' is a cut of other/st"),
         ({"metadata": "Everything"}, "option 'metadata' must be Streams or StreamInfo"),
         ({"token_file": "/nonexistent/token"}, "option 'token_file'"),
-        ({"approx_bytes_per_trigger": "1000"}, "'approx_bytes_per_trigger' is not supported yet"),
+        ({"approx_bytes_per_trigger": "-1"}, "'approx_bytes_per_trigger' must be from 0"),
         ({"stream": ""}, "option 'stream' is required"),
     ],
 )  # fmt: skip

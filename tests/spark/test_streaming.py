@@ -104,3 +104,37 @@ def test_a_replayed_streaming_batch_is_written_once(
     assert_in_key_order(rows)
     assert (checkpoint / "millrace" / f"{last}.json").exists()
     assert open_transactions(node) == 0
+
+
+def test_approx_bytes_per_trigger_cuts_the_backlog_into_bounded_batches(
+    spark: Any, node: Standalone, tmp_path: Path
+) -> None:
+    """A backlog of about 45 KB read with ``approx_bytes_per_trigger`` 10,000: several
+    micro-batches, none much over the limit, every event once and per key in order."""
+    with StreamManager(node.base, token=node.token) as manager:
+        manager.create_scope("sp")
+        manager.create_stream("sp", "backlog", initial_segments=2)
+    write_events(node, "backlog", "x", 0, 3_000)  # 12 to 16 bytes each with the header
+    frame = (
+        spark.readStream.format("millrace")
+        .options(**options(node, "backlog", approx_bytes_per_trigger=10_000))
+        .load()
+    )
+    out = tmp_path / "out"
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert len(sizes) >= 5, sizes
+    assert max(sizes) <= (10_000 + 2 * 16) // 12, sizes  # over by under an event a segment
+    rows = spark.read.parquet(str(out)).collect()
+    events = sorted(r["event"].decode() for r in rows)
+    assert events == sorted(f"x:{n % 10}:{n}" for n in range(3_000))
+    assert_in_key_order(rows)

@@ -84,6 +84,7 @@ def endpoints(w: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("post", f"{base}/segments-between", {}),
         ("post", f"{base}/stream-cut/validity", cut),
         ("post", f"{base}/stream-cut/size", cut),
+        ("post", f"{base}/stream-cut/next", {**cut, "approxBytes": 100}),
         ("post", f"{base}/scale", {"sealedSegments": [seg], "newRanges": [[0.0, 0.5]]}),
         ("post", f"{base}/truncate", cut),
         ("post", f"{base}/transactions", {"leaseMs": 10_000}),
@@ -165,7 +166,10 @@ def test_health_needs_no_credentials(db: None) -> None:
 # -- roles ---------------------------------------------------------------------------------------
 
 #: Calls that change nothing although they are not GETs: a viewer may make them.
-READS_BY_POST = ("segments-between", "stream-cut/validity", "stream-cut/size", "delegation-token")
+READS_BY_POST = (
+    "segments-between", "stream-cut/validity", "stream-cut/size", "stream-cut/next",
+    "delegation-token",
+)  # fmt: skip
 
 
 def _client_of(role: str | None) -> tuple[APIClient, str]:
