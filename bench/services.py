@@ -89,7 +89,7 @@ def millrace_node(
     """A segment store node (file tier-1, filesystem tier-2, auth off) on ``work_dir/data``;
     yields (host, port, pid of the node's Python process)."""
     data_dir = work_dir / "millrace-data"
-    data_dir.mkdir(parents=True)
+    data_dir.mkdir(parents=True, exist_ok=True)  # (a node started again on it: a restart)
     env = {**os.environ, "MILLRACE_AUTH": "off", "PYTHONUNBUFFERED": "1", **(env or {})}
     log_path = work_dir / "node.log"
     with open(log_path, "wb") as log_file:

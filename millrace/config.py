@@ -222,6 +222,9 @@ class SegmentStoreSettings:
     #: Bytes of segment data each container's cache holds (MILLRACE_CACHE_BYTES); data not yet
     #: in tier-2 cannot be evicted, and appends are held back while it fills the cache.
     cache_bytes: int = 512 * 1024 * 1024
+    #: Appends held back that long (the cache full of data waiting for tier-2) are refused
+    #: with a retriable error (MILLRACE_BACKLOG_REFUSE_MS).
+    backlog_refuse_ms: int = 10_000
     #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); never set in production.
     unsafe: frozenset[str] = frozenset()
     #: Port of the node's metrics endpoint (MILLRACE_SEGMENTSTORE_METRICS_PORT; 0: none).
@@ -265,6 +268,9 @@ class SegmentStoreSettings:
             ),
             cache_bytes=parse_int(
                 env, "MILLRACE_CACHE_BYTES", cls.cache_bytes, low=16 * 1024**2, high=1024**4
+            ),
+            backlog_refuse_ms=parse_int(
+                env, "MILLRACE_BACKLOG_REFUSE_MS", cls.backlog_refuse_ms, low=100, high=3_600_000
             ),
             unsafe=parse_unsafe_flags(env),
             metrics_port=parse_int(

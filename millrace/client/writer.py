@@ -37,6 +37,8 @@ from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_s
 #: How long a writer keeps trying to reach a segment store that went away before its
 #: unacknowledged events fail.
 RECONNECT_SECONDS_MAX = 120.0
+#: Pause before a writer whose appends were answered "not served here" sets up again.
+OFFLINE_RETRY_PAUSE_S = 0.5
 #: ``write_event`` yields to the event loop after queuing this many events, so that batches
 #: are shipped while the producer goes on.
 YIELD_EVERY = 512
@@ -418,22 +420,28 @@ class AsyncEventWriter:
         elif isinstance(error, ssc.ConnectionLostError):
             if writer.client.is_closed:  # else: a late failure of the old connection
                 self._schedule_reconnect(writer)
+        elif isinstance(error, ssc.ContainerOfflineError):
+            # Not served now (a container restarting, appends refused while tier-2 is far
+            # behind): set the writer up again after a pause and send what is not persisted.
+            self._schedule_reconnect(writer, pause=OFFLINE_RETRY_PAUSE_S)
         else:
             for item in batch:
                 if item in writer.pending:
                     writer.pending.remove(item)
                 self._complete(item, error)
 
-    def _schedule_reconnect(self, writer: _SegmentWriter) -> None:
+    def _schedule_reconnect(self, writer: _SegmentWriter, pause: float = 0.0) -> None:
         if not writer.reconnecting and not writer.sealed:
             writer.reconnecting = True
-            asyncio.get_running_loop().create_task(self._reconnect(writer))
+            asyncio.get_running_loop().create_task(self._reconnect(writer, pause))
 
-    async def _reconnect(self, writer: _SegmentWriter) -> None:
-        """The connection to the segment store was lost: open a new one, ask the segment store
-        for this writer's last persisted event number (the idempotent writer's setup), complete
-        the events up to it, and send the rest again in order (never twice: the numbers are
-        the same)."""
+    async def _reconnect(self, writer: _SegmentWriter, pause: float = 0.0) -> None:
+        """The connection to the segment store was lost (or the segment was not served): open
+        a new one, ask the segment store for this writer's last persisted event number (the
+        idempotent writer's setup), complete the events up to it, and send the rest again in
+        order (never twice: the numbers are the same)."""
+        if pause:
+            await asyncio.sleep(pause)
         try:
             client, last = await self._setup(*writer.node, writer.segment.name, writer.writer_id)
         except ssc.SegmentSealedError:

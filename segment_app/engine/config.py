@@ -23,6 +23,8 @@ class DurableLogConfig:
     checkpoint_bytes_min: int = 256 * 1024 * 1024
     #: While tier-2 is behind and the cache is full, new operations are retried at this pace.
     throttle_delay_ms: int = 2
+    #: Held back this long, appends are refused with a retriable error instead of waiting on.
+    refuse_after_ms: int = 10_000
     #: Test-only: when False, frame CRCs are not verified on recovery (proves the CRC test).
     verify_crc: bool = True
 
@@ -35,6 +37,8 @@ class ReadIndexConfig:
     cache_entry_bytes_max: int = 1024 * 1024
     #: Bytes fetched from tier-2 per read at most.
     storage_read_bytes_max: int = 2 * 1024 * 1024
+    #: A tier-2 read that has not answered in this long fails the read (retriable).
+    storage_read_timeout_ms: int = 10_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ __all__ = [
     "SegmentNotFoundError",
     "SegmentSealedError",
     "SegmentTruncatedError",
+    "TierBackloggedError",
+    "TierUnavailableError",
     "TooLargeError",
 ]
 
@@ -83,3 +85,14 @@ class ContainerOfflineError(EngineError):
 
 class InvariantError(EngineError):
     """An internal invariant broke; the container stops rather than serve wrong data."""
+
+
+class TierBackloggedError(ContainerOfflineError):
+    """Appends refused: tier-2 has been behind so long that the data waiting for it filled the
+    cache, and appends were held back past ``refuse_after_ms``. Retriable: the client sends
+    them again later (on the wire it is a WrongHost, as for a container that is not served)."""
+
+
+class TierUnavailableError(ContainerOfflineError):
+    """A read needed tier-2, which failed or did not answer in time. Retriable: never wrong
+    data, and the same read works once tier-2 answers again."""

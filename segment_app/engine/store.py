@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 ContainerFactory = Callable[[int], SegmentContainer]
 #: Segment names whose container ``append_group_nowait`` remembers at most.
 ROUTES_MAX = 1 << 16
+#: Longest pause between attempts to restart a failed container (seconds).
+RESTART_DELAY_MAX_S = 5.0
 
 
 class SegmentStore:
@@ -71,12 +73,14 @@ class SegmentStore:
                 containers[str(container_id)] = {"state": "not running", "epoch": None}
                 continue
             failure = container.durable_log.failure if container.durable_log else None
+            if container.state is ContainerState.FAILED or failure is not None:
+                self._schedule_restart(container)  # even with no request to notice it
             writer = container.storage_writer
             containers[str(container_id)] = {
                 "state": container.state.value,
                 "epoch": container.epoch,
                 "tier1_error": None if failure is None else f"{type(failure).__name__}: {failure}",
-                "tier2_error": writer.last_error if writer is not None else None,
+                "tier2_error": writer.trouble() if writer is not None else None,
             }
         return {"containers": containers}
 
@@ -135,15 +139,27 @@ class SegmentStore:
             )
 
     async def _restart(self, container_id: int) -> None:
+        """Replace a failed container, trying again (the pause doubling up to
+        ``RESTART_DELAY_MAX_S``) while tier-1 is still away; a fenced one stays down."""
+        delay = self.config.restart_delay_ms / 1000
         try:
             await self.containers[container_id].stop()
-            await asyncio.sleep(self.config.restart_delay_ms / 1000)
-            replacement = self.factory(container_id)
-            await replacement.start()
-            self.containers[container_id] = replacement
-            log.warning("container %d restarted at epoch %d", container_id, replacement.epoch)
-        except Exception:
-            log.exception("restart of container %d failed", container_id)
+            while not self._stopping:
+                await asyncio.sleep(delay)
+                replacement = self.factory(container_id)
+                try:
+                    await replacement.start()
+                except DataLogFencedError:
+                    log.warning("container %d is fenced by a newer instance", container_id)
+                    return
+                except Exception:
+                    log.exception("restart of container %d failed; again in %.1f s",
+                                  container_id, min(delay * 2, RESTART_DELAY_MAX_S))  # fmt: skip
+                    delay = min(delay * 2, RESTART_DELAY_MAX_S)
+                    continue
+                self.containers[container_id] = replacement
+                log.warning("container %d restarted at epoch %d", container_id, replacement.epoch)
+                return
         finally:
             self._restarts.pop(container_id, None)
 

@@ -8,7 +8,8 @@
 | SegmentTruncatedError                   | SegmentIsTruncated (with the start offset)     |
 | BadEventNumberError                     | InvalidEventNumber                             |
 | BadOffsetError of a conditional append  | ConditionalCheckFailed (decided by the caller) |
-| ContainerOfflineError                   | WrongHost with an empty correct host           |
+| ContainerOfflineError (and its kinds     | WrongHost with an empty correct host, the      |
+| TierBackloggedError, TierUnavailable...) |   message in serverStackTrace                  |
 | InvalidArgumentError, BadOffsetError,   | ErrorMessage, errorCode 0                      |
 | TooLargeError, BadAttributeUpdateError  |   (ILLEGAL_ARGUMENT_EXCEPTION)                 |
 | AuthError                               | AuthTokenCheckFailed, errorCode 1 if expired   |
@@ -18,8 +19,10 @@
 
 ContainerOfflineError becomes WrongHost, as Pravega answers for a container this host does not
 (or not yet) run: every Pravega client treats WrongHost as "ask the controller where the segment
-lives and retry", which is right for a container that is restarting; ErrorMessage would fail the
-caller. Stack traces are never sent: the ``serverStackTrace`` fields carry the error message.
+lives and retry", which is right for a container that is restarting, for appends refused while
+tier-2 is too far behind, and for a read that needs a tier-2 that does not answer; ErrorMessage
+would fail the caller. Stack traces are never sent: the ``serverStackTrace`` fields carry the
+error message.
 """
 
 from __future__ import annotations

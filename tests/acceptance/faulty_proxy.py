@@ -7,7 +7,9 @@ to the target, both ways, from a thread of its own. Faults, each on demand:
 * ``stall(seconds)``: nothing is forwarded either way for a while, the connections stay open
   (a frozen network path);
 * ``reset_mid_frame()``: the next chunk coming back from the target is forwarded only in part
-  (half of it, so a frame arrives cut short) and then the connection is reset.
+  (half of it, so a frame arrives cut short) and then the connection is reset;
+* ``refuse(True)``: every open connection is reset, and each new one too as soon as it is
+  accepted, until ``refuse(False)`` (a server that is down).
 
 A test double of a network, not of Millrace: both ends are the real client and server.
 """
@@ -29,6 +31,7 @@ class FaultyProxy:
         self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.flowing = asyncio.Event()
         self._reset_next = False
+        self._refusing = False
         self.resets = 0
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
@@ -46,6 +49,9 @@ class FaultyProxy:
         self.loop.run_forever()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            _reset(writer)
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -100,6 +106,12 @@ class FaultyProxy:
         self._call(self.flowing.clear)
         threading.Event().wait(seconds)
         self._call(self.flowing.set)
+
+    def refuse(self, on: bool) -> None:
+        """Reset every connection, open or new, while ``on``."""
+        self._refusing = on
+        if on:
+            self.cut()
 
     def reset_mid_frame(self) -> None:
         """The next chunk back from the target arrives in part, then the connection resets."""

@@ -18,6 +18,8 @@ from segment_app.engine.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
     SegmentTruncatedError,
+    TierBackloggedError,
+    TierUnavailableError,
     TooLargeError,
 )
 from tests.engine.conftest import Tiers
@@ -225,6 +227,25 @@ async def test_reads_come_from_tier2_after_eviction(tiers: Tiers) -> None:
     await c.stop()
 
 
+async def test_a_restart_keeps_the_cache_in_its_budget(tiers: Tiers) -> None:
+    """Replaying tier-1 puts its appends back in the cache; what is in tier-2 already is
+    evicted as the replay goes (``ReadIndex.append``), so a long tier-1 does not all land in
+    memory."""
+    rare = dataclasses.replace(tiers.config.durable_log, checkpoint_operations_min=1_000_000)
+    tiers.config = dataclasses.replace(tiers.config, durable_log=rare)  # tier-1 keeps it all
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    payload = b"r" * 16_384
+    for _ in range(160):  # 2.5 MiB, a 1 MiB cache
+        await c.append(SEG, payload)
+    await c.flush_to_storage()
+    await c.stop()
+    again = await tiers.start()
+    assert again.read_index.cache_bytes <= again.config.read_index.cache_bytes_max
+    assert await read_all(again, SEG) == payload * 160
+    await again.stop()
+
+
 async def test_restart_recovers_everything_acknowledged(tiers: Tiers) -> None:
     c = await tiers.start()
     names = [f"s/t/{i}.#epoch.0" for i in range(5)]
@@ -359,6 +380,68 @@ async def test_appends_wait_for_a_slow_tier2_so_the_cache_stays_bounded(tiers: T
         highest = max(highest, c.read_index.cache_bytes)
     assert highest <= budget + len(payload)
     assert await read_all(c, SEG) == payload * 200
+    await c.stop()
+
+
+async def test_appends_held_back_too_long_are_refused_then_taken_once_tier2_returns(
+    tiers: Tiers,
+) -> None:
+    """Tier-2 down: appends go on from tier-1 until the data waiting for tier-2 fills the
+    cache; then they are held back, and past ``refuse_after_ms`` refused with a retriable
+    error (nothing half-written). Once tier-2 answers, the backlog drains and appends are
+    taken again; everything acknowledged reads back."""
+    log_config = dataclasses.replace(tiers.config.durable_log, refuse_after_ms=300)
+    tiers.config = dataclasses.replace(tiers.config, durable_log=log_config)
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    tiers.chunk_faults.fail_randomly("*", 1.0)
+    payload = b"q" * 16_384
+    acked = 0
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TierBackloggedError, match="retry later"):
+        while True:  # 1 MiB of cache: refused after about 64 appends and 0.3 s held back
+            await c.append(SEG, payload)
+            acked += 1
+    assert asyncio.get_running_loop().time() - started >= 0.3
+    assert isinstance(TierBackloggedError("x"), ContainerOfflineError)  # WrongHost: retriable
+    assert 50 <= acked <= 70
+    assert (await c.get_info(SEG)).length == acked * len(payload)
+    tiers.chunk_faults.clear()
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:  # as a client does: again after a pause, until the backlog has drained
+        try:
+            await c.append(SEG, payload)
+            break
+        except TierBackloggedError:
+            assert asyncio.get_running_loop().time() < deadline, "never taken again"
+            await asyncio.sleep(0.05)
+    assert await read_all(c, SEG) == payload * (acked + 1)
+    await c.stop()
+
+
+async def test_a_read_that_needs_a_failing_or_silent_tier2_is_a_retriable_error(
+    tiers: Tiers,
+) -> None:
+    index = dataclasses.replace(tiers.config.read_index, storage_read_timeout_ms=200)
+    tiers.config = dataclasses.replace(tiers.config, read_index=index)
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    payload = bytes(range(256)) * 64
+    for _ in range(80):  # 1.25 MiB through a 1 MiB cache
+        await c.append(SEG, payload)
+    await c.flush_to_storage()
+    c.read_index.evict()
+    tiers.chunk_faults.fail_randomly("read", 1.0)
+    with pytest.raises(TierUnavailableError, match=r"only in tier-2.*retry later"):
+        await c.read(SEG, 0, 1 << 20)
+    tiers.chunk_faults.clear()
+    tiers.chunk_faults.add_latency("read", 5.0)  # hangs
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TierUnavailableError, match="no answer"):
+        await c.read(SEG, 0, 1 << 20)
+    assert asyncio.get_running_loop().time() - started < 2
+    tiers.chunk_faults.clear()
+    assert await read_all(c, SEG) == payload * 80  # right data once tier-2 answers
     await c.stop()
 
 

@@ -31,7 +31,12 @@ from segment_app.engine.api import AppendItem
 from segment_app.engine.config import DurableLogConfig
 from segment_app.engine.containers.metadata import ContainerMetadata
 from segment_app.engine.containers.updater import NO_WRITE, MetadataUpdater, Request
-from segment_app.engine.errors import ContainerOfflineError, EngineError, TooLargeError
+from segment_app.engine.errors import (
+    ContainerOfflineError,
+    EngineError,
+    TierBackloggedError,
+    TooLargeError,
+)
 from segment_app.engine.logs.frames import APPEND_RECORD_BYTES, FRAME_HEADER_SIZE, FrameBuilder
 from segment_app.engine.logs.operations import (
     Append,
@@ -100,6 +105,8 @@ class DurableLog:
         self.now_ms = now_ms
         self.over_budget = over_budget
         self.throttled_seconds = 0.0
+        #: When appends began to be held back (ms, ``now_ms``), while they are.
+        self._held_since: int | None = None
         self.updater = MetadataUpdater(metadata, deduplicate=deduplicate)
         self.failure: BaseException | None = None
         self.last_address: LogAddress | None = None
@@ -220,7 +227,9 @@ class DurableLog:
             batch = [item for item in self._queue if item[0].internal]
             if batch:
                 self._queue = [item for item in self._queue if not item[0].internal]
+            self._refuse_held_appends()
             return batch
+        self._held_since = None
         limit, taken, count = self.config.batch_operations_max, 0, 0
         for request, _ in self._queue:
             count += len(request.items) if type(request) is _Appends else 1
@@ -230,6 +239,28 @@ class DurableLog:
         batch = self._queue[:taken]
         del self._queue[:taken]
         return batch
+
+    def _refuse_held_appends(self) -> None:
+        """Held back ``refuse_after_ms`` already: refuse the waiting appends (and the next,
+        until tier-2 catches up) with a retriable error rather than let them wait on."""
+        now = self.now_ms()
+        if self._held_since is None:
+            self._held_since = now
+        held = now - self._held_since
+        if held < self.config.refuse_after_ms:
+            return
+        message = (
+            f"appends refused: tier-2 is behind and the data waiting for it fills the cache"
+            f" (held back {held / 1000:.1f} s); retry later"
+        )
+        kept: list[_Entry] = []
+        for request, future in self._queue:
+            if isinstance(request, _Appends) or isinstance(request.op, Append):
+                if not future.done():
+                    future.set_exception(TierBackloggedError(message))
+            else:
+                kept.append((request, future))
+        self._queue = kept
 
     async def _hold_back(self) -> None:
         """Throttle: tier-2 is behind and unflushed data fills the cache; wait for it."""

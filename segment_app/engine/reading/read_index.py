@@ -24,10 +24,15 @@ import dataclasses
 from segment_app.engine.api import ReadResult
 from segment_app.engine.config import ReadIndexConfig
 from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
-from segment_app.engine.errors import BadOffsetError, SegmentNotFoundError, SegmentTruncatedError
+from segment_app.engine.errors import (
+    BadOffsetError,
+    SegmentNotFoundError,
+    SegmentTruncatedError,
+    TierUnavailableError,
+)
 from segment_app.engine.invariants import check
 from segment_app.engine.logs.operations import AppendRecord
-from tiers.base import ChunkNotFoundError, ChunkStorage
+from tiers.base import ChunkNotFoundError, ChunkStorage, TierError
 
 #: Pieces totalling at least this many bytes are joined in a worker thread (bytes.join lets go
 #: of the GIL for large joins): a 4 MiB flush joined on the event loop held every ack for ~3 ms.
@@ -293,13 +298,21 @@ class ReadIndex:
         chunk = chunks[i]
         length = min(limit, chunk.end, position + self.config.storage_read_bytes_max) - position
         try:
-            data = await self.storage.read(chunk.name, position - chunk.start, length)
+            async with asyncio.timeout(self.config.storage_read_timeout_ms / 1000):
+                data = await self.storage.read(chunk.name, position - chunk.start, length)
         except ChunkNotFoundError:
             raise SegmentTruncatedError(
                 f"{segment.name}: offset {position} was truncated",
                 segment=segment.name,
                 start_offset=segment.start_offset,
             ) from None
+        except (TierError, OSError, TimeoutError) as exc:
+            cause = "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}"
+            raise TierUnavailableError(
+                f"{segment.name}: offset {position} is only in tier-2, which cannot be read now"
+                f" ({cause}: {exc}); retry later",
+                segment=segment.name,
+            ) from exc
         entry = _Entry(position, [data], len(data), closed=True)
         if self._segments.get(segment.segment_id) is index and index.find(position) == index.find(
             position + length - 1

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 Submit = Callable[[Request], Awaitable[object]]
 
+#: A pass that has run this long (seconds) is reported as tier-2 trouble.
+STALL_REPORT_S = 10.0
+
 
 class StorageWriter:
     def __init__(
@@ -80,6 +83,8 @@ class StorageWriter:
         #: The last failed pass's error (``Type: message``), cleared by the next pass that works:
         #: what a health check shows of a tier-2 in trouble.
         self.last_error: str | None = None
+        #: When the pass under way began (``now``), while one is.
+        self._pass_started: float | None = None
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -172,7 +177,22 @@ class StorageWriter:
 
     async def _pass(self) -> bool:
         async with self._pass_lock:
-            return await self._pass_locked()
+            self._pass_started = self.now()
+            try:
+                return await self._pass_locked()
+            finally:
+                self._pass_started = None
+
+    def trouble(self) -> str | None:
+        """What a health check should say of tier-2: the last failed pass's error, or that
+        the pass under way has waited ``STALL_REPORT_S`` or more (a tier-2 that hangs fails
+        nothing for a long time); None when it is well."""
+        if self.last_error is not None:
+            return self.last_error
+        started = self._pass_started
+        if started is not None and self.now() - started >= STALL_REPORT_S:
+            return f"no answer from tier-2 for {self.now() - started:.0f} s"
+        return None
 
     async def _pass_locked(self) -> bool:
         due = self._due_now()
