@@ -150,6 +150,30 @@ def _check_name(name: str) -> None:
         raise ValueError(f"invalid chunk name {name!r}")
 
 
+#: The suffix ``chunk_file_parts`` gives a chunk's file, so that chunk ``a`` (a file) and chunk
+#: ``a/b`` (a file in directory ``a``) can both exist.
+CHUNK_FILE_SUFFIX = "~c"
+
+
+def chunk_file_parts(name: str, safe: frozenset[str], component_bytes_max: int) -> list[str]:
+    """For backends that keep chunks as files in a directory tree: the path components of
+    chunk ``name`` (split at ``/``), each character outside ``safe`` percent-encoded, the last
+    with ``CHUNK_FILE_SUFFIX``. ValueError for an empty, ``.`` or ``..`` component, or one
+    longer than ``component_bytes_max`` once encoded."""
+    parts = []
+    for component in name.split("/"):
+        if component in ("", ".", ".."):
+            raise ValueError(f"chunk name {name!r} has an empty, '.' or '..' path component")
+        encoded = "".join(
+            ch if ch in safe else "".join(f"%{b:02X}" for b in ch.encode()) for ch in component
+        )
+        if len(encoded) > component_bytes_max:
+            raise ValueError(f"chunk name {name!r} has a path component too long for a file name")
+        parts.append(encoded)
+    parts[-1] += CHUNK_FILE_SUFFIX
+    return parts
+
+
 class DurableDataLog(abc.ABC):
     """Tier-1: an ordered, durable, fenced, truncatable log of frames (see the module doc)."""
 

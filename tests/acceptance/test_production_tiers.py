@@ -1,6 +1,7 @@
 """The standalone node, unchanged, on the production tiers: ``MILLRACE_TIER2=s3`` against
 moto's S3 server, alone and with ``MILLRACE_TIER1=jetstream`` on a nats-server (real server
-processes on 127.0.0.1, started here). Events written go to the bucket as chunk objects
+processes on 127.0.0.1, started here), and ``MILLRACE_TIER2=hdfs`` against the WebHDFS test
+double. Events written go to the bucket as chunk objects
 (credentials from the standard ``AWS_*`` variables) and read back; after a restart, with a
 cold cache, every event reads back again (what tier-1 no longer holds, from the bucket), per
 key in order."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import READY_LINE, Standalone, eventually, free_ports
 from tests.tiers.nats_servers import nats_servers
 from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
+from tests.tiers.webhdfs_server import webhdfs_server
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +80,9 @@ def _read_all(node: Standalone, scope: str) -> dict[str, list[int]]:
     return seen
 
 
-def _round_trip(data_dir: Path, env: dict[str, str], s3_url: str, prefix: str) -> None:
-    """Write, see the bytes in the bucket, read back; restart on the same data dir (metadata,
-    and tier-1 files if any) and read back again."""
+def _round_trip(data_dir: Path, env: dict[str, str], stored: Callable[[], int]) -> None:
+    """Write, see the bytes in tier-2 (``stored``), read back; restart on the same data dir
+    (metadata, and tier-1 files if any) and read back again."""
     scope = f"s{uuid.uuid4().hex[:8]}"
     pad = "x" * 180
     node = _start(data_dir, env)
@@ -93,7 +95,7 @@ def _round_trip(data_dir: Path, env: dict[str, str], s3_url: str, prefix: str) -
                     writer.write_event(f"{KEYS[i % 4]}:{i}:{pad}", routing_key=KEYS[i % 4])
                 writer.flush()
         size = sum(8 + len(f"{KEYS[i % 4]}:{i}:{pad}") for i in range(EVENTS))
-        eventually(lambda: _stored_bytes(s3_url, prefix) >= size, 60, "the events in the bucket")
+        eventually(lambda: stored() >= size, 60, "the events in tier-2")
         expected = {key: list(range(n, EVENTS, 4)) for n, key in enumerate(KEYS)}
         assert _read_all(node, scope) == expected
         assert node.stop() == 0
@@ -106,12 +108,32 @@ def _round_trip(data_dir: Path, env: dict[str, str], s3_url: str, prefix: str) -
 def test_on_s3_events_go_to_the_bucket_and_read_back_after_a_restart(
     tmp_path: Path, s3_url: str
 ) -> None:
-    _round_trip(tmp_path / "data", _env(s3_url, "s3/"), s3_url, "s3/")
+    _round_trip(tmp_path / "data", _env(s3_url, "s3/"), lambda: _stored_bytes(s3_url, "s3/"))
 
 
 def test_on_jetstream_and_s3_events_read_back_after_a_restart(tmp_path: Path, s3_url: str) -> None:
     with nats_servers(tmp_path / "nats") as (server,):
         env = {**_env(s3_url, "js/"), "MILLRACE_TIER1": "jetstream",
                "MILLRACE_TIER1_OPTIONS": json.dumps({"servers": [server.url]})}  # fmt: skip
-        _round_trip(tmp_path / "data", env, s3_url, "js/")
+        _round_trip(tmp_path / "data", env, lambda: _stored_bytes(s3_url, "js/"))
         assert not (tmp_path / "data" / "tier1").exists()  # tier-1 was JetStream, not files
+
+
+def test_on_hdfs_events_go_to_the_files_and_read_back_after_a_restart(tmp_path: Path) -> None:
+    """``MILLRACE_TIER2=hdfs`` against the WebHDFS test double (no Hadoop cluster can run
+    here): the chunks are files under the root, read back after a restart."""
+    with webhdfs_server(tmp_path / "hdfs") as namenode:
+        options = {"url": namenode.url, "root": "/millrace"}
+        env = {
+            "MILLRACE_TIER2": "hdfs",
+            "MILLRACE_TIER2_OPTIONS": json.dumps(options),
+            "MILLRACE_TIER2_FLUSH_DELAY_MS": "200",
+            "MILLRACE_TIER2_FLUSH_BYTES": "65536",
+        }
+
+        def stored() -> int:
+            files = (tmp_path / "hdfs" / "millrace").rglob("*~c")
+            return sum(f.stat().st_size for f in files if f.is_file())
+
+        _round_trip(tmp_path / "data", env, stored)
+        assert any("op=APPEND" in r for r in namenode.requests)  # flushes appended

@@ -34,13 +34,14 @@ from tiers.base import (
     ChunkWrite,
     StorageError,
     _check_name,
+    chunk_file_parts,
 )
 
 __all__ = ["FileSystemChunkStorage", "chunk_path"]
 
 _SAFE = frozenset(string.ascii_letters + string.digits + "._-#:=,+@")
-_SUFFIX = "~c"
-#: Longest encoded component (file systems allow 255 bytes per name, the suffix needs 2).
+#: Longest encoded component (file systems allow 255 bytes per name, the suffix needs 2; the
+#: suffix is ``tiers.base.CHUNK_FILE_SUFFIX``).
 _COMPONENT_BYTES_MAX = 250
 #: Threads that fdatasync the files of one ``write_many`` concurrently.
 SYNC_THREADS = 16
@@ -50,22 +51,9 @@ SYNC_PIECE_BYTES = 1024 * 1024
 _COPY_BYTES = 8 * 1024 * 1024
 
 
-def _encode_component(component: str, name: str) -> str:
-    if component in ("", ".", ".."):
-        raise ValueError(f"chunk name {name!r} has an empty, '.' or '..' path component")
-    encoded = "".join(
-        ch if ch in _SAFE else "".join(f"%{b:02X}" for b in ch.encode()) for ch in component
-    )
-    if len(encoded) > _COMPONENT_BYTES_MAX:
-        raise ValueError(f"chunk name {name!r} has a path component too long for a file name")
-    return encoded
-
-
 def chunk_path(root: str, name: str) -> str:
     """The file that holds chunk ``name`` under ``root``."""
-    parts = [_encode_component(component, name) for component in name.split("/")]
-    parts[-1] += _SUFFIX
-    return os.path.join(root, *parts)
+    return os.path.join(root, *chunk_file_parts(name, _SAFE, _COMPONENT_BYTES_MAX))
 
 
 class FileSystemChunkStorage(ChunkStorage):
