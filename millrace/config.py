@@ -222,6 +222,10 @@ class SegmentStoreSettings:
     #: Bytes of segment data each container's cache holds (MILLRACE_CACHE_BYTES); data not yet
     #: in tier-2 cannot be evicted, and appends are held back while it fills the cache.
     cache_bytes: int = 512 * 1024 * 1024
+    #: Bytes of segment data each container keeps in its on-disk cache (LMDB, under
+    #: ``<data dir>/cache/``; MILLRACE_CACHE_DISK_BYTES; 0: none). Data evicted from memory
+    #: goes there, data not yet in tier-2 too, so the tier-1 backlog may grow past memory.
+    cache_disk_bytes: int = 0
     #: Appends held back that long (the cache full of data waiting for tier-2) are refused
     #: with a retriable error (MILLRACE_BACKLOG_REFUSE_MS).
     backlog_refuse_ms: int = 10_000
@@ -268,6 +272,9 @@ class SegmentStoreSettings:
             ),
             cache_bytes=parse_int(
                 env, "MILLRACE_CACHE_BYTES", cls.cache_bytes, low=16 * 1024**2, high=1024**4
+            ),
+            cache_disk_bytes=parse_int(
+                env, "MILLRACE_CACHE_DISK_BYTES", cls.cache_disk_bytes, low=0, high=1024**5
             ),
             backlog_refuse_ms=parse_int(
                 env, "MILLRACE_BACKLOG_REFUSE_MS", cls.backlog_refuse_ms, low=100, high=3_600_000

@@ -8,6 +8,7 @@ backend by name: each declares its defaults for a node (``default_options``).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from segment_app.engine.config import SegmentStoreConfig
@@ -49,8 +50,11 @@ def build_segment_store(settings: StoreSettings) -> SegmentStore:
         defaults = tier1.default_options(settings.data_dir, f"container-{container_id}")
         options = {"frame_bytes_max": frame_bytes_max, **defaults, **settings.tier1_options}
         data_log = load_tier1(settings.tier1, **options)
-        return SegmentContainer(
-            container_id, data_log, storage, settings.store.container, parts=ContainerParts()
-        )
+        config = settings.store.container
+        if config.read_index.disk_cache_bytes_max > 0:  # each container its own disk cache
+            where = os.path.join(settings.data_dir, "cache", f"container-{container_id}")
+            read_index = dataclasses.replace(config.read_index, disk_cache_path=where)
+            config = dataclasses.replace(config, read_index=read_index)
+        return SegmentContainer(container_id, data_log, storage, config, parts=ContainerParts())
 
     return SegmentStore(settings.store, make_container)

@@ -39,6 +39,9 @@ class ReadIndexConfig:
     storage_read_bytes_max: int = 2 * 1024 * 1024
     #: A tier-2 read that has not answered in this long fails the read (retriable).
     storage_read_timeout_ms: int = 10_000
+    #: The on-disk cache (LMDB): its directory ('' = none) and how many bytes it holds.
+    disk_cache_path: str = ""
+    disk_cache_bytes_max: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

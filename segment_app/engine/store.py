@@ -85,8 +85,8 @@ class SegmentStore:
         return {"containers": containers}
 
     def metrics(self) -> dict[str, dict[str, float]]:
-        """Per running container: bytes in its cache, bytes appended and not yet in tier-2
-        (``tier2_lag_bytes``), and log operations kept in tier-1 for want of tier-2
+        """Per running container: bytes in its cache (memory, and disk), bytes appended and not
+        yet in tier-2 (``tier2_lag_bytes``), and log operations kept in tier-1 for want of tier-2
         (``tier1_backlog_operations``: from the oldest one a dirty segment still needs to the
         newest). Plain numbers, for the metrics port."""
         found: dict[str, dict[str, float]] = {}
@@ -101,6 +101,7 @@ class SegmentStore:
                     oldest = sequence if oldest is None else min(oldest, sequence)
             found[str(container_id)] = {
                 "cache_bytes": float(container.read_index.cache_bytes),
+                "disk_cache_bytes": float(disk.bytes if (disk := container.read_index.disk) else 0),
                 "tier2_lag_bytes": float(lag),
                 "tier1_backlog_operations": float(
                     0 if oldest is None else max(0, metadata.sequence - oldest + 1)

@@ -82,14 +82,15 @@ class _NodeCollector(Collector):
             epoch.add_metric([str(number)], float(state.get("epoch") or 0))
         yield from (running, epoch)
         gauges = {
-            "cache_bytes": "Bytes of segment data in the container's cache.",
+            "cache_bytes": "Bytes of segment data in the container's cache (in memory).",
+            "disk_cache_bytes": "Bytes of segment data in the container's on-disk cache.",
             "tier2_lag_bytes": "Bytes appended to the container and not yet in tier-2.",
             "tier1_backlog_operations": "Log operations kept in tier-1 until tier-2 has them.",
         }
         for key, text in gauges.items():
             family = GaugeMetricFamily(f"millrace_container_{key}", text, labels=["container"])
             for number, numbers in (status.get("metrics") or {}).items():
-                family.add_metric([str(number)], numbers[key])
+                family.add_metric([str(number)], numbers.get(key, 0.0))
             yield family
         counts, total = list(self.traffic.latency_counts), self.traffic.latency_sum
         cumulative, buckets = 0, []

@@ -65,6 +65,8 @@ class NodeConfig:
     tier2_flush_delay_ms: int = 10_000
     tier2_flush_bytes: int = 4 * 1024 * 1024
     cache_bytes: int = 512 * 1024 * 1024
+    #: Bytes of each container's on-disk cache (0: none).
+    cache_disk_bytes: int = 0
     #: Appends held back this long (the cache full of data waiting for tier-2) are refused.
     backlog_refuse_ms: int = 10_000
     #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
@@ -109,7 +111,10 @@ def _build_store(config: NodeConfig) -> Any:
             container_count=config.container_count,
             container=ContainerConfig(
                 durable_log=DurableLogConfig(refuse_after_ms=config.backlog_refuse_ms),
-                read_index=ReadIndexConfig(cache_bytes_max=config.cache_bytes),
+                read_index=ReadIndexConfig(
+                    cache_bytes_max=config.cache_bytes,
+                    disk_cache_bytes_max=config.cache_disk_bytes,
+                ),
                 storage_writer=StorageWriterConfig(
                     flush_bytes_min=config.tier2_flush_bytes,
                     flush_delay_ms=config.tier2_flush_delay_ms,
@@ -305,6 +310,7 @@ def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeCon
         tier2_flush_bytes=settings.tier2_flush_bytes,
         cache_bytes=settings.cache_bytes,
         backlog_refuse_ms=settings.backlog_refuse_ms,
+        cache_disk_bytes=settings.cache_disk_bytes,
         unsafe=settings.unsafe,
         metrics_port=settings.metrics_port,
         traffic_window_s=settings.autoscale_window_s,

@@ -341,3 +341,53 @@ def test_tier1_down_acknowledges_nothing_and_the_node_recovers_by_itself(tmp_pat
             assert numbers == list(range(written))  # each once, in order
         finally:
             node.kill()
+
+
+def _metric(node: Standalone, metrics: int, name: str) -> float:
+    secret = (node.data_dir / "secrets" / "token-secret").read_text().strip()
+    asked = urllib.request.Request(
+        f"http://127.0.0.1:{metrics}/metrics",
+        headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
+    )
+    with urllib.request.urlopen(asked, timeout=5) as answer:
+        lines = answer.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+
+
+def test_with_a_disk_cache_the_backlog_outgrows_memory_without_refusals(
+    tmp_path: Path, proxied_s3: tuple[FaultyProxy, str]
+) -> None:
+    """``MILLRACE_CACHE_DISK_BYTES``: with tier-2 down, 40 MB written to one segment whose
+    container has a 16 MiB memory cache are all acknowledged (what waits for tier-2 goes to
+    the LMDB cache on disk), and all of it reaches tier-2 and reads back once it returns."""
+    proxy, url = proxied_s3
+    (metrics,) = free_ports(1)
+    scope = f"d{uuid.uuid4().hex[:8]}"
+    node = _start(tmp_path / "data", url, metrics, MILLRACE_BACKLOG_REFUSE_MS="2000",
+                  MILLRACE_CACHE_DISK_BYTES=str(96 * 1024 * 1024))  # fmt: skip
+    try:
+        with StreamManager(node.base, token=node.token) as manager:
+            manager.create_scope(scope)
+            manager.create_stream(scope, "st", 1)
+            proxy.refuse(True)
+            with manager.create_writer(scope, "st") as writer:
+                for n in range(40_000):
+                    writer.write_event(f"k0:{n}:{'d' * 1000}")
+                writer.flush()  # acknowledged with tier-2 down
+        on_disk = eventually(  # (the metrics port's figures are a few seconds old)
+            lambda: _metric(node, metrics, "millrace_container_disk_cache_bytes") > 0, 30,
+            "data in the disk cache",
+        )  # fmt: skip
+        assert on_disk
+        assert _lag_bytes(node, metrics) > 16 * 1024 * 1024  # more waits than memory holds
+        proxy.refuse(False)
+        eventually(lambda: _lag_bytes(node, metrics) == 0, 90, "tier-2 caught up")
+        with StreamManager(node.base, token=node.token) as manager:
+            reader = manager.create_reader(scope, "st")
+            numbers = []
+            while batch := reader.read_batch(4096, timeout=5):
+                numbers += [int(e.data.split(b":")[1]) for e in batch]
+            reader.close()
+        assert numbers == list(range(40_000))
+    finally:
+        node.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -567,3 +568,62 @@ async def test_a_container_builds_its_parts_with_what_it_is_given(tiers: Tiers) 
     await c.append(SEG, b"x")
     assert built == ["read index", "durable log", "storage writer"]
     await c.stop()
+
+
+def _with_disk_cache(tiers: Tiers, where: Path, bytes_max: int = 8 << 20) -> None:
+    index = dataclasses.replace(
+        tiers.config.read_index, disk_cache_path=str(where), disk_cache_bytes_max=bytes_max
+    )
+    tiers.config = dataclasses.replace(tiers.config, read_index=index)
+
+
+async def test_a_disk_cache_serves_what_memory_cannot_hold(tiers: Tiers, tmp_path: Path) -> None:
+    """Entries evicted from memory go to the on-disk cache (LMDB), and reads find them there
+    instead of in tier-2."""
+    _with_disk_cache(tiers, tmp_path / "cache")
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    payload = bytes(range(256)) * 64
+    for _ in range(256):  # 4 MiB through a 1 MiB memory cache
+        await c.append(SEG, payload)
+    await c.flush_to_storage()
+    c.read_index.evict()
+    assert c.read_index.cache_bytes <= c.config.read_index.cache_bytes_max
+    assert c.read_index.disk is not None and c.read_index.disk.bytes >= 3 << 20
+    tier2_reads = tiers.chunk_faults.calls["read"]
+    assert await read_all(c, SEG) == payload * 256
+    assert tiers.chunk_faults.calls["read"] == tier2_reads  # memory and disk: no tier-2 read
+    await c.stop()
+    assert not (tmp_path / "cache").exists()  # a cache: gone with its container
+
+
+async def test_with_a_disk_cache_the_tier1_backlog_grows_past_memory(
+    tiers: Tiers, tmp_path: Path
+) -> None:
+    """Tier-2 down: data waiting for it goes to disk when memory is full, so appends are taken
+    past the memory cache (up to memory and disk together); the storage writer flushes it
+    from disk once tier-2 is back; a restart starts with an empty disk cache."""
+    _with_disk_cache(tiers, tmp_path / "cache", bytes_max=4 << 20)
+    log_config = dataclasses.replace(tiers.config.durable_log, refuse_after_ms=300)
+    tiers.config = dataclasses.replace(tiers.config, durable_log=log_config)
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    tiers.chunk_faults.fail_randomly("*", 1.0)
+    payload = b"d" * 16_384
+    for _ in range(192):  # 3 MiB: three times the memory cache, all taken
+        await c.append(SEG, payload)
+    assert c.read_index.cache_bytes <= c.config.read_index.cache_bytes_max + len(payload)
+    assert (await c.get_info(SEG)).storage_length == 0
+    with pytest.raises(TierBackloggedError):  # memory and disk full: held back, then refused
+        for _ in range(256):
+            await c.append(SEG, payload)
+    tiers.chunk_faults.clear()
+    await c.flush_to_storage()
+    info = await c.get_info(SEG)
+    assert info.storage_length == info.length >= 192 * len(payload)
+    assert await read_all(c, SEG) == payload * (info.length // len(payload))
+    await c.stop()
+    again = await tiers.start()
+    assert again.read_index.disk is not None and again.read_index.disk.bytes == 0
+    assert await read_all(again, SEG) == payload * (info.length // len(payload))
+    await again.stop()

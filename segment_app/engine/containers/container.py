@@ -262,6 +262,7 @@ class SegmentContainer:
             await self.data_log.close()
         except Exception:
             log.exception("closing tier-1 failed")
+        self.read_index.close()
 
     async def flush_to_storage(self) -> None:
         """Write everything durable in tier-1 to tier-2 now."""

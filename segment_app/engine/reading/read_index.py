@@ -8,9 +8,17 @@ append, copied each byte several times as it was reallocated.) The cache is boun
 ``cache_bytes_max``: entries are evicted oldest first, but only once their bytes are in tier-2
 (below the segment's storage length), so acknowledged data is always readable. Reads that miss
 the cache below the storage length fetch from tier-2 through the segment's chunk list and
-populate the cache. A read at the tail of an unsealed segment waits for data (tail read). A
-merged transaction's range reads from the source segment until the storage writer relinks its
-chunks into the target.
+populate the cache.
+
+With an on-disk cache (``disk_cache_path`` and ``disk_cache_bytes_max``; LMDB through
+``DiskCache``), an entry evicted from memory goes to disk instead of away, whether or not it is
+in tier-2 yet: reads find it there, the storage writer flushes it from there, and the data
+waiting for tier-2 (the tier-1 backlog) is bounded by memory and disk together rather than by
+memory. The disk's own oldest entries leave it once in tier-2.
+
+A read at the tail of an unsealed segment waits for data (tail read). A merged transaction's
+range reads from the source segment until the storage writer relinks its chunks into the
+target.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from segment_app.engine.errors import (
 )
 from segment_app.engine.invariants import check
 from segment_app.engine.logs.operations import AppendRecord
+from segment_app.engine.reading.disk_cache import DiskCache, DiskCacheFullError
 from tiers.base import ChunkNotFoundError, ChunkStorage, TierError
 
 #: Pieces totalling at least this many bytes are joined in a worker thread (bytes.join lets go
@@ -55,6 +64,8 @@ class _Entry:
     live: bool = True
     #: It takes no more appends: joined (views of its bytes may be held) or full.
     closed: bool = False
+    #: Its bytes are in the on-disk cache, not in ``pieces``.
+    on_disk: bool = False
 
     @property
     def end(self) -> int:
@@ -100,9 +111,20 @@ class ReadIndex:
         self.metadata = metadata
         self.storage = storage
         self.config = config
+        #: Bytes of the entries held in memory.
         self.cache_bytes = 0
         self._segments: dict[int, _SegmentIndex] = {}
         self._fifo: collections.deque[tuple[int, _Entry]] = collections.deque()
+        self.disk: DiskCache | None = None
+        if config.disk_cache_path and config.disk_cache_bytes_max > 0:
+            self.disk = DiskCache(config.disk_cache_path, config.disk_cache_bytes_max)
+        self._disk_fifo: collections.deque[tuple[int, _Entry]] = collections.deque()
+
+    def close(self) -> None:
+        """Let go of the on-disk cache (its files are removed)."""
+        if self.disk is not None:
+            self.disk.close()
+            self.disk = None
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -159,23 +181,59 @@ class ReadIndex:
             return
         for entry in index.entries:
             entry.live = False
-            self.cache_bytes -= entry.length
+            if entry.on_disk:
+                assert self.disk is not None
+                self.disk.delete(segment_id, entry.offset, entry.length)
+            else:
+                self.cache_bytes -= entry.length
         self._wake(index)
 
     def evict(self) -> None:
-        """Drop the oldest entries already in tier-2 until the cache fits its budget."""
+        """Until the memory cache fits its budget, move its oldest entries out: to the disk
+        cache when there is one with room (in tier-2 yet or not), else away if in tier-2."""
         while self.cache_bytes > self.config.cache_bytes_max and self._fifo:
             segment_id, entry = self._fifo[0]
-            if entry.live:
+            if entry.live and not self._spill(segment_id, entry):
                 segment = self.metadata.segments.get(segment_id)
                 if segment is not None and entry.end > segment.storage_length:
                     return  # the oldest entry is not in tier-2 yet: nothing can go
-                entry.live = False
-                self.cache_bytes -= entry.length
-                index = self._segments.get(segment_id)
-                if index is not None:
-                    index.remove(entry)
+                self._drop(segment_id, entry)
             self._fifo.popleft()
+
+    def _spill(self, segment_id: int, entry: _Entry) -> bool:
+        """Move ``entry``'s bytes to the disk cache if there is one with room."""
+        disk = self.disk
+        if disk is None:
+            return False
+        while disk.bytes + entry.length > disk.bytes_max and self._disk_fifo:
+            old_segment, old = self._disk_fifo[0]
+            if old.live:
+                segment = self.metadata.segments.get(old_segment)
+                if segment is not None and old.end > segment.storage_length:
+                    return False  # the disk holds only what tier-2 does not have yet
+                self._drop(old_segment, old)
+            self._disk_fifo.popleft()
+        if disk.bytes + entry.length > disk.bytes_max:
+            return False
+        try:
+            disk.put(segment_id, entry.offset, entry.data())
+        except DiskCacheFullError:
+            return False
+        entry.pieces, entry.on_disk = [], True
+        self.cache_bytes -= entry.length
+        self._disk_fifo.append((segment_id, entry))
+        return True
+
+    def _drop(self, segment_id: int, entry: _Entry) -> None:
+        entry.live = False
+        if entry.on_disk:
+            assert self.disk is not None
+            self.disk.delete(segment_id, entry.offset, entry.length)
+        else:
+            self.cache_bytes -= entry.length
+        index = self._segments.get(segment_id)
+        if index is not None:
+            index.remove(entry)
 
     def _index(self, segment_id: int) -> _SegmentIndex:
         index = self._segments.get(segment_id)
@@ -257,6 +315,9 @@ class ReadIndex:
         if i >= 0 and index.entries[i].end > position:
             entry = index.entries[i]
             start, stop = position - entry.offset, min(end, entry.end) - entry.offset
+            if entry.on_disk:
+                assert self.disk is not None
+                return self.disk.get(segment.segment_id, entry.offset)[start:stop]
             if pin:
                 return memoryview(entry.data())[start:stop]
             with memoryview(entry.data()) as view:
