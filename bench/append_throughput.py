@@ -48,6 +48,7 @@ import services  # a sibling module: bench/ is not a package
 
 from tests.tiers.nats_servers import nats_servers
 from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
+from tests.tiers.webhdfs_server import webhdfs_server
 
 PRODUCER = Path(__file__).resolve().parent / "append_producer.py"
 KIB = 1024
@@ -145,6 +146,8 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         s3 = {"bucket": "bench", "prefix": "{run}/", "endpoint_url": urls["s3"]}
         on_s3 = (("MILLRACE_TIER2", "s3"), ("MILLRACE_TIER2_OPTIONS", json.dumps(s3)),
                  *CREDENTIALS.items())  # fmt: skip
+        hdfs = {"url": urls["hdfs"], "root": "/bench/{run}"}
+        on_hdfs = (("MILLRACE_TIER2", "hdfs"), ("MILLRACE_TIER2_OPTIONS", json.dumps(hdfs)))
 
         def jetstream(servers: list[str], replicas: int) -> tuple[tuple[str, str], ...]:
             options = {"servers": servers, "replicas": replicas, "stream_prefix": "{run}"}
@@ -156,6 +159,8 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         all_ = [
             Scenario("millrace-10KiB", "millrace", 10 * KIB, step_events=25),
             Scenario("millrace-10KiB-s3", "millrace", 10 * KIB, step_events=25, node_env=on_s3),
+            Scenario("millrace-10KiB-hdfs", "millrace", 10 * KIB, step_events=25,
+                     node_env=on_hdfs),
             Scenario("millrace-100B", "millrace", 100),
             Scenario("millrace-100B-jetstream", "millrace", 100,
                      node_env=jetstream(urls["nats"], 1)),
@@ -312,7 +317,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             make_bucket(s3, "bench")
             (one,) = servers.enter_context(nats_servers(root / "one"))
             three = servers.enter_context(nats_servers(root / "three", 3))
-            args.tier_urls = {"s3": s3, "nats": [one.url], "nats-cluster": [n.url for n in three]}
+            hdfs = servers.enter_context(webhdfs_server(root / "webhdfs"))
+            args.tier_urls = {"s3": s3, "nats": [one.url], "nats-cluster": [n.url for n in three],
+                              "hdfs": hdfs.url}  # fmt: skip
         return _run_plan(args)
 
 
@@ -428,6 +435,11 @@ def targets(med: dict[str, dict[str, float]], many: int, rate: int) -> list[dict
         ratio = s3["events_per_s"] / m10k["events_per_s"]
         shown = f"{ratio:.2f} ({s3['mb_per_s']:,.1f} vs {m10k['mb_per_s']:,.1f} MB/s)"
         add("10 KiB on s3 >= 70% of filesystem", ratio, ratio >= 0.7, shown)
+    on_hdfs = med.get("millrace-10KiB-hdfs")
+    if on_hdfs and m10k:
+        ratio = on_hdfs["events_per_s"] / m10k["events_per_s"]
+        shown = f"{ratio:.2f} ({on_hdfs['mb_per_s']:,.1f} vs {m10k['mb_per_s']:,.1f} MB/s)"
+        add("10 KiB on hdfs (test double) >= 70% of filesystem", ratio, ratio >= 0.7, shown)
     jetstreams = (("millrace-100B-jetstream", "1 server"),
                   ("millrace-100B-jetstream-r3", "3 servers, replicas 3"))  # fmt: skip
     for name, label in jetstreams:
@@ -514,6 +526,7 @@ def format_table(report: dict[str, Any]) -> str:
         (f"diag-{many}-segments-call-per-event", f"diag: {many} seg, call/event"),
         ("diag-10-segments-pair-per-event", "diag: 10 seg, pair/event"),
         ("millrace-10KiB-s3", "10KiB tier-2 s3 (moto)"),
+        ("millrace-10KiB-hdfs", "10KiB hdfs (test double)"),
         ("millrace-100B-jetstream", "100B tier-1 jetstream"),
         ("millrace-100B-jetstream-r3", "100B jetstream, 3 x R3"),
     ):

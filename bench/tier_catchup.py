@@ -1,7 +1,11 @@
-"""Catch-up reads from tier-2 with a cold cache: ``filesystem`` beside ``s3`` (moto), one run.
+"""Catch-up reads from tier-2 with a cold cache: ``filesystem`` beside ``s3`` and ``hdfs``.
 
 Target (issue 17, section 4): for each tier-2 backend, next to ``filesystem``, the catch-up
 read throughput from tier-2 with a cold cache (recorded; the issue sets no ratio for it).
+
+``s3`` is moto's S3 server; ``hdfs`` is the WebHDFS test double (``tests/tiers/
+webhdfs_server.py``: a Python HTTP server over local files, not HDFS), so its figure measures
+the tier's WebHDFS path, not an HDFS cluster.
 
 For each backend in turn (``--repeat`` times, interleaved): a segment store node (``millrace
 segmentstore``, file tier-1, auth off) with ``MILLRACE_TIER2=<backend>`` writes ``--mib`` MiB
@@ -43,12 +47,14 @@ import services  # a sibling module: bench/ is not a package
 
 from millrace.client.segment_store import SegmentStoreClient
 from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
+from tests.tiers.webhdfs_server import webhdfs_server
 
 SEGMENT = "bench/catchup/0.#epoch.0"
 EVENT = 10 * 1024
 READ_BYTES = 2 * 1024 * 1024
 READS_OUTSTANDING = 4
 CACHE_BYTES = 16 * 1024 * 1024
+BACKENDS = ("filesystem", "s3", "hdfs")
 
 
 def lag_bytes(metrics_port: int) -> float:
@@ -132,14 +138,17 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="millrace-bench-catchup-"))
     runs: list[dict[str, Any]] = []
     try:
-        with moto_server() as s3_url:
+        with moto_server() as s3_url, webhdfs_server(root / "webhdfs") as namenode:
             make_bucket(s3_url, "bench")
             for rep in range(args.repeat):
-                for backend in ("filesystem", "s3"):
+                for backend in BACKENDS:
                     env: dict[str, str] = {"MILLRACE_TIER2": backend}
                     if backend == "s3":
                         options = {"bucket": "bench", "prefix": f"r{rep}/", "endpoint_url": s3_url}
                         env.update(CREDENTIALS, MILLRACE_TIER2_OPTIONS=json.dumps(options))
+                    if backend == "hdfs":
+                        hdfs = {"url": namenode.url, "root": f"/r{rep}"}
+                        env.update(MILLRACE_TIER2_OPTIONS=json.dumps(hdfs))
                     work = root / f"{backend}-{rep}"
                     run = one_run(backend, env, total, work)
                     shutil.rmtree(work, ignore_errors=True)
@@ -149,7 +158,7 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     median = {b: statistics.median(r["mb_s"] for r in runs if r["backend"] == b)
-              for b in ("filesystem", "s3")}  # fmt: skip
+              for b in BACKENDS}  # fmt: skip
     print(f"\ncatch-up read of {args.mib} MiB from tier-2, cold cache, median of {args.repeat}:")
     print("| tier-2 | MB/s | vs filesystem |\n| --- | ---: | ---: |")
     for backend, value in median.items():
