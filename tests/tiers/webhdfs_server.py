@@ -159,12 +159,15 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("datanode") != "true":
             return self._redirect(query)
         offset = int(query.get("offset") or 0)
-        data = files.local(path).read_bytes()
-        if offset < 0 or offset > len(data):
-            raise WebHdfsError(403, "IOException", "java.io.IOException",
-                               f"Offset={offset} out of the range [0, {len(data)}]")  # fmt: skip
-        end = len(data) if query.get("length") in (None, "") else offset + int(query["length"])
-        self._send(200, data[offset:end], kind="application/octet-stream")
+        with files.local(path).open("rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            if offset < 0 or offset > size:
+                raise WebHdfsError(403, "IOException", "java.io.IOException",
+                                   f"Offset={offset} out of the range [0, {size}]")  # fmt: skip
+            source.seek(offset)
+            wanted = query.get("length")
+            data = source.read() if wanted in (None, "") else source.read(int(wanted))
+        self._send(200, data, kind="application/octet-stream")
 
     def op_GET_GETFILESTATUS(self, path: str, query: dict[str, str], body: bytes) -> None:
         self._json({"FileStatus": self.server.status(path, suffix="")})
