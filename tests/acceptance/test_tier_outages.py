@@ -76,20 +76,22 @@ def _start(data_dir: Path, url: str, metrics: int, **more: str) -> Standalone:
     return node
 
 
-def _lag_bytes(node: Standalone, metrics: int) -> float:
-    """Bytes appended and not yet in tier-2, all containers (the node's metrics port)."""
+def _metric(node: Standalone, metrics: int, name: str) -> float:
+    """The sum over containers of gauge ``name`` from the node's metrics port (which wants a
+    delegation token for ``*``)."""
     secret = (node.data_dir / "secrets" / "token-secret").read_text().strip()
-    token = mint_token(secret, "*", READ, 60)  # what the metrics port asks for
     asked = urllib.request.Request(
-        f"http://127.0.0.1:{metrics}/metrics", headers={"Authorization": f"Bearer {token}"}
+        f"http://127.0.0.1:{metrics}/metrics",
+        headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
     )
     with urllib.request.urlopen(asked, timeout=5) as answer:
-        text = answer.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("millrace_container_tier2_lag_bytes{")
-    )
+        lines = answer.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+
+
+def _lag_bytes(node: Standalone, metrics: int) -> float:
+    """Bytes appended and not yet in tier-2, all containers (the node's metrics port)."""
+    return _metric(node, metrics, "millrace_container_tier2_lag_bytes")
 
 
 class SteadyWriter(threading.Thread):
@@ -137,6 +139,18 @@ def _read_all(node: Standalone, scope: str, total: int) -> dict[str, list[int]]:
         assert not reader.read_batch(4096, timeout=1)  # nothing more: no duplicate
         reader.close()
     return seen
+
+
+def _numbers(node: Standalone, scope: str) -> list[int]:
+    """The numbers of the events ``k0:<n>:…`` of ``scope/st``, in the order read (the raw
+    appends of a program's own client, ``raw``, left out)."""
+    with StreamManager(node.base, token=node.token) as manager:
+        reader = manager.create_reader(scope, "st")
+        numbers = []
+        while batch := reader.read_batch(4096, timeout=5):
+            numbers += [int(e.data.split(b":")[1]) for e in batch if e.data != b"raw"]
+        reader.close()
+    return numbers
 
 
 def test_a_60_s_tier2_outage_under_steady_writes_loses_nothing_and_heals(
@@ -267,12 +281,7 @@ def test_past_the_backlog_appends_are_held_then_refused_and_writers_send_them_ag
         stop.set()
         assert done.wait(90), "the writer's flush never completed"
         assert not errors, errors
-        with StreamManager(node.base, token=node.token) as manager:
-            reader = manager.create_reader(scope, "st")
-            numbers = []
-            while batch := reader.read_batch(4096, timeout=5):
-                numbers += [int(e.data.split(b":")[1]) for e in batch if e.data != b"raw"]
-            reader.close()
+        numbers = _numbers(node, scope)
         assert written[0] > held and numbers == list(range(written[0]))  # each once, in order
     finally:
         node.kill()
@@ -332,26 +341,9 @@ def test_tier1_down_acknowledges_nothing_and_the_node_recovers_by_itself(tmp_pat
             thread.join(60)
             assert not errors, errors
             written = flushed[-1][1]
-            with StreamManager(node.base, token=node.token) as manager:
-                reader = manager.create_reader(scope, "st")
-                numbers = []
-                while batch := reader.read_batch(4096, timeout=5):
-                    numbers += [int(e.data.split(b":")[1]) for e in batch]
-                reader.close()
-            assert numbers == list(range(written))  # each once, in order
+            assert _numbers(node, scope) == list(range(written))  # each once, in order
         finally:
             node.kill()
-
-
-def _metric(node: Standalone, metrics: int, name: str) -> float:
-    secret = (node.data_dir / "secrets" / "token-secret").read_text().strip()
-    asked = urllib.request.Request(
-        f"http://127.0.0.1:{metrics}/metrics",
-        headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
-    )
-    with urllib.request.urlopen(asked, timeout=5) as answer:
-        lines = answer.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
 
 
 def test_with_a_disk_cache_the_backlog_outgrows_memory_without_refusals(
@@ -382,12 +374,6 @@ def test_with_a_disk_cache_the_backlog_outgrows_memory_without_refusals(
         assert _lag_bytes(node, metrics) > 16 * 1024 * 1024  # more waits than memory holds
         proxy.refuse(False)
         eventually(lambda: _lag_bytes(node, metrics) == 0, 90, "tier-2 caught up")
-        with StreamManager(node.base, token=node.token) as manager:
-            reader = manager.create_reader(scope, "st")
-            numbers = []
-            while batch := reader.read_batch(4096, timeout=5):
-                numbers += [int(e.data.split(b":")[1]) for e in batch]
-            reader.close()
-        assert numbers == list(range(40_000))
+        assert _numbers(node, scope) == list(range(40_000))
     finally:
         node.kill()

@@ -180,12 +180,7 @@ class ReadIndex:
         if index is None:
             return
         for entry in index.entries:
-            entry.live = False
-            if entry.on_disk:
-                assert self.disk is not None
-                self.disk.delete(segment_id, entry.offset, entry.length)
-            else:
-                self.cache_bytes -= entry.length
+            self._release(segment_id, entry)
         self._wake(index)
 
     def evict(self) -> None:
@@ -225,15 +220,19 @@ class ReadIndex:
         return True
 
     def _drop(self, segment_id: int, entry: _Entry) -> None:
+        self._release(segment_id, entry)
+        index = self._segments.get(segment_id)
+        if index is not None:
+            index.remove(entry)
+
+    def _release(self, segment_id: int, entry: _Entry) -> None:
+        """``entry`` is gone: its bytes leave memory or the disk."""
         entry.live = False
         if entry.on_disk:
             assert self.disk is not None
             self.disk.delete(segment_id, entry.offset, entry.length)
         else:
             self.cache_bytes -= entry.length
-        index = self._segments.get(segment_id)
-        if index is not None:
-            index.remove(entry)
 
     def _index(self, segment_id: int) -> _SegmentIndex:
         index = self._segments.get(segment_id)
