@@ -242,6 +242,7 @@ NODE_SAMPLES = {
     "millrace_container_tier2_lag_bytes": "tier2_lag_bytes",
     "millrace_container_tier1_backlog_operations": "tier1_backlog_operations",
     "millrace_container_cache_bytes": "cache_bytes",
+    "millrace_container_disk_cache_bytes": "disk_cache_bytes",
     "millrace_container_running": "containers_running",
 }
 

@@ -161,6 +161,10 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
                  "stream.seal ok", "stream.delete ok"):  # fmt: skip
         assert done in actions, (done, actions)
     screenshot(page, "audit")
+    # the dashboard's Tiers card: what the cache holds, in memory and on disk (none here)
+    page.goto(f"{node.base}/")
+    expect(page.locator("#cache-memory")).to_have_text(re.compile(r"^\d+(\.\d)? (B|KiB|MiB|GiB)$"))
+    expect(page.locator("#cache-disk")).to_have_text("0 B")
     if SCREENSHOTS:  # the dashboard once its charts have a few points
         page.goto(f"{node.base}/")
         expect(page.locator("#health mark.status").first).to_be_visible()

@@ -44,6 +44,8 @@
       }
       document.getElementById("tier2-lag").textContent = human(t.tier2_lag_bytes || 0);
       document.getElementById("tier1-backlog").textContent = (t.tier1_backlog_operations || 0).toFixed(0);
+      document.getElementById("cache-memory").textContent = human(t.cache_bytes || 0);
+      document.getElementById("cache-disk").textContent = human(t.disk_cache_bytes || 0);
       document.getElementById("live-status").textContent = now.nodesDown.length
         ? "no metrics from: " + now.nodesDown.join(", ") : "";
       last = now;
