@@ -119,6 +119,23 @@ def _finished(stream: Stream, txn_id: uuid.UUID, wanted: str) -> Transaction | N
     return Transaction(stream=stream, high_bits=high, low_bits=low, state=wanted)
 
 
+def _live_or_finished(stream: Stream, txn_id: uuid.UUID, wanted: str) -> Transaction:
+    """The transaction, or its outcome if it completed as ``wanted`` (``_finished``). The
+    completed records are looked at again after the live ones: a worker may move it there
+    between the two lookups (found neither way before, it was "is committed" to a second
+    commit)."""
+    finished = _finished(stream, txn_id, wanted)
+    if finished is not None:
+        return finished
+    try:
+        return _find(stream, txn_id)
+    except PreconditionFailedError:
+        finished = _finished(stream, txn_id, wanted)
+        if finished is not None:
+            return finished
+        raise
+
+
 def _check_lease(lease_ms: int) -> int:
     if not LEASE_MS_MIN <= int(lease_ms) <= LEASE_MS_MAX:
         raise InvalidArgumentError(f"lease must be between {LEASE_MS_MIN} and {LEASE_MS_MAX} ms")
@@ -204,11 +221,8 @@ def commit_transaction(
     """Commit: its events appear in the stream atomically. Returns once COMMITTING (or, with
     ``wait``, COMMITTED). Committing a committed transaction again is fine."""
     stream = get_stream(scope, name)
-    finished = _finished(stream, txn_id, _T.COMMITTED)
-    if finished is not None:
-        return finished
-    txn = _find(stream, txn_id)
-    if txn.state == _T.COMMITTED:  # (committed, not yet moved to the completed records)
+    txn = _live_or_finished(stream, txn_id, _T.COMMITTED)
+    if txn.state == _T.COMMITTED:  # (finished, or committed and not yet moved)
         return txn
     if txn.state == _T.OPEN:
         txn = _mark_committing(stream, txn, timestamp)
@@ -372,10 +386,9 @@ def abort_transaction(
 ) -> Transaction:
     """Abort: its events are dropped. Aborting an aborted transaction again is fine."""
     stream = get_stream(scope, name)
-    finished = _finished(stream, txn_id, _T.ABORTED)
-    if finished is not None:
-        return finished
-    txn = _find(stream, txn_id)
+    txn = _live_or_finished(stream, txn_id, _T.ABORTED)
+    if txn.state == _T.ABORTED:  # (finished, or aborted and not yet moved)
+        return txn
     if txn.state == _T.OPEN:
         try:
             txn = transition(txn, _T.OPEN, _T.ABORTING)

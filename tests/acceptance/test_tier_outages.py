@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import threading
 import time
@@ -78,8 +79,11 @@ def _start(data_dir: Path, url: str, metrics: int, **more: str) -> Standalone:
 
 def _metric(node: Standalone, metrics: int, name: str) -> float:
     """The sum over containers of gauge ``name`` from the node's metrics port (which wants a
-    delegation token for ``*``)."""
-    secret = (node.data_dir / "secrets" / "token-secret").read_text().strip()
+    delegation token for ``*``, signed with the node's secret: the inherited
+    ``MILLRACE_TOKEN_SECRET``, else the one it wrote in its data directory)."""
+    secret = os.environ.get("MILLRACE_TOKEN_SECRET") or (
+        (node.data_dir / "secrets" / "token-secret").read_text().strip()
+    )
     asked = urllib.request.Request(
         f"http://127.0.0.1:{metrics}/metrics",
         headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},

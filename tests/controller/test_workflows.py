@@ -272,6 +272,29 @@ def test_commit_merges_into_the_parents(stream: Stream, wire, sc: str) -> None:
     assert check_stream(_refresh(stream)) == []
 
 
+def test_a_commit_racing_the_move_to_the_completed_records_is_answered_committed(
+    stream: Stream, wire, sc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second commit that looks for the transaction while the worker completes it and moves
+    it to the completed records (after the first lookup there found nothing, before the
+    live one) is answered committed, not "is committed" (seen by the Spark driver)."""
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
+    txn_id = transactions.transaction_uuid(txn)
+    _txn_events(wire, stream, txn, b"raced")
+    transactions.commit_transaction(sc, "st", txn_id)
+    find = transactions._find
+
+    def worker_in_between(found_in: Stream, wanted: uuid.UUID) -> Transaction:
+        for _ in range(2):  # the real worker step: commit, then move to the completed records
+            transactions.run_commits(segment_store(), stream.pk)
+        return find(found_in, wanted)
+
+    monkeypatch.setattr(transactions, "_find", worker_in_between)
+    again = transactions.commit_transaction(sc, "st", txn_id)
+    assert again.state == TxnState.COMMITTED
+    assert not Transaction.objects.filter(pk=txn.pk).exists()  # it did move meanwhile
+
+
 def test_abort_drops_the_events(stream: Stream, wire, sc: str) -> None:
     txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
     txn_id = transactions.transaction_uuid(txn)
