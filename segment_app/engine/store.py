@@ -62,6 +62,14 @@ class SegmentStore:
         for container in self.containers.values():
             await container.stop()
 
+    def restart_failed(self) -> None:
+        """Schedule the restart of every failed container (a request for one does too; this
+        is for the containers nobody asks for: the node calls it on its status rounds)."""
+        for container in self.containers.values():
+            failure = container.durable_log.failure if container.durable_log else None
+            if container.state is ContainerState.FAILED or failure is not None:
+                self._schedule_restart(container)
+
     def health(self) -> dict[str, Any]:
         """Each container's state and epoch, and what it knows of the tiers' trouble: a
         tier-1 failure (the container stops acknowledging until it recovers) or a failing
@@ -73,8 +81,6 @@ class SegmentStore:
                 containers[str(container_id)] = {"state": "not running", "epoch": None}
                 continue
             failure = container.durable_log.failure if container.durable_log else None
-            if container.state is ContainerState.FAILED or failure is not None:
-                self._schedule_restart(container)  # even with no request to notice it
             writer = container.storage_writer
             containers[str(container_id)] = {
                 "state": container.state.value,

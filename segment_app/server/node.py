@@ -249,6 +249,7 @@ async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         report = {"pid": os.getpid(), "tier1": config.tier1, "tier2": config.tier2}
+        store.restart_failed()
         try:
             write_status(path, {**report, **store.health()})
         except OSError as exc:  # a full or read-only disk must not stop the node
