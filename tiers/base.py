@@ -34,10 +34,11 @@ Contract of ``ChunkStorage`` (tier-2, long-term storage of segment data in chunk
   exists); ``write(name, offset, data)`` appends at ``offset``, which must equal the chunk's
   current length (``BadChunkOffsetError`` otherwise); backends without native append
   (``supports_append = False``) only accept one write, at offset 0, into a new chunk, through
-  ``create_with_data``. ``write_many`` applies several such creates and appends in one call
-  (each item durable on return, its own outcome reported; backends may share one sync among
-  them). ``read`` returns exactly the requested bytes or raises; ``delete`` removes
-  a chunk; ``concat`` (only when ``supports_concat``) appends whole chunks to a target chunk.
+  ``create_with_data``. ``write_many`` applies several such creates and appends, each to a
+  different chunk, in one call (each item durable on return, its own outcome reported;
+  backends may share one sync among them, or run ``write_many_concurrency`` at a time).
+  ``read`` returns exactly the requested bytes or raises; ``delete`` removes a chunk;
+  ``concat`` (only when ``supports_concat``) appends whole chunks to a target chunk.
 * Segment-level logic (which chunks make a segment, truncation, relinking on merge, fencing)
   lives in the engine, not here.
 """
@@ -386,6 +387,10 @@ class ChunkStorage(abc.ABC):
     is_durable: ClassVar[bool] = True
     #: The primitives block (disk or network I/O) and run in a worker thread.
     blocking: ClassVar[bool] = False
+    #: How many items of one ``write_many`` (each a different chunk) the default
+    #: ``write_many`` runs at a time: more than one for a store reached over the network,
+    #: where each write mostly waits for its answer.
+    write_many_concurrency: ClassVar[int] = 1
 
     @classmethod
     def default_options(cls, data_dir: str) -> dict[str, Any]:
@@ -422,19 +427,22 @@ class ChunkStorage(abc.ABC):
     async def write_many(self, writes: Sequence[ChunkWrite]) -> list[StorageError | None]:
         """Apply several creates-with-data and appends; each item succeeds or fails on its own
         (the errors of ``create_with_data`` and ``write``): returns ``None`` or the error, per
-        item. Default: one by one; a backend may override it to share one sync among them."""
-        outcomes: list[StorageError | None] = []
-        for item in writes:
-            try:
-                if item.create:
-                    await self.create_with_data(item.name, item.data)
-                else:
-                    await self.write(item.name, item.offset, item.data)
-            except StorageError as error:
-                outcomes.append(error)
-            else:
-                outcomes.append(None)
-        return outcomes
+        item. Default: ``write_many_concurrency`` items at a time; a backend may override it to
+        share one sync among them."""
+        room = asyncio.Semaphore(self.write_many_concurrency)
+
+        async def one(item: ChunkWrite) -> StorageError | None:
+            async with room:
+                try:
+                    if item.create:
+                        await self.create_with_data(item.name, item.data)
+                    else:
+                        await self.write(item.name, item.offset, item.data)
+                except StorageError as error:
+                    return error
+                return None
+
+        return list(await asyncio.gather(*(one(item) for item in writes)))
 
     async def read(self, name: str, offset: int, length: int) -> bytes:
         _check_name(name)

@@ -61,12 +61,13 @@ class TestS3ChunkStorageByName(TestS3ChunkStorage):
 
 async def test_a_large_chunk_goes_up_in_parts_and_reads_back(s3_url: str) -> None:
     make_bucket(s3_url, "multipart")
-    storage = _storage(s3_url, "multipart", multipart_threshold_bytes=6 << 20)
+    storage = _storage(s3_url, "multipart", multipart_threshold_bytes=6 << 20, payload_signing=True)
     data = bytes(i % 251 for i in range(13 << 20))  # three parts of 5 MiB, the last shorter
     storage.multipart_part_bytes = 5 << 20
     await storage.create_with_data("big", data)
     assert await storage.length("big") == len(data)
     assert await storage.read("big", (5 << 20) - 3, 10) == data[(5 << 20) - 3 : (5 << 20) + 7]
+    assert await storage.read("big", 0, len(data)) == data  # (parts go up side by side)
     with pytest.raises(StorageError, match="exists"):
         await storage.create_with_data("big", data)
     await storage.close()
@@ -90,6 +91,8 @@ async def test_a_missing_bucket_and_a_dead_endpoint_are_named(s3_url: str) -> No
         ({"bucket": "b", "retry_mode": "often"}, "retry_mode"),
         ({"bucket": "b", "max_attempts": 0}, "max_attempts"),
         ({"bucket": "b", "multipart_part_bytes": 1024}, "at least 5242880"),
+        ({"bucket": "b", "multipart_concurrency": 0}, "multipart_concurrency"),
+        ({"bucket": "b", "payload_signing": "yes"}, "payload_signing"),
     ],
 )
 def test_bad_options_are_refused_with_their_name(options: dict, message: str) -> None:

@@ -7,9 +7,16 @@ layout records; truncation deletes whole chunks; a merge relinks the source's ch
 copying data (``segment_app.engine.writer``). A chunk is created at most once: the put carries
 ``If-None-Match: *``, so a second create fails even from another node. Chunks of
 ``multipart_threshold_bytes`` or more go up as a multipart upload in parts of
-``multipart_part_bytes``. Throttling, 5xx answers and dropped connections are retried by
-botocore with backoff (``retry_mode``, ``max_attempts``); an error that stays is raised as
-``StorageError`` naming the operation, the key and S3's error code.
+``multipart_part_bytes``, ``multipart_concurrency`` parts at a time; the chunks of several
+segments (one ``write_many``) go up ``write_many_concurrency`` at a time. Throttling, 5xx
+answers and dropped connections are retried by botocore with backoff (``retry_mode``,
+``max_attempts``); an error that stays is raised as ``StorageError`` naming the operation, the
+key and S3's error code.
+
+Integrity in transit: every put carries botocore's CRC32 checksum, which S3 checks. Over
+``https`` botocore then leaves the payload out of the SigV4 signature (AWS's default); over
+plain ``http`` (a local MinIO, say) it would SHA-256 the whole body for the signature on top:
+``payload_signing`` (default false) asks for that, as botocore's ``payload_signing_enabled``.
 
 Credentials and region come from the options when given, else from the usual AWS places
 (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_REGION`` …, ``~/.aws``, an instance
@@ -19,6 +26,7 @@ role), as boto3 finds them.
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -48,7 +56,8 @@ class S3ChunkStorage(ChunkStorage):
     ``endpoint_url`` (an S3-compatible store; default AWS), ``region``, ``access_key_id`` and
     ``secret_access_key`` (default: the AWS environment and files), ``retry_mode``
     (``standard`` or ``adaptive``), ``max_attempts``, ``connect_timeout_s``,
-    ``read_timeout_s``, ``multipart_threshold_bytes``, ``multipart_part_bytes``.
+    ``read_timeout_s``, ``multipart_threshold_bytes``, ``multipart_part_bytes``,
+    ``multipart_concurrency``, ``payload_signing``.
     """
 
     name = "s3"
@@ -56,6 +65,8 @@ class S3ChunkStorage(ChunkStorage):
     supports_concat = False
     is_durable = True
     blocking = True
+    #: the flushes of several segments go up side by side (each mostly waits for S3)
+    write_many_concurrency = 8
 
     def __init__(
         self,
@@ -70,8 +81,10 @@ class S3ChunkStorage(ChunkStorage):
         max_attempts: int = 8,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
-        multipart_threshold_bytes: int = 16 * 1024 * 1024,
+        multipart_threshold_bytes: int = 64 * 1024 * 1024,
         multipart_part_bytes: int = 8 * 1024 * 1024,
+        multipart_concurrency: int = 4,
+        payload_signing: bool = False,
     ) -> None:
         if not isinstance(bucket, str) or not bucket:
             raise ValueError("the s3 tier needs option 'bucket' (the bucket's name)")
@@ -87,6 +100,10 @@ class S3ChunkStorage(ChunkStorage):
             )
         if not isinstance(multipart_threshold_bytes, int) or multipart_threshold_bytes < 1:
             raise ValueError("option 'multipart_threshold_bytes' must be an integer >= 1")
+        if not isinstance(multipart_concurrency, int) or multipart_concurrency < 1:
+            raise ValueError("option 'multipart_concurrency' must be an integer >= 1")
+        if not isinstance(payload_signing, bool):
+            raise ValueError(f"option 'payload_signing' must be true or false: {payload_signing!r}")
         self.bucket, self.prefix, self.endpoint_url = bucket, prefix, endpoint_url
         self.multipart_threshold_bytes = multipart_threshold_bytes
         self.multipart_part_bytes = multipart_part_bytes
@@ -95,6 +112,7 @@ class S3ChunkStorage(ChunkStorage):
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
             max_pool_connections=32,
+            s3={"payload_signing_enabled": payload_signing},
         )
         session = boto3.session.Session(
             aws_access_key_id=access_key_id,
@@ -102,6 +120,8 @@ class S3ChunkStorage(ChunkStorage):
             region_name=region,
         )
         self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+        #: uploads a multipart chunk's parts side by side (boto3 clients are thread-safe)
+        self._parts = ThreadPoolExecutor(multipart_concurrency, thread_name_prefix="s3-part")
 
     def __repr__(self) -> str:
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
@@ -150,6 +170,7 @@ class S3ChunkStorage(ChunkStorage):
         return int(answer["ContentLength"])
 
     def _do_close(self) -> None:
+        self._parts.shutdown()
         self._client.close()
 
     # -- helpers -------------------------------------------------------------------------------
@@ -167,13 +188,18 @@ class S3ChunkStorage(ChunkStorage):
         started = self._request("create", name, self._client.create_multipart_upload,
                              Bucket=self.bucket, Key=key)  # fmt: skip
         upload = started["UploadId"]
-        view, step, parts = memoryview(data), self.multipart_part_bytes, []
+        view, step = memoryview(data), self.multipart_part_bytes
+
+        def part(number: int) -> dict[str, Any]:
+            start = (number - 1) * step
+            done = self._request("create", name, self._client.upload_part, Bucket=self.bucket,
+                              Key=key, UploadId=upload, PartNumber=number,
+                              Body=bytes(view[start : start + step]))  # fmt: skip
+            return {"PartNumber": number, "ETag": done["ETag"]}
+
         try:
-            for number, start in enumerate(range(0, len(view), step), start=1):
-                done = self._request("create", name, self._client.upload_part, Bucket=self.bucket,
-                                  Key=key, UploadId=upload, PartNumber=number,
-                                  Body=bytes(view[start : start + step]))  # fmt: skip
-                parts.append({"PartNumber": number, "ETag": done["ETag"]})
+            numbers = range(1, (len(view) + step - 1) // step + 1)
+            parts = list(self._parts.map(part, numbers))  # (the first error is raised here)
             self._request("create", name, self._client.complete_multipart_upload,
                        Bucket=self.bucket, Key=key, UploadId=upload, IfNoneMatch="*",
                        MultipartUpload={"Parts": parts})  # fmt: skip

@@ -370,6 +370,8 @@ class ChunkStorageContract:
     async def test_declares_capabilities(self, storage: ChunkStorage) -> None:
         for flag in ("supports_append", "supports_concat", "is_durable", "blocking"):
             assert isinstance(getattr(storage, flag), bool), flag
+        assert isinstance(storage.write_many_concurrency, int)
+        assert storage.write_many_concurrency >= 1
 
     @pytest.mark.asyncio
     async def test_create_makes_an_empty_chunk(self, storage: ChunkStorage) -> None:
