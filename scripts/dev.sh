@@ -66,9 +66,13 @@ run_tests() {
     echo "dev.sh: $step"
     $step || failed+=("$step")
   done
-  echo "dev.sh: pytest $*"
+  # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
+  # processes, so a second worker nearly halves the suite's time even on two cores. A file's
+  # tests stay on one worker, the Spark tests all on one (tests/conftest.py).
+  local workers=${MILLRACE_TEST_WORKERS:-2}
+  echo "dev.sh: pytest -n $workers --dist loadgroup $*"
   # pytest exits 5 when it collected no test: that is a failure here too.
-  pytest "$@" || failed+=("pytest")
+  pytest -n "$workers" --dist loadgroup "$@" || failed+=("pytest")
   if [ ${#failed[@]} -gt 0 ]; then
     echo "dev.sh: FAILED: ${failed[*]}" >&2
     return 1

@@ -46,6 +46,9 @@ KEYS = [f"k{i}" for i in range(4)]
 #: after a restart the first are in tier-2 only.
 OLD_EVENTS = 24_000
 OUTAGE_HALF_S = 30.0
+#: Tier-2 lag of a node that has caught up with the steady writer (about 3 s of its appends;
+#: an outage of 60 s leaves some 20 times as much).
+CAUGHT_UP_BYTES = 32 * 1024
 
 
 @pytest.fixture
@@ -193,7 +196,13 @@ def test_a_60_s_tier2_outage_under_steady_writes_loses_nothing_and_heals(
         proxy.stall(OUTAGE_HALF_S)  # tier-2 hangs: nothing answered (returns when it flows)
         outage_end = time.monotonic()
         assert steady.is_alive() and steady.error is None, steady.error
-        eventually(lambda: _lag_bytes(node, metrics) == 0, 60, "tier-2 caught up within 60 s")
+        # Caught up: what waits for tier-2 is down to the last moments' appends. (Never exactly
+        # nothing while the steady writer goes on: it appends every 50 ms, the storage writer
+        # flushes what is 200 ms old, and the metrics port shows a snapshot a few seconds old.)
+        assert _lag_bytes(node, metrics) > 8 * CAUGHT_UP_BYTES  # the outage's backlog
+        eventually(
+            lambda: _lag_bytes(node, metrics) <= CAUGHT_UP_BYTES, 60, "tier-2 caught up in 60 s"
+        )
         caught_up_s = time.monotonic() - outage_end
         node.wait_health(up=True, timeout=30)
         steady.stop_at.set()

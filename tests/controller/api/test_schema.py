@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from django.contrib.auth import get_user_model
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from rest_framework.authtoken.models import Token
 
 from controller_app.roles import grant
@@ -40,19 +40,28 @@ def token(db: None, registered_node, keep_connection: None) -> str:
     return Token.objects.create(user=user).key
 
 
-@schema.parametrize()
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
-def test_api_conforms_to_its_schema(case, token: str) -> None:
-    case.call_and_validate(
-        headers={"Authorization": f"Token {token}"},
-        checks=[
-            schemathesis.checks.not_a_server_error,
-            schemathesis.checks.response_schema_conformance,
-        ],
-        excluded_checks=[],
+#: One test per operation, each with its own id (``schema.parametrize()`` gives them all the
+#: same node id, which pytest-xdist takes for a single test and so runs one operation only).
+OPERATIONS = [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
+def test_api_conforms_to_its_schema(operation, token: str) -> None:
+    @given(case=operation.as_strategy())
+    @settings(
+        max_examples=15,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
     )
+    def conforms(case) -> None:
+        case.call_and_validate(
+            headers={"Authorization": f"Token {token}"},
+            checks=[
+                schemathesis.checks.not_a_server_error,
+                schemathesis.checks.response_schema_conformance,
+            ],
+            excluded_checks=[],
+        )
+
+    conforms()
