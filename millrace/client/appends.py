@@ -202,7 +202,7 @@ class AppendSessions(SegmentCalls):
     async def append_block(
         self,
         writer_id: uuid.UUID | WriterHandle,
-        events: bytes | Sequence[bytes],
+        events: bytes | Sequence[bytes | bytearray | memoryview],
         *,
         raw: bool = False,
     ) -> asyncio.Future[AppendAck]:

@@ -306,7 +306,7 @@ class BlockingTransaction:
     def shadow_ranges(self) -> list[tuple[float, float]]:
         return self.txn.shadow_ranges
 
-    def write_framed(self, parts: Mapping[int, Sequence[bytes]]) -> None:
+    def write_framed(self, parts: Mapping[int, Sequence[bytes | bytearray | memoryview]]) -> None:
         """``Transaction.write_framed`` with one hop to the I/O thread."""
         self._loop.run(self.txn.write_framed(parts))
 

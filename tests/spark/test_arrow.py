@@ -90,13 +90,14 @@ def test_an_oversized_event_is_refused_by_name() -> None:
         arrow.frame(pa.array([b"x" * (8 * 1024 * 1024 + 1)], pa.binary()), 1 << 20)
 
 
-def test_rows_go_to_the_segment_owning_their_key() -> None:
+@pytest.mark.parametrize("width", [0, 4], ids=["mixed sizes", "one size"])
+def test_rows_go_to_the_segment_owning_their_key(width: int) -> None:
     from millrace.client.routing import key_point
 
     ranges = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0)]
     keys = [f"k{i}" for i in range(300)] + [None] * 50
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([f"e{i}".encode() for i in range(350)]), pa.array(keys, pa.string())],
+        [pa.array([f"e{i:0{width}}".encode() for i in range(350)]), pa.array(keys, pa.string())],
         names=["event", "routing_key"],
     )
     framer = arrow.Framer(ranges)
@@ -109,10 +110,13 @@ def test_rows_go_to_the_segment_owning_their_key() -> None:
     got = {i: [e for p in pieces for e in _payloads(p)] for i, pieces in parts.items()}
     for index, found in got.items():  # each segment's keyed events in the batch's order
         keyed = [e for e in found if int(e[1:]) < 300]
-        assert keyed == [f"e{i}".encode() for i in range(300) if where[i] == index]
+        assert keyed == [f"e{i:0{width}}".encode() for i in range(300) if where[i] == index]
     assert sorted(e for found in got.values() for e in found) == sorted(
-        f"e{i}".encode() for i in range(350)
+        f"e{i:0{width}}".encode() for i in range(350)
     )  # (rows without a key at random: each somewhere, once)
+    small = arrow.Framer(ranges, piece_bytes=100)  # pieces of whole events, at most 100 bytes
+    for pieces in small.parts(batch).values():
+        assert all(0 < len(p) <= 100 and arrow.event_starts(p, 0)[1] == len(p) for p in pieces)
     keyless = pa.RecordBatch.from_arrays([pa.array([b"a", b"b"])], names=["event"])
     assert sorted(e for ps in framer.parts(keyless).values() for p in ps for e in _payloads(p)) == [
         b"a",
