@@ -68,11 +68,22 @@ run_tests() {
   done
   # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
   # processes, so a second worker nearly halves the suite's time even on two cores. A file's
-  # tests stay on one worker, the Spark tests all on one (tests/conftest.py).
-  local workers=${MILLRACE_TEST_WORKERS:-2}
-  echo "dev.sh: pytest -n $workers --dist loadgroup $*"
+  # tests stay on one worker (--dist loadfile: its module fixtures start once); each worker has
+  # a data directory of its own (MILLRACE_DATA_DIR), so that the embedded broker and database
+  # of one are never the other's (a Celery worker one test starts would take the other's tasks).
+  local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n
+  if [ "$workers" -gt 0 ]; then
+    scratch=$(mktemp -d -t millrace-tests-XXXXXX)
+    spread=(--dist loadfile)
+    for ((n = 0; n < workers; n++)); do
+      mkdir -p "$scratch/gw$n"
+      spread+=(--tx "popen//env:MILLRACE_DATA_DIR=$scratch/gw$n")
+    done
+  fi
+  echo "dev.sh: pytest ${spread[*]} $*"
   # pytest exits 5 when it collected no test: that is a failure here too.
-  pytest -n "$workers" --dist loadgroup "$@" || failed+=("pytest")
+  pytest "${spread[@]}" "$@" || failed+=("pytest")
+  [ -z "$scratch" ] || rm -rf "$scratch"
   if [ ${#failed[@]} -gt 0 ]; then
     echo "dev.sh: FAILED: ${failed[*]}" >&2
     return 1

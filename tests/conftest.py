@@ -23,12 +23,3 @@ def data_dir(tmp_path: Path) -> Path:
     path.mkdir()
     return path
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist (``-n N --dist loadgroup``, as ``scripts/dev.sh test`` runs): the
-    tests of one file stay on one worker (their module fixtures, such as a standalone node,
-    start once), and every Spark test on the same one (one Spark JVM, not one per worker)."""
-    for item in items:
-        path = Path(str(item.fspath)).as_posix()
-        group = "spark" if "/tests/spark/" in path else path
-        item.add_marker(pytest.mark.xdist_group(group))
