@@ -22,4 +22,3 @@ def data_dir(tmp_path: Path) -> Path:
     path = tmp_path / "data"
     path.mkdir()
     return path
-
