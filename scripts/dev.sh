@@ -68,8 +68,9 @@ run_tests() {
   done
   # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
   # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
-  # to whichever worker is free (--dist load); each worker has a data directory of its own (MILLRACE_DATA_DIR), so that the embedded broker and database
-  # of one are never the other's (a Celery worker one test starts would take the other's tasks).
+  # to whichever worker is free (--dist load); each worker has a data directory of its own
+  # (MILLRACE_DATA_DIR), so that the embedded broker and database of one are never the
+  # other's (a Celery worker one test starts would take the other's tasks).
   local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n
   if [ "$workers" -gt 0 ]; then
     scratch=$(mktemp -d -t millrace-tests-XXXXXX)

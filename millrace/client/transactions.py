@@ -27,10 +27,6 @@ LEASE_MS_DEFAULT = 30_000
 COMMIT_WAIT_SECONDS = 60.0
 
 
-#: What framed events may come as (``write_framed``).
-Buffer = bytes | bytearray | memoryview
-
-
 class Transaction:
     def __init__(self, owner: AsyncTransactionalWriter, answer: dict[str, Any]) -> None:
         self.owner = owner
@@ -89,7 +85,9 @@ class Transaction:
         ``write_framed``."""
         return [(s.key_start, s.key_end) for s in self._keyspace.segments]
 
-    async def write_framed(self, parts: Mapping[int, Sequence[Buffer]]) -> None:
+    async def write_framed(
+        self, parts: Mapping[int, Sequence[bytes | bytearray | memoryview]]
+    ) -> None:
         """Append events framed already (each buffer holds whole events, each with its
         8-byte header as ``millrace.client.events.EVENT_HEADER`` packs it) to the shadow
         segments by index in ``shadow_ranges``: for callers that frame whole columns at once."""
@@ -104,7 +102,10 @@ class Transaction:
             raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
 
     async def _append(
-        self, shadow: SegmentRange, datas: Sequence[Buffer], raw: bool = False
+        self,
+        shadow: SegmentRange,
+        datas: Sequence[bytes | bytearray | memoryview],
+        raw: bool = False,
     ) -> None:
         client = await self.owner.client_for(shadow.segment_id)
         known = self._writers.get(shadow.name)
