@@ -82,20 +82,27 @@ def _read_all(node: Standalone, scope: str) -> dict[str, list[int]]:
 
 def _round_trip(data_dir: Path, env: dict[str, str], stored: Callable[[], int]) -> None:
     """Write, see the bytes in tier-2 (``stored``), read back; restart on the same data dir
-    (metadata, and tier-1 files if any) and read back again."""
+    (metadata, and tier-1 files if any) and read back again. The events go in two halves,
+    the second once the first is all in tier-2, so every segment's data in tier-2 is the
+    work of more than one flush (on a busy machine one flush could otherwise take it all)."""
     scope = f"s{uuid.uuid4().hex[:8]}"
     pad = "x" * 180
     node = _start(data_dir, env)
+
+    def event(i: int) -> str:
+        return f"{KEYS[i % 4]}:{i}:{pad}"
+
     try:
         with StreamManager(node.base, token=node.token) as manager:
             manager.create_scope(scope)
             manager.create_stream(scope, "st", 2)
             with manager.create_writer(scope, "st") as writer:
-                for i in range(EVENTS):
-                    writer.write_event(f"{KEYS[i % 4]}:{i}:{pad}", routing_key=KEYS[i % 4])
-                writer.flush()
-        size = sum(8 + len(f"{KEYS[i % 4]}:{i}:{pad}") for i in range(EVENTS))
-        eventually(lambda: stored() >= size, 60, "the events in tier-2")
+                for half in (range(EVENTS // 2), range(EVENTS // 2, EVENTS)):
+                    for i in half:
+                        writer.write_event(event(i), routing_key=KEYS[i % 4])
+                    writer.flush()
+                    size = sum(8 + len(event(i)) for i in range(half.stop))
+                    eventually(lambda n=size: stored() >= n, 60, "the events in tier-2")
         expected = {key: list(range(n, EVENTS, 4)) for n, key in enumerate(KEYS)}
         assert _read_all(node, scope) == expected
         assert node.stop() == 0
