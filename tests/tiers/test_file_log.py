@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from tiers.base import DataLogCorruptionError, DataLogError, DataLogFencedError, LogAddress
 from tiers.file import FileDurableDataLog
 from tiers.file import format as fmt
+from tiers.file.direct import BLOCK
 from tiers.file.thread import SerialThread
 
 
@@ -67,8 +69,9 @@ async def test_torn_tail_is_ignored(tmp_path: Path, tail: bytes) -> None:
 
 async def test_torn_last_record_of_a_real_batch_is_ignored(tmp_path: Path) -> None:
     addresses = await write_and_abandon(tmp_path, 10)
-    size = ledger(tmp_path).stat().st_size
-    os.truncate(ledger(tmp_path), size - 7)  # the last write stopped halfway through a record
+    end = addresses[-1].offset + fmt.RECORD.size + len(frame(9))  # (the file may be longer:
+    os.truncate(ledger(tmp_path), end - 7)  # direct writes pad it to a block) the last write
+    # stopped halfway through a record
     log = await opened(tmp_path, 2)
     assert await read_frames(log) == [frame(i) for i in range(9)]
     assert (await log.append(b"next")).sequence == addresses[-1].sequence  # 10 is reused
@@ -239,6 +242,68 @@ async def test_failed_fdatasync_is_not_acknowledged(
     assert set(frames[1:]) <= {b"lost"}
     if not cut_fails:
         assert frames == [b"good-1"]
+
+
+# -- direct writes --------------------------------------------------------------------------------
+
+ODD_FRAMES = [frame(i, size) for i, size in enumerate([1, 4095, 4096, 4097, 70_000, 3, 1 << 20, 9])]
+
+
+async def test_direct_writes_leave_the_bytes_buffered_writes_would(tmp_path: Path) -> None:
+    """Frames of sizes around the block, one at a time and in a group: the direct ledger
+    holds byte for byte what the buffered one does up to its end, zeros past it, and reads
+    back after a crash (instance dropped) and a new epoch."""
+    written: dict[bool, bytes] = {}
+    for direct in (True, False):
+        path = tmp_path / f"direct-{direct}"
+        log = await opened(path, 1, direct_io=direct)
+        assert log._appender is not None
+        if direct and not log._appender.direct:
+            pytest.skip("this file system refuses O_DIRECT")
+        assert log._appender.direct == direct
+        for data in ODD_FRAMES:
+            await log.append(data)
+        addresses = await asyncio.gather(*(log.append(data) for data in ODD_FRAMES))
+        end = addresses[-1].offset + fmt.RECORD.size + len(ODD_FRAMES[-1])
+        content = ledger(path).read_bytes()
+        assert content[end:] == bytes(len(content) - end)  # (buffered: nothing past the end)
+        assert len(content) % BLOCK == 0 or not direct
+        written[direct] = content[:end]
+        again = await opened(path, 2)
+        assert await read_frames(again) == ODD_FRAMES * 2
+        await again.append(b"after")
+        assert await read_frames(await opened(path, 3)) == [*ODD_FRAMES * 2, b"after"]
+    assert written[True] == written[False]
+
+
+async def test_a_device_refusing_the_alignment_gets_buffered_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = await opened(tmp_path, 1)
+    await log.append(b"first")
+    assert log._appender is not None
+    was_direct = log._appender.direct
+    real_pwritev = os.pwritev
+    refused = []
+
+    def refuse_direct(fd: int, buffers: list[bytes], offset: int) -> int:
+        if log._appender is not None and log._appender.direct:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "injected: bad alignment")
+        return real_pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "pwritev", refuse_direct)
+    await log.append(b"second")
+    await log.append(b"third")
+    assert log._appender is not None and not log._appender.direct
+    assert len(refused) == (1 if was_direct else 0)  # (none where O_DIRECT was refused at open)
+    monkeypatch.undo()
+    assert await read_frames(await opened(tmp_path, 2)) == [b"first", b"second", b"third"]
+
+
+async def test_direct_io_must_be_true_or_false(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="option 'direct_io' must be true or false, not 'yes'"):
+        FileDurableDataLog(path=tmp_path, direct_io="yes")  # type: ignore[arg-type]
 
 
 # -- fsync, group commit, ledgers ---------------------------------------------------------------

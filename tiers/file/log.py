@@ -14,7 +14,8 @@ and is never read. Manifest changes by an old owner (roll, truncate) happen unde
 after checking the epoch, so they cannot interleave with a takeover.
 
 Group commit: the base queues frames while a write is in flight and hands them over together;
-one ``pwritev`` and one ``fdatasync`` cover the whole batch.
+one write and one ``fdatasync`` cover the whole batch. The write bypasses the page cache
+(``O_DIRECT``) where the file system allows it (``direct.py``; option ``direct_io``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tiers.base import (
     LogAddress,
 )
 from tiers.file import format as fmt
+from tiers.file.direct import LedgerAppender
 from tiers.file.scan import BadRecord, RecordScanner, find_valid_end, pread_exact
 from tiers.file.thread import SerialThread
 
@@ -46,7 +48,6 @@ _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
 _LEDGER_FILE = re.compile(r"ledger-(\d+)\.log")
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -75,7 +76,8 @@ class FileDurableDataLog(DurableDataLog):
     Options: ``path`` (this log's directory, one per container), ``fsync`` (off only in tests:
     nothing is synced then), ``ledger_bytes_max`` (start a new ledger file past this size),
     ``read_batch_bytes_max`` / ``read_batch_frames_max`` (bounds of one ``read_all`` step),
-    ``frame_bytes_max``, ``batch_frames_max``.
+    ``frame_bytes_max``, ``batch_frames_max``, ``direct_io`` (default true: ledger writes bypass
+    the page cache where the file system allows it; false: buffered writes).
 
     TEST-ONLY options (the acceptance tests, docs/components/guarantees.md): ``fencing=False``
     skips the epoch check after a write (a fenced instance keeps acknowledging),
@@ -107,10 +109,14 @@ class FileDurableDataLog(DurableDataLog):
         fencing: bool = True,
         verify_crc: bool = True,
         sync_trace: bool = False,
+        direct_io: bool = True,
     ) -> None:
         super().__init__(frame_bytes_max=frame_bytes_max, batch_frames_max=batch_frames_max)
         if ledger_bytes_max < fmt.LEDGER_HEADER_SIZE:
             raise ValueError("ledger_bytes_max is too small")
+        if not isinstance(direct_io, bool):
+            raise ValueError(f"option 'direct_io' must be true or false, not {direct_io!r}")
+        self.direct_io = direct_io
         self.path = os.fspath(path)
         self.fsync = fsync
         self.ledger_bytes_max = ledger_bytes_max
@@ -124,6 +130,7 @@ class FileDurableDataLog(DurableDataLog):
         self._lock = threading.Lock()  # guards the state below against concurrent primitives
         self._epoch_fd: int | None = None
         self._ledger_fd: int | None = None
+        self._appender: LedgerAppender | None = None  # writes the ledger of ``_ledger_fd``
         self._owned_epoch = -1
         self._manifest = fmt.Manifest()
         self._write_offset = 0  # end of the last acknowledged batch in the current ledger
@@ -278,14 +285,14 @@ class FileDurableDataLog(DurableDataLog):
         # 3. Start this epoch's ledger.
         ledger_id = max((entry.id for entry in ledgers), default=0) + 1
         entry = fmt.LedgerEntry(ledger_id, epoch, next_sequence)
-        ledger_fd = self._create_ledger(entry)
+        appender = self._create_ledger(entry)
         try:
             manifest = fmt.Manifest(epoch, (*ledgers, entry), manifest.truncation)
             self._write_manifest(manifest)
         except BaseException:
-            os.close(ledger_fd)
+            _close_ledger(appender)
             raise
-        self._ledger_fd = ledger_fd
+        self._ledger_fd, self._appender = appender.fd, appender
         self._owned_epoch = epoch
         self._write_offset = fmt.LEDGER_HEADER_SIZE
         self._next_sequence = next_sequence
@@ -342,7 +349,8 @@ class FileDurableDataLog(DurableDataLog):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._file(name))
 
-    def _create_ledger(self, entry: fmt.LedgerEntry) -> int:
+    def _create_ledger(self, entry: fmt.LedgerEntry) -> LedgerAppender:
+        """Create the ledger file ``entry`` with its header, durably; what appends to it."""
         path = self._ledger_path(entry.id)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -356,7 +364,7 @@ class FileDurableDataLog(DurableDataLog):
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return LedgerAppender(fd, header, direct=self.direct_io)
 
     # -- append ----------------------------------------------------------------------------
 
@@ -369,8 +377,11 @@ class FileDurableDataLog(DurableDataLog):
         offset = self._write_offset
         sequence = self._next_sequence
         buffers, addresses, size = fmt.encode_records(frames, sequence, ledger, offset)
+        appender = self._appender
+        if appender is None or appender.end != offset:
+            raise DataLogError(f"{self._ledger_path(ledger)}: the appender is not at {offset}")
         try:
-            _pwrite_all(ledger_fd, buffers, offset, size)
+            appender.write(buffers, size)
             self._sync(ledger_fd)
             self._trace_synced(ledger, offset + size)
         except OSError as error:
@@ -395,18 +406,20 @@ class FileDurableDataLog(DurableDataLog):
         entry = fmt.LedgerEntry(current.id + 1, self._owned_epoch, self._next_sequence)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._ledger_path(entry.id))  # a leftover of a failed roll
-        ledger_fd = self._create_ledger(entry)
+        appender = self._create_ledger(entry)
         try:
             ledgers = (*manifest.ledgers[:-1], current, entry)
             self._write_manifest(dataclasses.replace(manifest, ledgers=ledgers))
         except BaseException as error:
             # The new manifest may or may not be on disk: writing either ledger could now
             # lose acknowledged data, so this instance stops here.
-            os.close(ledger_fd)
+            _close_ledger(appender)
             self._broken = error
             raise
         os.close(self._ledger_file())
-        self._ledger_fd = ledger_fd
+        if self._appender is not None:
+            self._appender.close()
+        self._ledger_fd, self._appender = appender.fd, appender
         self._write_offset = fmt.LEDGER_HEADER_SIZE
 
     def _abandon_ledger(self, error: OSError) -> None:
@@ -539,6 +552,9 @@ class FileDurableDataLog(DurableDataLog):
             self._close_files()
 
     def _close_files(self) -> None:
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
         for attr in ("_ledger_fd", "_epoch_fd"):
             fd = getattr(self, attr)
             if fd is not None:
@@ -552,19 +568,6 @@ def _wholly_at_or_below(entry: fmt.LedgerEntry, sequence: int) -> bool:
     return entry.end_sequence is not None and entry.end_sequence - 1 <= sequence
 
 
-def _pwrite_all(fd: int, buffers: list[bytes | memoryview], offset: int, size: int) -> None:
-    """Write ``buffers`` at ``offset`` with as few system calls as the kernel allows."""
-    written = 0
-    for first in range(0, len(buffers), _IOV_MAX):
-        chunk = buffers[first : first + _IOV_MAX]
-        chunk_size = sum(len(b) for b in chunk)
-        done = os.pwritev(fd, chunk, offset + written)
-        if done < chunk_size:  # rare (disk full, signal): finish byte by byte
-            rest = memoryview(b"".join(chunk))[done:]
-            while rest:
-                n = os.pwrite(fd, rest, offset + written + done)
-                done += n
-                rest = rest[n:]
-        written += chunk_size
-    if written != size:
-        raise DataLogError(f"wrote {written} bytes, meant {size}")
+def _close_ledger(appender: LedgerAppender) -> None:
+    appender.close()
+    os.close(appender.fd)

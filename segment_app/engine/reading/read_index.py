@@ -50,6 +50,9 @@ JOIN_IN_THREAD_BYTES = 512 * 1024
 #: Appended buffers an entry keeps unjoined at most (each costs a few hundred bytes of objects).
 PIECES_MAX = 32
 
+#: Gone entries the eviction order may hold before it is rebuilt without them.
+FIFO_SLACK = 1024
+
 __all__ = ["PIECES_MAX", "ReadIndex"]
 
 Buffer = bytes | bytearray | memoryview
@@ -115,6 +118,8 @@ class ReadIndex:
         self.cache_bytes = 0
         self._segments: dict[int, _SegmentIndex] = {}
         self._fifo: collections.deque[tuple[int, _Entry]] = collections.deque()
+        #: Entries released since the eviction order was last rid of gone ones.
+        self._released = 0
         self.disk: DiskCache | None = None
         if config.disk_cache_path and config.disk_cache_bytes_max > 0:
             self.disk = DiskCache(config.disk_cache_path, config.disk_cache_bytes_max)
@@ -175,6 +180,19 @@ class ReadIndex:
         if index is not None:
             self._wake(index)
 
+    def release_stored(self, segment_id: int) -> None:
+        """Let go of a segment's cached bytes that are in tier-2, budget or not: for a
+        transaction's shadow segment, which no reader reads (its merge relinks its chunks, and
+        a read of the merged range before that reads them from tier-2), so that its memory
+        serves the next appends instead of a first-touched page per 4 KiB of them."""
+        index = self._segments.get(segment_id)
+        segment = self.metadata.segments.get(segment_id)
+        if index is None or segment is None:
+            return
+        stored = [e for e in index.entries if e.end <= segment.storage_length and e.live]
+        for entry in stored:
+            self._drop(segment_id, entry)
+
     def remove(self, segment_id: int) -> None:
         index = self._segments.pop(segment_id, None)
         if index is None:
@@ -192,8 +210,10 @@ class ReadIndex:
                 segment = self.metadata.segments.get(segment_id)
                 if segment is not None and entry.end > segment.storage_length:
                     return  # the oldest entry is not in tier-2 yet: nothing can go
+                self._fifo.popleft()  # (before the drop, which may rebuild the order)
                 self._drop(segment_id, entry)
-            self._fifo.popleft()
+            else:
+                self._fifo.popleft()
 
     def _spill(self, segment_id: int, entry: _Entry) -> bool:
         """Move ``entry``'s bytes to the disk cache if there is one with room."""
@@ -233,6 +253,13 @@ class ReadIndex:
             self.disk.delete(segment_id, entry.offset, entry.length)
         else:
             self.cache_bytes -= entry.length
+            entry.pieces = []  # (it may wait in the eviction order a while: not with its bytes)
+            self._released += 1
+            if self._released > max(FIFO_SLACK, len(self._fifo) // 2):
+                # Gone entries wait in the eviction order until eviction reaches them, which
+                # a cache under its budget never does: drop them from it now and then.
+                self._fifo = collections.deque(item for item in self._fifo if item[1].live)
+                self._released = 0
 
     def _index(self, segment_id: int) -> _SegmentIndex:
         index = self._segments.get(segment_id)

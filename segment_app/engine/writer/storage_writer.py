@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
+from millrace.naming import TRANSACTION_MARK
 from segment_app.engine.config import StorageWriterConfig
 from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
 from segment_app.engine.containers.updater import Request
@@ -456,6 +457,8 @@ class StorageWriter:
             sealed,
         )
         await self.submit(Request(op, internal=True))
+        if TRANSACTION_MARK in segment.name:  # no reader reads it: its memory serves again
+            self.read_index.release_stored(segment.segment_id)
         self.read_index.evict()
 
 
