@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tiers.base import DataLogCorruptionError, DataLogError, DataLogFencedError, LogAddress
+from tiers.direct_io import BLOCK
 from tiers.file import FileDurableDataLog
 from tiers.file import format as fmt
-from tiers.file.direct import BLOCK
 from tiers.file.thread import SerialThread
 
 
@@ -246,7 +246,7 @@ async def test_failed_fdatasync_is_not_acknowledged(
 
 # -- direct writes --------------------------------------------------------------------------------
 
-ODD_FRAMES = [frame(i, size) for i, size in enumerate([1, 4095, 4096, 4097, 70_000, 3, 1 << 20, 9])]
+ODD_FRAMES = [frame(i, size) for i, size in enumerate([1, 4095, 4096, 4097, 70_000, 3, 5 << 20, 9])]
 
 
 async def test_direct_writes_leave_the_bytes_buffered_writes_would(tmp_path: Path) -> None:

@@ -116,3 +116,37 @@ async def test_large_writes_are_synced_piece_by_piece(
 def test_bad_sync_piece_option_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sync_piece_bytes"):
         FileSystemChunkStorage(root=tmp_path, sync_piece_bytes=-1)
+
+
+async def test_direct_writes_leave_the_chunks_buffered_writes_would(tmp_path: Path) -> None:
+    """Appends of sizes around the block, direct and buffered, through ``write``,
+    ``create_with_data`` and ``write_many``: the same files, each exactly as long as its
+    chunk (the zeros a direct write leaves past the end are cut off), the same bytes read."""
+    from tiers.base import ChunkWrite
+
+    sizes = [1, 4095, 4096, 4097, 70_000, 3, 5 << 20, 9]
+    pieces = [bytes([65 + i % 26]) * size for i, size in enumerate(sizes)]
+    files: dict[bool, bytes] = {}
+    for direct in (True, False):
+        storage = FileSystemChunkStorage(root=tmp_path / str(direct), direct_io=direct)
+        await storage.create_with_data("s/c", pieces[0])
+        if direct and not storage.direct_io:
+            pytest.skip("this file system refuses O_DIRECT")
+        assert storage.direct_io == direct
+        length = len(pieces[0])
+        for piece in pieces[1:4]:
+            length = await storage.write("s/c", length, piece)
+        outcomes = await storage.write_many(
+            [ChunkWrite("s/c", length, b"".join(pieces[4:])), ChunkWrite("s/d", 0, pieces[5], True)]
+        )
+        assert outcomes == [None, None]
+        assert await storage.length("s/c") == sum(sizes)
+        assert await storage.read("s/c", 0, sum(sizes)) == b"".join(pieces)
+        assert storage.direct_io == direct  # nothing refused on the way
+        files[direct] = Path(chunk_path(str(tmp_path / str(direct)), "s/c")).read_bytes()
+    assert files[True] == files[False]
+
+
+def test_bad_direct_io_option_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="option 'direct_io' must be true or false, not 1"):
+        FileSystemChunkStorage(root=tmp_path, direct_io=1)  # type: ignore[arg-type]

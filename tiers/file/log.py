@@ -290,7 +290,7 @@ class FileDurableDataLog(DurableDataLog):
             manifest = fmt.Manifest(epoch, (*ledgers, entry), manifest.truncation)
             self._write_manifest(manifest)
         except BaseException:
-            _close_ledger(appender)
+            os.close(appender.fd)
             raise
         self._ledger_fd, self._appender = appender.fd, appender
         self._owned_epoch = epoch
@@ -413,12 +413,10 @@ class FileDurableDataLog(DurableDataLog):
         except BaseException as error:
             # The new manifest may or may not be on disk: writing either ledger could now
             # lose acknowledged data, so this instance stops here.
-            _close_ledger(appender)
+            os.close(appender.fd)
             self._broken = error
             raise
         os.close(self._ledger_file())
-        if self._appender is not None:
-            self._appender.close()
         self._ledger_fd, self._appender = appender.fd, appender
         self._write_offset = fmt.LEDGER_HEADER_SIZE
 
@@ -552,9 +550,7 @@ class FileDurableDataLog(DurableDataLog):
             self._close_files()
 
     def _close_files(self) -> None:
-        if self._appender is not None:
-            self._appender.close()
-            self._appender = None
+        self._appender = None
         for attr in ("_ledger_fd", "_epoch_fd"):
             fd = getattr(self, attr)
             if fd is not None:
@@ -566,8 +562,3 @@ class FileDurableDataLog(DurableDataLog):
 def _wholly_at_or_below(entry: fmt.LedgerEntry, sequence: int) -> bool:
     """True if every record of the sealed ledger ``entry`` has a sequence ``<= sequence``."""
     return entry.end_sequence is not None and entry.end_sequence - 1 <= sequence
-
-
-def _close_ledger(appender: LedgerAppender) -> None:
-    appender.close()
-    os.close(appender.fd)
