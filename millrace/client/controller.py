@@ -8,6 +8,8 @@ store. Errors come back as ``ControllerError`` with the API's stable ``code``.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 from typing import Any
 
 import httpx
@@ -40,13 +42,21 @@ def _retry_after(response: httpx.Response, delay: float) -> float:
         return delay
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every client of this process, made once: httpx makes one per client
+    (loading the CA bundle, tens of milliseconds) even for ``http://``, and a Spark task
+    makes a client per task."""
+    return httpx.create_ssl_context()
+
+
 class AsyncControllerClient:
     """REST calls to one controller (``http://host:9091``), authenticated by an API token."""
 
     def __init__(self, uri: str, token: str = "", *, timeout: float = REQUEST_TIMEOUT_SECONDS):
         headers = {"Authorization": f"Token {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout
+            base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout, verify=_tls()
         )
 
     async def close(self) -> None:
