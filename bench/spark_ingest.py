@@ -6,11 +6,13 @@ least half of Parquet's on local disk.
 
 It starts a standalone node (embedded defaults), a local Spark (``local[2]``), builds the
 DataFrame once (cached in memory, so neither side pays for making it), warms both sides up
-with 10,000 events each (Spark's one-time costs: the JIT, the Python workers' start-up), then
-in turn: writes it to Parquet, writes it to a Millrace stream with ``format("millrace")``,
-reads the Parquet files back, reads the stream back (each read sums the events' lengths, so
-every event is materialised), counts the stream's events, and prints events/s and MiB/s of
-each with the ratios.
+with 10,000 events each (Spark's one-time costs: the JIT, the Python workers' start-up), then,
+``--trials`` times (default 3), in turn: writes it to Parquet (a new directory), writes it to a
+Millrace stream with ``format("millrace")`` (a new stream), reads the Parquet files back, reads
+the stream back (each read sums the events' lengths, so every event is materialised) and counts
+the stream's events. It prints each trial and the median time of each step, events/s and MiB/s
+of the medians, and the ratios of the medians (single runs of either side vary by up to 40 %
+on a 2-core virtual machine).
 
 Usage::
 
@@ -25,6 +27,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +37,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.services import rest_call, standalone_node
+
+#: The timed steps of a trial, in order.
+STEPS = ("write_parquet", "write_millrace", "read_parquet", "read_millrace")
 
 
 def timed(what: str, action: Any) -> float:
@@ -51,8 +57,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=8, help="Spark partitions written")
+    parser.add_argument("--trials", type=int, default=3, help="runs of each step (medians kept)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.trials < 1:
+        parser.error("--trials must be at least 1")
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as f
@@ -88,7 +97,6 @@ def main() -> None:
             megabytes = args.events * args.size / 2**20
             options = {"controller": base, "token": token, "scope": "bench", "stream": "ingest",
                        "default_num_segments": str(args.segments)}  # fmt: skip
-            parquet = work / "parquet"
             # A warm-up of each side (10,000 events written and read back), so that neither
             # timed job pays Spark's one-time costs (JIT, the Python workers' start-up).
             warm = frame.limit(10_000)
@@ -98,28 +106,42 @@ def main() -> None:
             warm.write.format("millrace").options(**warm_options).mode("append").save()
             spark.read.format("millrace").options(**warm_options).load().count()
             print(f"{args.events:,} events of {args.size} B, {args.keys} keys", flush=True)
-            w_parquet = timed("write parquet", lambda: frame.write.parquet(str(parquet)))
-            w_millrace = timed(
-                "write millrace (exactly once)",
-                lambda: frame.write.format("millrace").options(**options).mode("append").save(),
-            )
-            r_parquet = timed("read parquet", lambda: spark.read.parquet(str(parquet))
-                              .select(f.sum(f.length("event"))).collect())  # fmt: skip
-            r_millrace = timed("read millrace", lambda: spark.read.format("millrace")
-                               .options(**options).load()
-                               .select(f.sum(f.length("event"))).collect())  # fmt: skip
-            count = spark.read.format("millrace").options(**options).load().count()
-            if count != args.events:
-                raise RuntimeError(f"read back {count} events, wrote {args.events}")
+            steps: dict[str, list[float]] = {name: [] for name in STEPS}
+
+            def trial(parquet: Path, stream: dict[str, str]) -> None:
+                steps["write_parquet"].append(
+                    timed("write parquet", lambda: frame.write.parquet(str(parquet)))
+                )
+                steps["write_millrace"].append(timed(
+                    "write millrace (exactly once)",
+                    lambda: frame.write.format("millrace").options(**stream).mode("append").save(),
+                ))  # fmt: skip
+                steps["read_parquet"].append(timed(
+                    "read parquet", lambda: spark.read.parquet(str(parquet))
+                    .select(f.sum(f.length("event"))).collect()
+                ))  # fmt: skip
+                steps["read_millrace"].append(timed(
+                    "read millrace", lambda: spark.read.format("millrace").options(**stream)
+                    .load().select(f.sum(f.length("event"))).collect()
+                ))  # fmt: skip
+                count = spark.read.format("millrace").options(**stream).load().count()
+                if count != args.events:
+                    raise RuntimeError(f"read back {count} events, wrote {args.events}")
+                shutil.rmtree(parquet, ignore_errors=True)
+
+            for n in range(1, args.trials + 1):
+                print(f"trial {n} of {args.trials}", flush=True)
+                trial(work / f"parquet-{n}", {**options, "stream": f"ingest-{n}"})
             spark.stop()
-            shutil.rmtree(parquet, ignore_errors=True)
-    for name, seconds in (("write_parquet", w_parquet), ("write_millrace", w_millrace),
-                          ("read_parquet", r_parquet), ("read_millrace", r_millrace)):  # fmt: skip
+    median: dict[str, float] = {}
+    for name in STEPS:
+        median[name] = seconds = statistics.median(steps[name])
         results[name] = {"seconds": round(seconds, 2),
                          "events_per_s": round(args.events / seconds),
-                         "mib_per_s": round(megabytes / seconds, 1)}  # fmt: skip
-    results["write_ratio"] = round(w_parquet / w_millrace, 3)
-    results["read_ratio"] = round(r_parquet / r_millrace, 3)
+                         "mib_per_s": round(megabytes / seconds, 1),
+                         "trials": [round(t, 2) for t in steps[name]]}  # fmt: skip
+    results["write_ratio"] = round(median["write_parquet"] / median["write_millrace"], 3)
+    results["read_ratio"] = round(median["read_parquet"] / median["read_millrace"], 3)
     print(json.dumps(results, indent=1))
     for what in ("write", "read"):
         ratio = results[f"{what}_ratio"]
