@@ -170,6 +170,55 @@ async def test_merge_transaction_is_atomic_and_survives_restart(tiers: Tiers) ->
     await c.stop()
 
 
+async def test_a_transactions_cached_bytes_go_once_in_tier2_and_merged_reads_find_them(
+    tiers: Tiers,
+) -> None:
+    """No reader reads a shadow segment: its bytes leave the cache once tier-2 has them
+    (budget or not), while the parent's keep theirs; the merged range still reads back,
+    before and after the relink, from tier-2."""
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.create_segment(TXN)
+    piece = bytes(range(256)) * 16
+    for _ in range(8):
+        await c.append(SEG, piece)
+        await c.append(TXN, piece)
+    await c.flush_to_storage()
+    assert c.read_index.cache_bytes == 8 * len(piece)  # the parent's only, far below budget
+    assert await c.merge(SEG, TXN) == 16 * len(piece)
+    tier2_reads = tiers.chunk_faults.calls["read"]
+    assert await read_all(c, SEG) == piece * 16
+    assert tiers.chunk_faults.calls["read"] > tier2_reads  # the merged range, from tier-2
+    await c.flush_to_storage()
+    assert await read_all(c, SEG) == piece * 16
+    await c.stop()
+
+
+async def test_released_cache_entries_let_go_of_their_bytes(tiers: Tiers) -> None:
+    """Entries released (a transaction flushed, a segment deleted) wait in the eviction order
+    without their bytes, and the order is rid of them before it holds many."""
+    from segment_app.engine.reading.read_index import FIFO_SLACK
+
+    c = await tiers.start()
+    entry_bytes = c.config.read_index.cache_entry_bytes_max
+    names = [f"{SEG}#transaction.{n + (1 << 20):032x}" for n in range(6)]
+    for name in names:
+        await c.create_segment(name)
+        for _ in range(4):
+            await c.append(name, b"t" * entry_bytes)
+    fifo = c.read_index._fifo
+    held = [entry for _, entry in fifo]
+    await c.flush_to_storage()
+    assert c.read_index.cache_bytes == 0
+    assert held and all(not entry.live and entry.pieces == [] for entry in held)
+    for n in range(FIFO_SLACK + 50):  # far more released entries than the slack
+        await c.create_segment(f"{SEG}#transaction.{n:032x}")
+        await c.append(f"{SEG}#transaction.{n:032x}", b"x" * 10)
+    await c.flush_to_storage()
+    assert len(c.read_index._fifo) <= FIFO_SLACK
+    await c.stop()
+
+
 async def test_merge_needs_existing_segments(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment(SEG)
