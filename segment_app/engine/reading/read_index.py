@@ -6,7 +6,9 @@ came (no copy) and joins them into one when it is first read, or once it holds `
 of them; either way it then takes no more appends. (Growing one buffer per segment, append by
 append, copied each byte several times as it was reallocated.) The cache is bounded by
 ``cache_bytes_max``: entries are evicted oldest first, but only once their bytes are in tier-2
-(below the segment's storage length), so acknowledged data is always readable. Reads that miss
+(below the segment's storage length), so acknowledged data is always readable; a transaction's
+shadow segment, which no reader reads, lets go of its entries as soon as they are in tier-2
+(``release_stored``). Entries that leave let go of their bytes at once. Reads that miss
 the cache below the storage length fetch from tier-2 through the segment's chunk list and
 populate the cache.
 
