@@ -8,6 +8,8 @@ to the target, both ways, from a thread of its own. Faults, each on demand:
   (a frozen network path);
 * ``reset_mid_frame()``: the next chunk coming back from the target is forwarded only in part
   (half of it, so a frame arrives cut short) and then the connection is reset;
+  ``reset_mid_frame(after=n)``: the next ``n`` bytes back are forwarded, then the reset (an
+  HTTP answer whose headers arrived and whose body stops);
 * ``refuse(True)``: every open connection is reset, and each new one too as soon as it is
   accepted, until ``refuse(False)`` (a server that is down).
 
@@ -31,6 +33,7 @@ class FaultyProxy:
         self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.flowing = asyncio.Event()
         self._reset_next = False
+        self._reset_after: int | None = None
         self._refusing = False
         self.resets = 0
         ready = threading.Event()
@@ -77,11 +80,16 @@ class FaultyProxy:
             while chunk := await reader.read(65536):
                 await self.flowing.wait()
                 if downstream and self._reset_next and len(chunk) > 1:
-                    self._reset_next = False
-                    self.resets += 1
-                    writer.write(chunk[: len(chunk) // 2])
-                    await writer.drain()
-                    break
+                    keep = len(chunk) // 2
+                    if self._reset_after is not None:
+                        keep = min(self._reset_after, len(chunk))
+                        self._reset_after -= keep
+                    if not self._reset_after:  # (None: the half chunk; 0: the count is out)
+                        self._reset_next, self._reset_after = False, None
+                        self.resets += 1
+                        writer.write(chunk[:keep])
+                        await writer.drain()
+                        break
                 writer.write(chunk)
                 await writer.drain()
         for side in pair:
@@ -113,8 +121,10 @@ class FaultyProxy:
         if on:
             self.cut()
 
-    def reset_mid_frame(self) -> None:
-        """The next chunk back from the target arrives in part, then the connection resets."""
+    def reset_mid_frame(self, after: int | None = None) -> None:
+        """The next chunk back from the target arrives in part (or the next ``after`` bytes),
+        then the connection resets."""
+        self._reset_after = after
         self._reset_next = True
 
     def _call(self, fn: Any) -> Any:

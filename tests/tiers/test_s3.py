@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.tiers.s3_server import make_bucket, moto_server
 from tiers.base import ChunkStorage, StorageError
 from tiers.registry import load_tier2
@@ -71,6 +72,24 @@ async def test_a_large_chunk_goes_up_in_parts_and_reads_back(s3_url: str) -> Non
     with pytest.raises(StorageError, match="exists"):
         await storage.create_with_data("big", data)
     await storage.close()
+
+
+async def test_a_read_whose_body_is_cut_short_is_a_tier_error(s3_url: str) -> None:
+    """The answer's headers come, its body stops halfway (the connection reset): a tier-2
+    error the segment store answers as retriable, not an unexpected one; the next read works."""
+    make_bucket(s3_url, "cut")
+    proxy = FaultyProxy(int(s3_url.rsplit(":", 1)[1]))
+    try:
+        storage = _storage(f"http://127.0.0.1:{proxy.port}", "cut", max_attempts=1)
+        data = bytes(i % 251 for i in range(4 << 20))
+        await storage.create_with_data("c", data)
+        proxy.reset_mid_frame(after=1 << 20)  # the headers and the first MiB of the body
+        with pytest.raises(StorageError, match="read of chunk 'c' failed"):
+            await storage.read("c", 0, len(data))
+        assert await storage.read("c", 0, len(data)) == data
+        await storage.close()
+    finally:
+        proxy.close()
 
 
 async def test_a_missing_bucket_and_a_dead_endpoint_are_named(s3_url: str) -> None:

@@ -147,9 +147,15 @@ class S3ChunkStorage(ChunkStorage):
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
         # (past the end: InvalidRange, or fewer bytes, which the base refuses)
         last = offset + length - 1
-        answer = self._request("read", name, self._client.get_object, Bucket=self.bucket,
-                            Key=self._key(name), Range=f"bytes={offset}-{last}")  # fmt: skip
-        data: bytes = answer["Body"].read()
+
+        def get() -> bytes:
+            answer = self._client.get_object(
+                Bucket=self.bucket, Key=self._key(name), Range=f"bytes={offset}-{last}"
+            )
+            body: bytes = answer["Body"].read()  # a body cut short fails the request too
+            return body
+
+        data: bytes = self._request("read", name, get)
         return data
 
     def _do_delete(self, name: str) -> None:
