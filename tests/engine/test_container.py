@@ -219,6 +219,65 @@ async def test_released_cache_entries_let_go_of_their_bytes(tiers: Tiers) -> Non
     await c.stop()
 
 
+@pytest.mark.parametrize("fail_one", [False, True], ids=["all-go-up", "one-put-fails"])
+async def test_without_appends_a_backlog_goes_up_in_chunks_side_by_side(
+    tiers: Tiers, fail_one: bool
+) -> None:
+    """On a tier-2 without appends (an object store), a segment's backlog goes up as several
+    chunks at once, recorded in order; a failed put is made again, and every byte reads back
+    from tier-2 after a restart."""
+    from segment_app.engine.containers.container import SegmentContainer
+    from tiers.memory import MemoryDurableDataLog, MemoryObjectChunkStorage
+
+    writer = dataclasses.replace(
+        tiers.config.storage_writer,
+        write_bytes_max=32 * 1024,
+        flush_bytes_min=1 << 30,
+        flush_delay_ms=600_000,
+    )
+    tiers.config = dataclasses.replace(tiers.config, storage_writer=writer)
+
+    puts = {"in_flight": 0, "most": 0}
+
+    class ObjectStore(MemoryObjectChunkStorage):
+        write_many_concurrency = 4
+
+        async def create_with_data(self, name: str, data: bytes | memoryview) -> None:
+            puts["in_flight"] += 1
+            puts["most"] = max(puts["most"], puts["in_flight"])
+            try:
+                await asyncio.sleep(0.005)  # a put takes a while: the others start meanwhile
+                await super().create_with_data(name, data)
+            finally:
+                puts["in_flight"] -= 1
+
+    def container() -> SegmentContainer:
+        storage = ObjectStore(store=tiers.chunk_store, faults=tiers.chunk_faults)
+        log = MemoryDurableDataLog(store=tiers.log_store, faults=tiers.log_faults)
+        return SegmentContainer(0, log, storage, tiers.config)
+
+    c = container()
+    await c.start()
+    await c.create_segment(SEG)
+    piece = bytes(range(256)) * 16
+    for _ in range(100):  # 400 KiB: 13 chunks of at most 32 KiB
+        await c.append(SEG, piece)
+    if fail_one:
+        tiers.chunk_faults.fail_next("create_with_data", 1)
+    await c.flush_to_storage()
+    segment = c.metadata.get(SEG)
+    assert segment is not None and segment.storage_length == 100 * len(piece)
+    assert [chunk.start for chunk in segment.chunks] == list(range(0, 100 * len(piece), 32768))
+    assert tiers.chunk_faults.failures["create_with_data"] == (1 if fail_one else 0)
+    assert puts["most"] == 4  # side by side, as many as the backend takes
+    await c.stop()
+    c = container()
+    await c.start()
+    c.read_index.evict()
+    assert await read_all(c, SEG) == piece * 100
+    await c.stop()
+
+
 async def test_merge_needs_existing_segments(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment(SEG)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -335,11 +336,51 @@ class StorageWriter:
             if merge is not None:
                 await self._relink(segment, merge.source_id)
                 continue
-            stop = min(
-                [m.offset for m in segment.pending_merges if m.offset > offset]
-                + [segment.length, offset + self.config.write_bytes_max]
+            end = min(
+                [m.offset for m in segment.pending_merges if m.offset > offset] + [segment.length]
             )
-            await self._write(segment, offset, stop - offset)
+            if (
+                not self.storage.supports_append
+                and self.storage.write_many_concurrency > 1
+                and end - offset > self.config.write_bytes_max
+            ):
+                await self._write_side_by_side(segment, offset, end)
+                continue
+            await self._write(
+                segment, offset, min(end, offset + self.config.write_bytes_max) - offset
+            )
+
+    async def _write_side_by_side(self, segment: SegmentMetadata, offset: int, end: int) -> None:
+        """Several new chunks of one segment at once, recorded in order: on a tier-2 without
+        appends every flush is a chunk of its own anyway, and one put at a time would make a
+        segment's flush rate one put's latency. Up to the first that failed they are recorded;
+        that one goes the one-by-one way, which knows how to recover a chunk that is not as
+        recorded (the later ones, made meanwhile, are made again the same way)."""
+        await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
+        step = self.config.write_bytes_max
+        count = min(self.storage.write_many_concurrency, -(-(end - offset) // step))
+        writes: list[ChunkWrite] = []
+        chunks: list[ChunkRecord] = []
+        position = offset
+        for _ in range(count):
+            length = min(step, end - position)
+            data = await self.read_index.read_unflushed(segment, position, length)
+            name = self._new_chunk_name(segment, position)
+            writes.append(ChunkWrite(name, 0, data, True))
+            chunks.append(ChunkRecord(name, position, length, self.metadata.epoch))
+            position += length
+        outcomes = await self.storage.write_many(writes)
+        recorded = [
+            chunk
+            for chunk, _ in itertools.takewhile(
+                lambda pair: pair[1] is None, zip(chunks, outcomes, strict=True)
+            )
+        ]
+        if not recorded:
+            await self._write(segment, offset, chunks[0].length)
+            return
+        await self._record(segment, recorded[-1].end, keep=len(segment.chunks), chunks=recorded)
+        self.bytes_flushed += recorded[-1].end - offset
 
     async def _write(self, segment: SegmentMetadata, offset: int, length: int) -> None:
         await self.ensure_owner()  # a fenced instance must not touch tier-2 any more
