@@ -129,8 +129,7 @@ class FileDurableDataLog(DurableDataLog):
         self.fsync_count = 0
         self._lock = threading.Lock()  # guards the state below against concurrent primitives
         self._epoch_fd: int | None = None
-        self._ledger_fd: int | None = None
-        self._appender: LedgerAppender | None = None  # writes the ledger of ``_ledger_fd``
+        self._appender: LedgerAppender | None = None  # the current ledger's file and writes
         self._owned_epoch = -1
         self._manifest = fmt.Manifest()
         self._write_offset = 0  # end of the last acknowledged batch in the current ledger
@@ -183,10 +182,13 @@ class FileDurableDataLog(DurableDataLog):
             raise DataLogClosedError(f"{self.path}: log is not open")
         return self._epoch_fd
 
-    def _ledger_file(self) -> int:
-        if self._ledger_fd is None:
+    def _ledger(self) -> LedgerAppender:
+        if self._appender is None:
             raise DataLogClosedError(f"{self.path}: log is not open")
-        return self._ledger_fd
+        return self._appender
+
+    def _ledger_file(self) -> int:
+        return self._ledger().fd
 
     @contextlib.contextmanager
     def _flocked(self) -> Iterator[int]:
@@ -292,7 +294,7 @@ class FileDurableDataLog(DurableDataLog):
         except BaseException:
             os.close(appender.fd)
             raise
-        self._ledger_fd, self._appender = appender.fd, appender
+        self._appender = appender
         self._owned_epoch = epoch
         self._write_offset = fmt.LEDGER_HEADER_SIZE
         self._next_sequence = next_sequence
@@ -372,17 +374,16 @@ class FileDurableDataLog(DurableDataLog):
         self._check_usable()
         if self._write_offset >= self.ledger_bytes_max:
             self._roll()
-        ledger_fd = self._ledger_file()
+        appender = self._ledger()
         ledger = self._manifest.ledgers[-1].id
         offset = self._write_offset
         sequence = self._next_sequence
         buffers, addresses, size = fmt.encode_records(frames, sequence, ledger, offset)
-        appender = self._appender
-        if appender is None or appender.end != offset:
+        if appender.end != offset:
             raise DataLogError(f"{self._ledger_path(ledger)}: the appender is not at {offset}")
         try:
             appender.write(buffers, size)
-            self._sync(ledger_fd)
+            self._sync(appender.fd)
             self._trace_synced(ledger, offset + size)
         except OSError as error:
             self._abandon_ledger(error)
@@ -417,7 +418,7 @@ class FileDurableDataLog(DurableDataLog):
             self._broken = error
             raise
         os.close(self._ledger_file())
-        self._ledger_fd, self._appender = appender.fd, appender
+        self._appender = appender
         self._write_offset = fmt.LEDGER_HEADER_SIZE
 
     def _abandon_ledger(self, error: OSError) -> None:
@@ -550,11 +551,10 @@ class FileDurableDataLog(DurableDataLog):
             self._close_files()
 
     def _close_files(self) -> None:
-        self._appender = None
-        for attr in ("_ledger_fd", "_epoch_fd"):
-            fd = getattr(self, attr)
+        fds = [self._epoch_fd, self._appender.fd if self._appender is not None else None]
+        self._epoch_fd = self._appender = None
+        for fd in fds:
             if fd is not None:
-                setattr(self, attr, None)
                 with contextlib.suppress(OSError):
                     os.close(fd)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -370,12 +369,11 @@ class StorageWriter:
             chunks.append(ChunkRecord(name, position, length, self.metadata.epoch))
             position += length
         outcomes = await self.storage.write_many(writes)
-        recorded = [
-            chunk
-            for chunk, _ in itertools.takewhile(
-                lambda pair: pair[1] is None, zip(chunks, outcomes, strict=True)
-            )
-        ]
+        recorded: list[ChunkRecord] = []
+        for chunk, error in zip(chunks, outcomes, strict=True):
+            if error is not None:
+                break
+            recorded.append(chunk)
         if not recorded:
             await self._write(segment, offset, chunks[0].length)
             return
