@@ -391,6 +391,9 @@ class ChunkStorage(abc.ABC):
     #: ``write_many`` runs at a time: more than one for a store reached over the network,
     #: where each write mostly waits for its answer.
     write_many_concurrency: ClassVar[int] = 1
+    #: The segment store keeps what it reads from this tier in its cache, for the next reader.
+    #: False where re-reading is cheap without it (local files: the page cache or the disk).
+    cache_reads: ClassVar[bool] = True
 
     @classmethod
     def default_options(cls, data_dir: str) -> dict[str, Any]:

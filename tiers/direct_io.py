@@ -5,8 +5,9 @@ neither tier-1's ledgers (``tiers.file``) nor tier-2's chunk files (``tiers.file
 page cache. Buffered, every byte written went through a page-cache page allocated for it; on a
 machine that hands freed memory back to its host (a virtual machine with free-page reporting)
 that first touch, not the disk, was most of the segment store's system time (issue 16's
-profile in docs/BENCHMARKS.md). Reads stay buffered; Linux keeps them coherent with direct
-writes.
+profile in docs/BENCHMARKS.md). Reads (``read_direct``) come the same way: the blocks into the
+aligned buffer, the bytes asked for copied out of it. Linux keeps direct and buffered access to
+a file coherent.
 
 ``O_DIRECT`` wants the file offset, the length and the buffer's address aligned to the device's
 block. Appends are not, so a write starts at the block that holds the file's end: that block's
@@ -33,6 +34,7 @@ __all__ = [
     "SCRATCH_BYTES",
     "DirectIOUnsupported",
     "pwrite_all",
+    "read_direct",
     "set_direct",
     "write_direct",
 ]
@@ -100,6 +102,31 @@ def write_direct(
         _write_block_run(fd, scratch, padded, position)
         position += padded
     return position
+
+
+def read_direct(fd: int, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset`` of ``fd`` (open with ``O_DIRECT``), fewer at the file's
+    end: the blocks that hold them read into this thread's aligned buffer, the bytes copied out.
+    Raises ``DirectIOUnsupported`` if the device refuses the alignment."""
+    scratch = _scratch_buffer()
+    parts: list[bytes] = []
+    with memoryview(scratch) as view:
+        while length > 0:
+            skip = offset % BLOCK
+            want = min(-(-(skip + length) // BLOCK) * BLOCK, SCRATCH_BYTES)
+            try:
+                got = os.preadv(fd, [view[:want]], offset - skip)
+            except OSError as error:
+                if error.errno == errno.EINVAL:
+                    raise DirectIOUnsupported(error.errno, f"direct read refused: {error}") from error
+                raise
+            taken = min(got - skip, length)
+            if taken <= 0:
+                break  # the file's end
+            parts.append(bytes(view[skip : skip + taken]))
+            offset += taken
+            length -= taken
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _write_block_run(fd: int, scratch: mmap.mmap, length: int, offset: int) -> None:

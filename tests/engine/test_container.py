@@ -336,6 +336,35 @@ async def test_reads_come_from_tier2_after_eviction(tiers: Tiers) -> None:
     await c.stop()
 
 
+@pytest.mark.parametrize("cache_reads", [True, False])
+async def test_what_is_read_from_tier2_is_cached_only_where_the_tier_wants_it(
+    tiers: Tiers, cache_reads: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tier whose re-reads are cheap without the cache (local files: ``cache_reads`` False)
+    is read again for each read; any other once, the second read served from the cache."""
+    from tiers.memory import MemoryChunkStorage
+
+    monkeypatch.setattr(MemoryChunkStorage, "cache_reads", cache_reads)
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    payload = bytes(range(256)) * 16
+    for _ in range(600):  # 2.4 MiB through a 1 MiB cache: the start only in tier-2
+        await c.append(SEG, payload)
+    await c.flush_to_storage()
+    c.read_index.evict()
+    held = c.read_index.cache_bytes
+    counts = []
+    for _ in range(2):
+        before = tiers.chunk_faults.calls["read"]
+        assert (await c.read(SEG, 0, 65_536)).data == (payload * 16)[:65_536]
+        counts.append(tiers.chunk_faults.calls["read"] - before)
+    assert counts[0] > 0
+    assert counts[1] == (0 if cache_reads else counts[0])
+    if not cache_reads:
+        assert c.read_index.cache_bytes == held  # nothing of tier-2 taken in
+    await c.stop()
+
+
 async def test_a_restart_keeps_the_cache_in_its_budget(tiers: Tiers) -> None:
     """Replaying tier-1 puts its appends back in the cache; what is in tier-2 already is
     evicted as the replay goes (``ReadIndex.append``), so a long tier-1 does not all land in

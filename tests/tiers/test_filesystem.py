@@ -150,3 +150,51 @@ async def test_direct_writes_leave_the_chunks_buffered_writes_would(tmp_path: Pa
 def test_bad_direct_io_option_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="option 'direct_io' must be true or false, not 1"):
         FileSystemChunkStorage(root=tmp_path, direct_io=1)  # type: ignore[arg-type]
+
+
+async def test_direct_reads_give_what_buffered_reads_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads at offsets and of lengths around the block and the aligned buffer (4 MiB), up
+    to the end, direct and buffered: the same bytes; the direct ones went direct."""
+    from tiers import direct_io
+
+    data = os.urandom(9 << 20)
+    direct = FileSystemChunkStorage(root=tmp_path, direct_io=True)
+    buffered = FileSystemChunkStorage(root=tmp_path, direct_io=False)
+    await direct.create_with_data("s/c", data)
+    if not direct.direct_io:
+        pytest.skip("this file system refuses O_DIRECT")
+    cases = [(0, 1), (1, 4095), (4095, 2), (4096, 4096), (100, 5 << 20), (3, len(data) - 3),
+             (direct_io.SCRATCH_BYTES - 1, direct_io.SCRATCH_BYTES + 2), (len(data) - 5, 5)]  # fmt: skip
+    real_preadv, direct_reads = os.preadv, []
+
+    def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
+        direct_reads.append(offset)
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    for offset, length in cases:
+        want = data[offset : offset + length]
+        assert await buffered.read("s/c", offset, length) == want, (offset, length)
+        assert not direct_reads
+        assert await direct.read("s/c", offset, length) == want, (offset, length)
+        assert direct_reads and all(at % direct_io.BLOCK == 0 for at in direct_reads)
+        direct_reads.clear()
+    assert direct.direct_io  # nothing refused on the way
+
+
+async def test_a_refused_direct_read_is_read_buffered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = FileSystemChunkStorage(root=tmp_path, direct_io=True)
+    await storage.create_with_data("c", b"0123456789" * 1000)
+    if not storage.direct_io:
+        pytest.skip("this file system refuses O_DIRECT")
+
+    def refuse(fd: int, buffers: list[memoryview], offset: int) -> int:
+        raise OSError(errno.EINVAL, "injected: bad alignment")
+
+    monkeypatch.setattr(os, "preadv", refuse)
+    assert await storage.read("c", 5, 20) == b"56789012345678901234"
+    assert not storage.direct_io  # from now on buffered, reads and writes

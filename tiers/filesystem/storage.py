@@ -7,13 +7,15 @@ plain file I/O: append at the current length, positional reads, in-kernel concat
 A write larger than ``sync_piece_bytes`` is written and synced in pieces of that size: the disk
 then never holds more than one piece of tier-2 data to flush ahead of a tier-1 fdatasync on the
 same device (a 4 MiB flush written whole held the acknowledgements behind it for ~10 ms).
-With option ``direct_io`` (default false), writes bypass the page cache (``O_DIRECT``,
+With option ``direct_io`` (default true), writes and reads bypass the page cache (``O_DIRECT``,
 ``tiers.direct_io``) where the file system allows it: the block holding the chunk's end is
 rewritten with the bytes it holds, and the zeros a direct write leaves past the new end are cut
-off before it returns. It saves the system time of page-cache pages written (about 3 s per GB on
-this project's benchmark machine) but leaves nothing of what was written in the page cache:
-reads of it that miss the read index's cache then wait for the disk (Spark's read back of a
-freshly written 1 GB stream took 9.7 s instead of 7.4), so it is off unless chosen.
+off before it returns; a read takes the blocks that hold its range into an aligned buffer. Each
+page-cache page a buffered write or a cold buffered read fills costs system time (about 3 s per
+GB on this project's benchmark machine, which hands freed memory back to its host); direct, the
+disk does the work. Nothing of tier-2 is then in the page cache, and the segment store does not
+cache what it reads from this tier either (``cache_reads`` is False: a local disk reads back
+at about a GB/s, and a buffered tier-2 has the page cache); re-reads go to the disk.
 
 Name mapping: a chunk name is split at ``/`` into directories (so one stream's chunks share a
 directory); each component keeps ``[A-Za-z0-9._-#:=,+@]`` and percent-encodes every other byte of
@@ -43,7 +45,14 @@ from tiers.base import (
     _check_name,
     chunk_file_parts,
 )
-from tiers.direct_io import BLOCK, DirectIOUnsupported, pwrite_all, set_direct, write_direct
+from tiers.direct_io import (
+    BLOCK,
+    DirectIOUnsupported,
+    pwrite_all,
+    read_direct,
+    set_direct,
+    write_direct,
+)
 
 __all__ = ["FileSystemChunkStorage", "chunk_path"]
 
@@ -69,7 +78,7 @@ class FileSystemChunkStorage(ChunkStorage):
 
     Options: ``root`` (the directory holding every chunk), ``fsync`` (off only in tests),
     ``sync_piece_bytes`` (larger writes are synced piece by piece; 0: whole), ``direct_io``
-    (default false; true: writes bypass the page cache where the file system allows it).
+    (default true: writes and reads bypass the page cache where the file system allows it).
     """
 
     name = "filesystem"
@@ -77,6 +86,7 @@ class FileSystemChunkStorage(ChunkStorage):
     supports_concat = True
     is_durable = True
     blocking = True
+    cache_reads = False  # the page cache (buffered) or the local disk (direct) serves re-reads
 
     @classmethod
     def default_options(cls, data_dir: str) -> dict[str, Any]:
@@ -89,7 +99,7 @@ class FileSystemChunkStorage(ChunkStorage):
         root: str | os.PathLike[str],
         fsync: bool = True,
         sync_piece_bytes: int = SYNC_PIECE_BYTES,
-        direct_io: bool = False,
+        direct_io: bool = True,
     ) -> None:
         if not isinstance(sync_piece_bytes, int) or sync_piece_bytes < 0:
             raise ValueError(f"sync_piece_bytes must be an integer >= 0, not {sync_piece_bytes!r}")
@@ -331,8 +341,14 @@ class FileSystemChunkStorage(ChunkStorage):
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
         fd = self._open(name, os.O_RDONLY)
         try:
-            available = max(0, os.fstat(fd).st_size - offset)
-            return _pread_all(fd, min(length, available), offset)
+            length = min(length, max(0, os.fstat(fd).st_size - offset))
+            if self.direct_io and length and set_direct(fd):
+                try:
+                    return read_direct(fd, offset, length)
+                except DirectIOUnsupported:
+                    self.direct_io = False  # the device's alignment is not ours
+                    set_direct(fd, on=False)
+            return _pread_all(fd, length, offset)
         finally:
             os.close(fd)
 

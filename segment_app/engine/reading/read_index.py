@@ -403,8 +403,10 @@ class ReadIndex:
                 segment=segment.name,
             ) from exc
         entry = _Entry(position, [data], len(data), closed=True)
-        if self._segments.get(segment.segment_id) is index and index.find(position) == index.find(
-            position + length - 1
+        if (
+            self.storage.cache_reads
+            and self._segments.get(segment.segment_id) is index
+            and index.find(position) == index.find(position + length - 1)
         ):
             index.insert(entry)
             self._fifo.append((segment.segment_id, entry))
