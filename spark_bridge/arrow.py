@@ -8,18 +8,34 @@ per event. A write takes Spark's record batches and gives the client whole colum
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from millrace.client.batch import SegmentRange
 from millrace.client.events import EVENT_BYTES_MAX, EVENT_TYPE, EventFormatError
 from millrace.client.events import EVENT_HEADER as HEADER
 from millrace.client.routing import key_point
+from millrace.memory import keep_freed_memory
 
+#: Routing keys a writing task remembers the segment of (past that, a batch's new keys are
+#: hashed for that batch only).
+KNOWN_KEYS_MAX = 1 << 16
 #: The columns a read gives, in order (``SCHEMA`` in ``source``).
 READ_COLUMNS = ["event", "scope", "stream", "segment_id", "offset", "routing_key"]
+
+
+@functools.cache
+def reuse_freed_memory() -> None:
+    """Once per Python worker: Arrow's buffers from glibc's heap, kept when freed
+    (``millrace.memory``), not from its own allocator, which hands freed pages back at once.
+    A task's batches then reuse the same memory: a 1 GB write took a worker's page faults
+    from ~350,000 to ~10,000 and its system time from 1.6 s to 0.8 (docs/BENCHMARKS.md)."""
+    keep_freed_memory()
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def event_starts(buffer: bytes, base: int) -> tuple[np.ndarray, int]:
@@ -114,15 +130,18 @@ def columns_of(batch: Any) -> tuple[list[bytes], list[str | None]]:
 
 class Framer:
     """Cuts a writing task's record batches into framed pieces per segment of a key space:
-    each row's segment found from its routing key (each distinct key hashed once; a row
-    without one goes to a random point, as the client does), each segment's events framed
-    with their headers in one go and cut at event boundaries into pieces of about
-    ``piece_bytes``."""
+    each row's segment found from its routing key (each distinct key hashed once, up to
+    ``KNOWN_KEYS_MAX`` of them; a row without one goes to a random point, as the client
+    does), each segment's events framed with their headers in one go and cut at event
+    boundaries into pieces of about ``piece_bytes``."""
 
     def __init__(self, ranges: list[tuple[float, float]], piece_bytes: int = 1 << 20) -> None:
         self.starts = np.array([start for start, _ in ranges])
         self.piece_bytes = piece_bytes
-        self.routes: dict[str, int] = {}
+        #: the routing keys seen so far, and each one's segment
+        self.known: list[str] = []
+        self.known_segments = np.zeros(0, np.int64)
+        self._value_set: Any = None
         self.rng = np.random.default_rng()
 
     def parts(self, batch: Any) -> dict[int, list[Any]]:
@@ -143,27 +162,46 @@ class Framer:
         return parts
 
     def segments_of(self, batch: Any, count: int) -> np.ndarray:
-        """Each row's segment (an index into the key space's ranges)."""
+        """Each row's segment (an index into the key space's ranges): the keys looked up
+        among those seen so far in one vectorised pass (``index_in``); only a key not seen
+        before is hashed, in Python, once."""
         names = batch.schema.names
         if len(self.starts) == 1:
             return np.zeros(count, np.int64)
         if "routing_key" not in names:
             return self._random(count)
-        encoded = batch.column(names.index("routing_key")).dictionary_encode()
-        lookup = np.array([self._route(k) for k in encoded.dictionary.to_pylist()] or [0])
-        indices = encoded.indices
-        where = lookup[indices.fill_null(0).to_numpy()]
-        if indices.null_count:
-            nulls = np.flatnonzero(indices.is_null().to_numpy(zero_copy_only=False))
+        keys = batch.column(names.index("routing_key"))
+        found = pc.index_in(keys, value_set=self._known_as(keys.type))
+        if found.null_count > keys.null_count:  # keys not seen before
+            new = pc.unique(keys.filter(pc.and_(found.is_null(), keys.is_valid()))).to_pylist()
+            if len(self.known) + len(new) > KNOWN_KEYS_MAX:  # too many to keep: this batch's
+                encoded = keys.dictionary_encode()
+                routes = [self._route(key) for key in encoded.dictionary.to_pylist()]
+                return self._placed(np.array(routes, np.int64), encoded.indices)
+            self.known += new
+            self.known_segments = np.append(self.known_segments, [self._route(k) for k in new])
+            self._value_set = None
+            found = pc.index_in(keys, value_set=self._known_as(keys.type))
+        return self._placed(self.known_segments, found)
+
+    def _placed(self, lookup: np.ndarray, found: Any) -> np.ndarray:
+        """Each row's segment from its key's index into ``lookup``; a row without a key at
+        random."""
+        if found.null_count == len(found):  # (no key at all: nothing to look up)
+            return self._random(len(found))
+        where = lookup[found.fill_null(0).to_numpy()]
+        if found.null_count:
+            nulls = np.flatnonzero(found.is_null().to_numpy(zero_copy_only=False))
             where[nulls] = self._random(len(nulls))
         return where
 
+    def _known_as(self, kind: Any) -> Any:
+        if self._value_set is None or self._value_set.type != kind:
+            self._value_set = pa.array(self.known, kind)
+        return self._value_set
+
     def _route(self, key: str) -> int:
-        index = self.routes.get(key)
-        if index is None:
-            point = key_point(key)
-            index = self.routes[key] = int(np.searchsorted(self.starts, point, "right")) - 1
-        return index
+        return int(np.searchsorted(self.starts, key_point(key), "right")) - 1
 
     def _random(self, count: int) -> np.ndarray:
         return np.searchsorted(self.starts, self.rng.random(count), "right") - 1

@@ -166,6 +166,7 @@ def read_partition(options: Options, partition: Any) -> Iterator[Any]:
 
 def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
     """Arrow record batches of the range's events, one per read (executors)."""
+    arrow.reuse_freed_memory()
     with manager_of(options) as manager, manager.create_batch_client() as batch:
         while segment.start_offset < segment.end_offset:
             pending, at = b"", segment.start_offset
@@ -269,24 +270,11 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         finish(self.options, messages, commit=False, writer_id=self.writer_id)
 
 
-def _exp_memory() -> None:
-    mode = os.environ.get("EXP_MEM", "")
-    if "malloc" in mode:
-        from segment_app.server.node import keep_freed_memory
-        keep_freed_memory()
-    import pyarrow as pa
-    if "system" in mode:
-        pa.set_memory_pool(pa.system_memory_pool())
-    if "jemalloc" in mode:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-        pa.jemalloc_set_decay_ms(-1)
-
-
 def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> WriteMessage:
     """One task's Arrow record batches (executors): into its own transaction, or with a plain
     writer."""
     count = 0
-    _exp_memory()
+    arrow.reuse_freed_memory()
     with manager_of(options) as manager:
         if not options.exactly_once:
             with manager.create_writer(options.scope, options.stream) as writer:

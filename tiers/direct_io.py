@@ -118,7 +118,8 @@ def read_direct(fd: int, offset: int, length: int) -> bytes:
                 got = os.preadv(fd, [view[:want]], offset - skip)
             except OSError as error:
                 if error.errno == errno.EINVAL:
-                    raise DirectIOUnsupported(error.errno, f"direct read refused: {error}") from error
+                    refused = f"direct read refused: {error}"
+                    raise DirectIOUnsupported(error.errno, refused) from error
                 raise
             taken = min(got - skip, length)
             if taken <= 0:

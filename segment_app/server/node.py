@@ -13,18 +13,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import gc
 import logging
 import os
-import platform
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from millrace.memory import keep_freed_memory
 from millrace.status_files import write_status
 from segment_app.engine.errors import EngineError
 from segment_app.server.server import SegmentStoreServer, ServerConfig
@@ -35,31 +34,6 @@ __all__ = ["NodeConfig", "main", "run_node", "status_path"]
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-#: glibc's ``mallopt`` parameters (malloc.h) and what the node sets them to: buffers up to
-#: 32 MiB (glibc's ceiling for this one) come from the heap rather than from a mapping of their
-#: own, and up to 1 GiB of freed heap stays in the process rather than going back to the system.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-KEEP_FREED_BYTES = 1 << 30
-HEAP_BUFFER_BYTES_MAX = 32 << 20
-
-
-def keep_freed_memory() -> bool:
-    """Make freed buffers of the data path reused by the process (glibc only; True if set).
-
-    Every appended byte passes through buffers of up to a few MiB (received, framed for tier-1,
-    joined for tier-2) that live for milliseconds. By default glibc maps each such buffer on its
-    own or trims the heap as soon as it is freed, so the next one is fresh memory from the
-    kernel: a page fault and a page cleared per 4 KiB, which on a virtual machine that hands
-    freed memory back to its host cost more system time than the rest of an append (issue 16's
-    profile in docs/BENCHMARKS.md). Kept, the same pages serve buffer after buffer."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    return bool(
-        mallopt(_M_MMAP_THRESHOLD, HEAP_BUFFER_BYTES_MAX)
-        and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

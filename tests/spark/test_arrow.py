@@ -127,3 +127,30 @@ def test_rows_go_to_the_segment_owning_their_key(width: int) -> None:
 def _payloads(piece: bytes) -> list[bytes]:
     starts, used = arrow.event_starts(piece, 0)
     return arrow.record_batch(SEGMENT, piece, starts, used, 0).column("event").to_pylist()
+
+
+@pytest.mark.parametrize("known_max", [1 << 16, 150, 0])
+def test_keys_are_placed_alike_whether_remembered_or_not(
+    known_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches whose keys repeat, are new, or exceed what a task remembers: every keyed row
+    goes to the segment owning its key; a row without one to some segment."""
+    from millrace.client.routing import key_point
+
+    monkeypatch.setattr(arrow, "KNOWN_KEYS_MAX", known_max)
+    ranges = [(0.0, 0.3), (0.3, 0.6), (0.6, 1.0)]
+    framer = arrow.Framer(ranges)
+    for first in (0, 100, 0, 250):
+        keys = [f"key-{first + i % 120}" for i in range(400)] + [None] * 7
+        columns = [pa.array([b"e"] * len(keys)), pa.array(keys, pa.string())]
+        batch = pa.RecordBatch.from_arrays(columns, names=["event", "routing_key"])
+        where = framer.segments_of(batch, len(keys))
+        for key, index in zip(keys[:400], where[:400], strict=True):
+            start, end = ranges[index]
+            assert start <= key_point(key) < end
+        assert set(where[400:]) <= {0, 1, 2}
+    assert len(framer.known) == {1 << 16: 340, 150: 120, 0: 0}[known_max]  # (past 150: kept 120)
+    nulls = pa.RecordBatch.from_arrays(
+        [pa.array([b"e"] * 5), pa.array([None] * 5, pa.string())], names=["event", "routing_key"]
+    )
+    assert set(framer.segments_of(nulls, 5)) <= {0, 1, 2}

@@ -165,8 +165,9 @@ async def test_direct_reads_give_what_buffered_reads_give(
     await direct.create_with_data("s/c", data)
     if not direct.direct_io:
         pytest.skip("this file system refuses O_DIRECT")
+    scratch = direct_io.SCRATCH_BYTES
     cases = [(0, 1), (1, 4095), (4095, 2), (4096, 4096), (100, 5 << 20), (3, len(data) - 3),
-             (direct_io.SCRATCH_BYTES - 1, direct_io.SCRATCH_BYTES + 2), (len(data) - 5, 5)]  # fmt: skip
+             (scratch - 1, scratch + 2), (len(data) - 5, 5)]  # fmt: skip
     real_preadv, direct_reads = os.preadv, []
 
     def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
