@@ -10,7 +10,7 @@ implementation over the wire client, and tests may pass any other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +44,9 @@ class SegmentStore(Protocol):
 
     def merge(self, target: str, source: str) -> None:
         """Merge transaction segment ``source`` into ``target`` (merged already is fine)."""
+
+    def merge_all(self, merges: Sequence[tuple[str, str]]) -> None:
+        """``merge(target, source)`` for each pair, side by side (each target once at most)."""
 
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length)."""

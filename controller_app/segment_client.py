@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -154,6 +154,31 @@ class SegmentStorePort:
             if not self.info(source).exists and self.info(target).exists:
                 return  # merged (and removed) by an earlier run of this step
             raise
+
+    def merge_all(self, merges: Sequence[tuple[str, str]]) -> None:
+        """Each ``merge(target, source)``, sent side by side to each target's node: a node
+        writes each merge to tier-1 twice (the seal, the merge), and merges in flight together
+        share those syncs (a Spark job's 8 transactions of 4 segments: commit 0.55 s -> see
+        docs/BENCHMARKS.md). A pair that fails that way, or whose node the first pass could not
+        reach, is merged again one by one (``merge``: merged already is fine)."""
+        by_node: dict[int, tuple[SyncSegmentStoreClient, list[tuple[str, str]]]] = {}
+        again: list[tuple[str, str]] = []
+        for target, source in merges:
+            try:
+                client = self._client(target)
+            except Exception:  # merge() reports it, one by one
+                again.append((target, source))
+                continue
+            by_node.setdefault(id(client), (client, []))[1].append((target, source))
+        for client, pairs in by_node.values():
+            try:
+                outcomes = client.merge_all([(t, s, _token(t)) for t, s in pairs])
+            except Exception:  # as above
+                again += pairs
+                continue
+            again += [pair for pair, error in zip(pairs, outcomes, strict=True) if error]
+        for target, source in again:
+            self.merge(target, source)
 
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at

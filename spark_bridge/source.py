@@ -18,6 +18,7 @@ through the Python client (``StreamManager``), on the driver and on the executor
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -51,6 +52,8 @@ from spark_bridge.options import OptionError, Options
 
 log = logging.getLogger(__name__)
 
+#: Transactions a job's driver asks the controller about at once when it commits or aborts.
+FINISH_AT_ONCE = 8
 #: The rows a read gives.
 SCHEMA = (
     "event binary, scope string, stream string, segment_id bigint, offset bigint,"
@@ -302,7 +305,9 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
 def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:
     """Commit (or abort) every task's transaction (driver). Both are idempotent: one that is
     committed (aborted) already is left so; a commit finding one aborted (its lease ran out)
-    fails the job. An abort also aborts whatever the job's ``writer_id`` left open."""
+    fails the job. An abort also aborts whatever the job's ``writer_id`` left open. The
+    requests for the transactions go side by side (``FINISH_AT_ONCE``): all commits are asked
+    for before the first is waited on, so the controller commits them together."""
     ids = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
     if not ids and not writer_id:
         return
@@ -312,8 +317,8 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
     ):
         if writer_id:
             ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
-        asked = []
-        for text in ids:
+
+        def ask(text: str) -> Any:
             try:
                 txn = writers.get_txn(uuid.UUID(text))
             except ValueError as exc:  # not open any more ("... is STATE, not OPEN")
@@ -322,14 +327,17 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
                     raise RuntimeError(
                         f"millrace: transaction {text} cannot be committed: {exc}"
                     ) from None
-                continue
-            if commit:
-                txn.commit(wait=False)  # all asked first: the controller commits them together
-                asked.append(txn)
-            else:
+                return None
+            if not commit:
                 txn.abort()
-        for txn in asked:
-            txn.commit()
+                return None
+            txn.commit(wait=False)
+            return txn
+
+        with concurrent.futures.ThreadPoolExecutor(FINISH_AT_ONCE) as pool:
+            asked = [txn for txn in pool.map(ask, ids) if txn is not None]
+            for _ in pool.map(lambda txn: txn.commit(), asked):
+                pass
 
 
 # -- streaming read -------------------------------------------------------------------------------

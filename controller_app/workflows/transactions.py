@@ -299,11 +299,12 @@ def run_commits(store: SegmentStore, stream_id: int) -> None:
 
 
 def _merge_in_place(store: SegmentStore, stream: Stream, group: list[Transaction]) -> None:
+    """Merge each transaction in commit order, its shadows into their parents side by side;
+    a transaction is complete once all of its merges are."""
     segments = sel.epoch_record(stream, group[0].epoch).segment_list()
+    parents = [sel.segment_name(stream, segment.id) for segment in segments]
     for txn in group:
-        for segment in segments:
-            parent = sel.segment_name(stream, segment.id)
-            store.merge(parent, shadow_name(parent, txn))
+        store.merge_all([(parent, shadow_name(parent, txn)) for parent in parents])
         step("commit.merge")
         _complete(txn, _T.COMMITTED)
 

@@ -61,6 +61,21 @@ class SyncSegmentStoreClient:
         self._run(submit())
         return result
 
+    def merge_all(
+        self, merges: Sequence[tuple[str, str, str | None]]
+    ) -> list[BaseException | None]:
+        """``merge(target, source, token=token)`` for each triple, all in flight at once; each
+        one's error, or None."""
+
+        async def all_at_once() -> list[BaseException | None]:
+            outcomes = await asyncio.gather(
+                *(self._client.merge(t, s, token=token) for t, s, token in merges),
+                return_exceptions=True,
+            )
+            return [o if isinstance(o, BaseException) else None for o in outcomes]
+
+        return self._run(all_at_once())
+
     def close(self) -> None:
         try:
             self._run(self._client.close())

@@ -272,6 +272,39 @@ def test_commit_merges_into_the_parents(stream: Stream, wire, sc: str) -> None:
     assert check_stream(_refresh(stream)) == []
 
 
+def test_a_transactions_merges_go_side_by_side_and_a_failed_one_again_alone(
+    stream: Stream, wire, sc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``merge_all`` sends a commit's merges to the node together (all in flight at once);
+    one merged already (a step run again) or failing that way is merged again one by one."""
+    from millrace.client.calls import SegmentCalls
+    from millrace.naming import transaction_segment_name
+
+    store = segment_store()
+    parents = [_name(stream, s.id) for s in sel.current_segments(stream)]
+    shadows = [transaction_segment_name(p, uuid.uuid4().hex) for p in parents]
+    for parent, shadow in zip(parents, shadows, strict=True):
+        store.create_segment(shadow)
+        _write(wire, shadow, f"into {parent}".encode())
+    store.merge(parents[0], shadows[0])  # merged already: the pass side by side fails on it
+    real_merge, flight = SegmentCalls.merge, {"now": 0, "most": 0}
+
+    async def merge(self, target: str, source: str, *, token: str | None = None) -> int:
+        flight["now"] += 1
+        flight["most"] = max(flight["most"], flight["now"])
+        try:
+            return await real_merge(self, target, source, token=token)
+        finally:
+            flight["now"] -= 1
+
+    monkeypatch.setattr(SegmentCalls, "merge", merge)
+    store.merge_all(list(zip(parents, shadows, strict=True)))
+    assert flight["most"] == len(parents) == 2
+    for parent in parents:
+        assert _bytes(wire, parent).endswith(f"into {parent}".encode())  # (after its header)
+    assert not any(store.info(shadow).exists for shadow in shadows)
+
+
 def test_a_commit_racing_the_move_to_the_completed_records_is_answered_committed(
     stream: Stream, wire, sc: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
