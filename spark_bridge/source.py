@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 #: A writing task hands the client its framed events this many bytes at a time (several of
 #: Spark's Arrow batches, 10,000 rows each by default): fewer, fuller blocks on the wire and
-#: appends in the segment store (a 1 GB job: 6.3 s -> see docs/BENCHMARKS.md).
+#: appends in the segment store (a 1 GB job: 6.3 s -> 4.8-5.5 s, docs/BENCHMARKS.md).
 WRITE_BYTES = 4 << 20
 #: Transactions a job's driver asks the controller about at once when it commits or aborts.
 FINISH_AT_ONCE = 8
