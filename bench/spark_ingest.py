@@ -18,6 +18,8 @@ Usage::
 
     .venv/bin/python bench/spark_ingest.py                              # 10,000,000 events
     .venv/bin/python bench/spark_ingest.py --events 1000000 --segments 4
+    .venv/bin/python bench/spark_ingest.py \
+        --spark-conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647  # see spark.md
 """
 
 from __future__ import annotations
@@ -58,10 +60,17 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=8, help="Spark partitions written")
     parser.add_argument("--trials", type=int, default=3, help="runs of each step (medians kept)")
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting for the session (both sides run under it); repeatable",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.trials < 1:
         parser.error("--trials must be at least 1")
+    settings = dict(item.partition("=")[::2] for item in args.spark_conf)
+    if any(not key or not value for key, value in settings.items()):
+        parser.error("--spark-conf wants KEY=VALUE, e.g. spark.sql.shuffle.partitions=8")
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as f
@@ -73,16 +82,20 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores,"
         f" Python {platform.python_version()}",
         "events": args.events, "size": args.size, "keys": args.keys, "segments": args.segments,
+        "spark_conf": settings,
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="millrace-spark-bench-") as scratch:
         work = Path(scratch)
         with standalone_node(work) as (base, token, _wire):
-            spark = (
+            builder = (
                 SparkSession.builder.master("local[2]").appName("millrace-bench")
                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
                 .config("spark.driver.host", "127.0.0.1")
-                .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate()
+                .config("spark.driver.bindAddress", "127.0.0.1")
             )  # fmt: skip
+            for key, value in settings.items():
+                builder = builder.config(key, value)
+            spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("ERROR")
             spark_bridge.register(spark)
             rest_call(base, token, "POST", "/v1/scopes", {"scopeName": "bench"})

@@ -225,7 +225,8 @@ def framed_by_segment(
     stride = HEADER.size + size
     table = np.empty((count, stride), np.uint8)
     table[:, : HEADER.size] = np.frombuffer(HEADER.pack(EVENT_TYPE, size), np.uint8)
-    order = np.argsort(where, kind="stable")
+    small = where.astype(np.int16) if segments <= np.iinfo(np.int16).max else where
+    order = np.argsort(small, kind="stable")  # (16-bit keys: a radix sort)
     np.take(data.reshape(count, size), order, axis=0, out=table[:, HEADER.size :], mode="clip")
     flat = memoryview(table.reshape(-1))
     rows_per_piece = max(1, piece_bytes // stride)
