@@ -48,6 +48,9 @@ class SegmentStore(Protocol):
     def merge_all(self, merges: Sequence[tuple[str, str]]) -> None:
         """``merge(target, source)`` for each pair, side by side (each target once at most)."""
 
+    def create_all(self, segments: Sequence[str]) -> None:
+        """``create_segment`` for each, side by side."""
+
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length)."""
 

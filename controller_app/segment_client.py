@@ -156,29 +156,40 @@ class SegmentStorePort:
             raise
 
     def merge_all(self, merges: Sequence[tuple[str, str]]) -> None:
-        """Each ``merge(target, source)``, sent side by side to each target's node: a node
-        writes each merge to tier-1 twice (the seal, the merge), and merges in flight together
-        share those syncs (one after the other, a Spark job's 32 merges took 10-15 ms each,
-        docs/BENCHMARKS.md). A pair that fails that way, or whose node the first pass could not
-        reach, is merged again one by one (``merge``: merged already is fine)."""
-        by_node: dict[int, tuple[SyncSegmentStoreClient, list[tuple[str, str]]]] = {}
-        again: list[tuple[str, str]] = []
-        for target, source in merges:
+        """Each ``merge(target, source)``, side by side (``_side_by_side``): a node writes each
+        merge to tier-1 twice (the seal, the merge); one after the other, a Spark job's 32
+        merges took 10-15 ms each (docs/BENCHMARKS.md)."""
+        self._side_by_side("merge", list(merges), self.merge)
+
+    def create_all(self, segments: Sequence[str]) -> None:
+        """``create_segment`` for each, side by side (a transaction's shadow segments)."""
+        self._side_by_side("create_segment", [(s,) for s in segments], self.create_segment)
+
+    def _side_by_side(
+        self, method: str, calls: list[tuple[str, ...]], alone: Callable[..., Any]
+    ) -> None:
+        """``method`` once per argument tuple (the segment first), sent to each segment's node
+        all at once, so that the node's tier-1 writes for them share their syncs. A call that
+        fails that way, or whose node could not be reached, is made again alone (``alone``,
+        with its error handling: created or merged already is fine)."""
+        by_node: dict[int, tuple[SyncSegmentStoreClient, list[tuple[str, ...]]]] = {}
+        again: list[tuple[str, ...]] = []
+        for args in calls:
             try:
-                client = self._client(target)
-            except Exception:  # merge() reports it, one by one
-                again.append((target, source))
+                client = self._client(args[0])
+            except Exception:  # ``alone`` reports it
+                again.append(args)
                 continue
-            by_node.setdefault(id(client), (client, []))[1].append((target, source))
-        for client, pairs in by_node.values():
+            by_node.setdefault(id(client), (client, []))[1].append(args)
+        for client, group in by_node.values():
             try:
-                outcomes = client.merge_all([(t, s, _token(t)) for t, s in pairs])
+                outcomes = client.all_at_once(method, [(a, _token(a[0])) for a in group])
             except Exception:  # as above
-                again += pairs
+                again += group
                 continue
-            again += [pair for pair, error in zip(pairs, outcomes, strict=True) if error]
-        for target, source in again:
-            self.merge(target, source)
+            again += [args for args, error in zip(group, outcomes, strict=True) if error]
+        for args in again:
+            alone(*args)
 
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at

@@ -165,8 +165,9 @@ def create_transaction(
         max_execution_deadline=now + MAX_EXECUTION,
     )
     try:
-        for segment in epoch.segment_list():
-            store.create_segment(shadow_name(sel.segment_name(stream, segment.id), txn))
+        store.create_all(
+            [shadow_name(sel.segment_name(stream, s.id), txn) for s in epoch.segment_list()]
+        )
     except Exception:
         Transaction.objects.filter(pk=txn.pk).delete()
         raise

@@ -61,20 +61,22 @@ class SyncSegmentStoreClient:
         self._run(submit())
         return result
 
-    def merge_all(
-        self, merges: Sequence[tuple[str, str, str | None]]
+    def all_at_once(
+        self, method: str, calls: Sequence[tuple[tuple[Any, ...], str | None]]
     ) -> list[BaseException | None]:
-        """``merge(target, source, token=token)`` for each triple, all in flight at once; each
-        one's error, or None."""
+        """The request/response ``method`` (``"merge"``, ``"create_segment"`` ...) once per
+        ``(arguments, token)``, all in flight at once; each one's error, or None."""
+        if method not in _SYNC_METHODS:
+            raise AttributeError(method)
+        call = getattr(self._client, method)
 
-        async def all_at_once() -> list[BaseException | None]:
+        async def together() -> list[BaseException | None]:
             outcomes = await asyncio.gather(
-                *(self._client.merge(t, s, token=token) for t, s, token in merges),
-                return_exceptions=True,
+                *(call(*args, token=token) for args, token in calls), return_exceptions=True
             )
             return [o if isinstance(o, BaseException) else None for o in outcomes]
 
-        return self._run(all_at_once())
+        return self._run(together())
 
     def close(self) -> None:
         try:

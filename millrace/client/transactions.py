@@ -76,6 +76,7 @@ class Transaction:
                 if routing_key is not None:  # (no key: a random segment each time)
                     routed[routing_key] = datas
             datas.append(data)
+        await self._set_up([shadow for shadow, _ in groups.values()])
         for shadow, datas in groups.values():
             await self._append(shadow, datas)
 
@@ -93,6 +94,7 @@ class Transaction:
         segments by index in ``shadow_ranges``: for callers that frame whole columns at once."""
         self._check_open()
         segments = self._keyspace.segments
+        await self._set_up([segments[index] for index, pieces in parts.items() if pieces])
         for index, pieces in parts.items():
             if pieces:
                 await self._append(segments[index], pieces, raw=True)
@@ -101,19 +103,33 @@ class Transaction:
         if self.state != "OPEN":
             raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
 
+    async def _set_up(self, shadows: Sequence[SegmentRange]) -> None:
+        """Open the append sessions of the shadows not written yet, side by side (each is a
+        round trip to the controller for the node, then one to the node): a task writing to
+        every segment of a stream waited for them one by one."""
+        new = [s for s in shadows if s.name not in self._writers]
+        if len(new) > 1:
+            await self.owner.client_for(new[0].segment_id)  # (the pool, made once)
+            clients = await asyncio.gather(*(self.owner.client_for(s.segment_id) for s in new))
+            await asyncio.gather(*map(self._writer_for, new, clients))
+
+    async def _writer_for(self, shadow: SegmentRange, client: Any = None) -> tuple[Any, uuid.UUID]:
+        client = client or await self.owner.client_for(shadow.segment_id)
+        known = self._writers.get(shadow.name)
+        if known is None:
+            known = (uuid.uuid4(), shadow.segment_id)
+            await client.setup_append(shadow.name, known[0])
+            self._writers[shadow.name] = known
+        return client, known[0]
+
     async def _append(
         self,
         shadow: SegmentRange,
         datas: Sequence[bytes | bytearray | memoryview],
         raw: bool = False,
     ) -> None:
-        client = await self.owner.client_for(shadow.segment_id)
-        known = self._writers.get(shadow.name)
-        if known is None:
-            known = (uuid.uuid4(), shadow.segment_id)
-            await client.setup_append(shadow.name, known[0])
-            self._writers[shadow.name] = known
-        self._acks.append(await client.append_block(known[0], datas, raw=raw))
+        client, writer_id = await self._writer_for(shadow)
+        self._acks.append(await client.append_block(writer_id, datas, raw=raw))
 
     async def flush(self) -> None:
         """Wait until every event written to the transaction is durable in its shadows."""

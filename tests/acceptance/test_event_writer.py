@@ -184,6 +184,37 @@ def test_transactions_are_all_or_nothing(
     txns.close()
 
 
+def test_a_transactions_first_write_opens_its_shadows_side_by_side(
+    session: tuple[StreamManager, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append sessions of a transaction's shadow segments are opened at once, not one
+    round trip after another; the events still commit whole and in order."""
+    from millrace.client.appends import AppendSessions
+
+    manager, scope = session
+    real, flight = AppendSessions.setup_append, {"now": 0, "most": 0}
+
+    async def setup_append(self: Any, *args: Any, **kwargs: Any) -> int:
+        flight["now"] += 1
+        flight["most"] = max(flight["most"], flight["now"])
+        try:
+            return await real(self, *args, **kwargs)
+        finally:
+            flight["now"] -= 1
+
+    monkeypatch.setattr(AppendSessions, "setup_append", setup_append)
+    reader = manager.create_reader(scope, "st")
+    txns = manager.create_transaction_writer(scope, "st")
+    txn = txns.begin_txn()
+    txn.write_events([(f"e:{i}", KEYS[i % 8]) for i in range(64)])  # both segments' keys
+    assert flight["most"] == 2  # the stream's two shadows, together
+    txn.commit()
+    got = sorted(int(reader.read_next(timeout=30).data.split(b":")[1]) for _ in range(64))
+    assert got == list(range(64))
+    reader.close()
+    txns.close()
+
+
 def test_writer_resends_after_the_segment_store_is_killed(
     standalone: Standalone, session: tuple[StreamManager, str]
 ) -> None:

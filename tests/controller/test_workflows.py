@@ -305,6 +305,28 @@ def test_a_transactions_merges_go_side_by_side_and_a_failed_one_again_alone(
     assert not any(store.info(shadow).exists for shadow in shadows)
 
 
+def test_a_transactions_shadow_segments_are_created_side_by_side(
+    stream: Stream, sc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from millrace.client.calls import SegmentCalls
+
+    real, flight = SegmentCalls.create_segment, {"now": 0, "most": 0}
+
+    async def create_segment(self, segment: str, *, token: str | None = None) -> None:
+        flight["now"] += 1
+        flight["most"] = max(flight["most"], flight["now"])
+        try:
+            await real(self, segment, token=token)
+        finally:
+            flight["now"] -= 1
+
+    monkeypatch.setattr(SegmentCalls, "create_segment", create_segment)
+    txn = transactions.create_transaction(segment_store(), sc, "st", lease_ms=10_000)
+    assert flight["most"] == len(sel.current_segments(stream)) == 2
+    for segment in sel.current_segments(stream):
+        assert segment_store().info(transactions.shadow_name(_name(stream, segment.id), txn)).exists
+
+
 def test_a_commit_racing_the_move_to_the_completed_records_is_answered_committed(
     stream: Stream, wire, sc: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
