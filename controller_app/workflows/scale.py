@@ -173,8 +173,7 @@ def run_scale(store: SegmentStore, stream_id: int) -> None:
     if job.state == _E.REQUESTED:
         transition(job, _E.REQUESTED, _E.STARTED)
     new = _new_segments(stream, job)
-    for segment in new:
-        store.create_segment(sel.segment_name(stream, segment.id))
+    store.create_all([sel.segment_name(stream, segment.id) for segment in new])
     step("scale.create")
     sizes = {sid: store.seal(sel.segment_name(stream, sid)) for sid in job.segments_to_seal}
     step("scale.seal")

@@ -137,8 +137,8 @@ def complete_create(store: SegmentStore, stream_id: int) -> None:
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.CREATING:
         return
-    for segment in sel.epoch_record(stream, 0).segment_list():
-        store.create_segment(sel.segment_name(stream, segment.id))
+    segments = sel.epoch_record(stream, 0).segment_list()
+    store.create_all([sel.segment_name(stream, segment.id) for segment in segments])
     step("create.segments")
     with contextlib.suppress(ConflictError):  # another run finished it
         transition(stream, StreamState.CREATING, StreamState.ACTIVE)

@@ -327,8 +327,7 @@ def _roll(store: SegmentStore, stream: Stream, txn_epoch: int, group: list[Trans
             store.merge(target, shadow_name(parent, txn))
     step("commit.roll.merge")
     sizes_rolled = {s.id: store.seal(sel.segment_name(stream, s.id)) for s in dup_old}
-    for segment in dup_tail:
-        store.create_segment(sel.segment_name(stream, segment.id))
+    store.create_all([sel.segment_name(stream, segment.id) for segment in dup_tail])
     sizes_tail = {s.id: store.seal(sel.segment_name(stream, s.id)) for s in tail}
     step("commit.roll.seal")
     with transaction.atomic():
