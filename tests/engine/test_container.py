@@ -278,6 +278,19 @@ async def test_without_appends_a_backlog_goes_up_in_chunks_side_by_side(
     await c.stop()
 
 
+async def test_a_merge_and_its_seal_go_to_tier1_in_one_write(tiers: Tiers) -> None:
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    await c.create_segment(TXN)
+    await c.append(TXN, b"txn;")
+    before = dict(tiers.log_faults.calls)
+    assert await c.merge(SEG, TXN) == 4
+    writes = {k: n - before.get(k, 0) for k, n in tiers.log_faults.calls.items()}
+    assert writes["append_batch"] == 1, writes  # (the seal, then the merge: two before)
+    assert await read_all(c, SEG) == b"txn;"
+    await c.stop()
+
+
 async def test_merge_needs_existing_segments(tiers: Tiers) -> None:
     c = await tiers.start()
     await c.create_segment(SEG)

@@ -366,9 +366,17 @@ class SegmentContainer:
         await self._submit(Delete(-1), name)
 
     async def merge(self, target: str, source: str) -> int:
-        await self.seal(source)
-        result = await self._submit(Merge(-1, -1), target, source)
-        return cast(int, result)
+        """Seal ``source`` and merge it into ``target``. Both operations are queued at once:
+        the merge is checked against the seal in flight (``MetadataUpdater``), so they go to
+        tier-1 in one frame, one sync, instead of one after the other; if the seal fails, so
+        does the merge (the seal's error is the answer)."""
+        sealed = self._submit(Seal(-1), source)
+        merged = self._submit(Merge(-1, -1), target, source)
+        outcomes = await asyncio.gather(sealed, merged, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return cast(int, outcomes[1])
 
     async def get_attributes(self, name: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
         segment = self._committed(name)
