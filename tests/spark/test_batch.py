@@ -219,3 +219,40 @@ def test_a_million_events_round_trip_in_key_order(spark: Any, node: Standalone) 
     )
     assert behind.count() == 0
     assert open_transactions(node) == 0
+
+
+def test_a_workers_tasks_share_one_writer_and_a_failed_task_drops_it(node: Standalone) -> None:
+    """``write_batches`` as an executor runs it, twice in one process: the second task uses
+    the writer (connections, token, nodes) the first made; a task that fails closes it, so
+    that a retry starts afresh, and leaves nothing of its events."""
+    import pyarrow as pa
+
+    from spark_bridge import source
+    from spark_bridge.options import Options
+
+    opts = Options.parse(options(node, "shared", allow_create_scope="true"))
+    source.prepare_stream(opts)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([f"e{i}".encode() for i in range(100)]), pa.array([str(i) for i in range(100)])],
+        names=["event", "routing_key"],
+    )
+    first = source.write_batches(opts, iter([batch]), "job-1")
+    writers = source.task_writers(opts)
+    second = source.write_batches(opts, iter([batch]), "job-1")
+    assert source.task_writers(opts) is writers  # the same client, kept by the process
+
+    def failing() -> Any:
+        yield batch
+        raise RuntimeError("injected: the task fails")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        source.write_batches(opts, failing(), "job-1")
+    assert source.task_writers(opts) is not writers  # dropped and made anew
+    source.finish(opts, [first, second], commit=True)
+    with StreamManager(node.base, token=node.token) as manager:
+        reader = manager.create_reader("sp", "shared")
+        got = [reader.read_next(timeout=10) for _ in range(200)]
+        assert sorted(e.data for e in got) == sorted([f"e{i}".encode() for i in range(100)] * 2)
+        assert reader.read_next(timeout=1) is None  # nothing of the failed task
+        reader.close()
+    source.forget_task_writers(opts)
