@@ -10,7 +10,8 @@ append, copied each byte several times as it was reallocated.) The cache is boun
 shadow segment, which no reader reads, lets go of its entries as soon as they are in tier-2
 (``release_stored``). Entries that leave let go of their bytes at once. Reads that miss
 the cache below the storage length fetch from tier-2 through the segment's chunk list and
-populate the cache.
+populate the cache, unless the tier says re-reading is cheap without it (``cache_reads``: local
+files).
 
 With an on-disk cache (``disk_cache_path`` and ``disk_cache_bytes_max``; LMDB through
 ``DiskCache``), an entry evicted from memory goes to disk instead of away, whether or not it is
