@@ -156,13 +156,13 @@ class SegmentStorePort:
             raise
 
     def merge_all(self, merges: Sequence[tuple[str, str]]) -> None:
-        """Each ``merge(target, source)``, side by side (``_side_by_side``): a node writes each
-        merge to tier-1 twice (the seal, the merge); one after the other, a Spark job's 32
-        merges took 10-15 ms each (docs/BENCHMARKS.md)."""
+        """Each ``merge(target, source)``, side by side (``_side_by_side``): one after the
+        other, a Spark job's 32 merges took 10-15 ms each (docs/BENCHMARKS.md)."""
         self._side_by_side("merge", list(merges), self.merge)
 
     def create_all(self, segments: Sequence[str]) -> None:
-        """``create_segment`` for each, side by side (a transaction's shadow segments)."""
+        """``create_segment`` for each, side by side (a new stream's or a scale's segments, a
+        transaction's shadows)."""
         self._side_by_side("create_segment", [(s,) for s in segments], self.create_segment)
 
     def _side_by_side(
