@@ -144,8 +144,8 @@ class Framer:
         self._value_set: Any = None
         self.rng = np.random.default_rng()
 
-    def parts(self, batch: Any) -> dict[int, list[Any]]:
-        """Each segment's framed pieces (``bytes`` or views), by index into the ranges."""
+    def parts(self, batch: Any) -> dict[int, list[memoryview]]:
+        """Each segment's framed pieces (read-only views), by index into the ranges."""
         events = event_column(batch)
         if not len(events):
             return {}
@@ -228,7 +228,7 @@ def framed_by_segment(
     small = where.astype(np.int16) if segments <= np.iinfo(np.int16).max else where
     order = np.argsort(small, kind="stable")  # (16-bit keys: a radix sort)
     np.take(data.reshape(count, size), order, axis=0, out=table[:, HEADER.size :], mode="clip")
-    flat = memoryview(table.reshape(-1))
+    flat = read_only_view(table)
     rows_per_piece = max(1, piece_bytes // stride)
     parts: dict[int, list[memoryview]] = {}
     row = 0
@@ -242,7 +242,15 @@ def framed_by_segment(
     return parts
 
 
-def frame(events: Any, piece_bytes: int) -> list[bytes]:
+def read_only_view(array: np.ndarray) -> memoryview:
+    """A new array's bytes as one flat read-only view: the client sends such pieces from where
+    they are instead of copying them (``millrace.client.append_blocks.kept_as_is``), which
+    read-only promises they stay as they are."""
+    array.flags.writeable = False
+    return memoryview(array.reshape(-1))
+
+
+def frame(events: Any, piece_bytes: int) -> list[memoryview]:
     """A binary array's events, each behind its header, cut at event boundaries into pieces
     of at most ``piece_bytes`` (or one event, if larger)."""
     count = len(events)
@@ -266,7 +274,7 @@ def frame(events: Any, piece_bytes: int) -> list[bytes]:
         table = np.empty((count, HEADER.size + int(lengths[0])), np.uint8)
         table[:, : HEADER.size] = headers
         table[:, HEADER.size :] = data.reshape(count, -1)
-        out = table.tobytes()
+        out = read_only_view(table)
     else:
         framed = np.empty(total + HEADER.size * count, np.uint8)
         is_header = np.zeros(len(framed), bool)
@@ -274,7 +282,7 @@ def frame(events: Any, piece_bytes: int) -> list[bytes]:
         is_header[(begins[:, None] + np.arange(HEADER.size)).ravel()] = True
         framed[is_header] = headers.ravel()
         framed[~is_header] = data
-        out = framed.tobytes()
+        out = read_only_view(framed)
     pieces, start, done = [], 0, 0
     while done < count:
         upto = max(int(np.searchsorted(ends, start + piece_bytes, "right")), done + 1)

@@ -36,6 +36,7 @@ __all__ = [
     "Waiter",
     "WriterHandle",
     "block_data",
+    "kept_as_is",
     "uniform_cap",
 ]
 
@@ -82,9 +83,9 @@ class AppendLimits:
 
 #: A block in flight: (request id, number of its first event, of its last, its events, the
 #: first ``append_many`` call that can have events in it). A plain tuple of ints and a tuple of
-#: bytes: the garbage collector stops tracking such tuples, so thousands of blocks in flight
+#: buffers: the garbage collector stops tracking such tuples, so thousands of blocks in flight
 #: cost its full passes nothing (a class instance would).
-Block = tuple[int, int, int, tuple[bytes, ...], int]
+Block = tuple[int, int, int, tuple[bytes | memoryview, ...], int]
 #: The fields of a ``Block``, by name (request id, first and last event number, events, call).
 BLOCK_RID: Final = 0
 BLOCK_FIRST: Final = 1
@@ -105,7 +106,7 @@ class Session:
     #: Events of the block being filled, numbered from ``open_first``. (Emptied, not replaced,
     #: when the block is sent: no new object per block.) Their event headers are made when it
     #: is sent (see ``block_data``) ...
-    open_events: list[bytes] = dataclasses.field(default_factory=list)
+    open_events: list[bytes | memoryview] = dataclasses.field(default_factory=list)
     #: ... and while they are all of one size, ``open_size`` is that size, and the block takes
     #: more of that size while it holds fewer than ``open_cap`` events (the events and bytes
     #: limits in one number). So adding such an event touches neither a byte count nor an
@@ -160,7 +161,7 @@ class Session:
             len(self.open_events) >= self.open_cap or self.block_bytes() >= limits.block_bytes_max
         )
 
-    def unacked(self) -> list[tuple[int, bytes]]:
+    def unacked(self) -> list[tuple[int, bytes | memoryview]]:
         blocks = [*self.in_flight, (-1, self.open_first, -1, self.open_events, -1)]
         return [(b[1] + i, e) for b in blocks for i, e in enumerate(b[3])]
 
@@ -198,11 +199,24 @@ Waiter = asyncio.Future[AppendAck]
 WriterHandle = Session
 
 
-def block_data(events: tuple[bytes, ...], size: int, raw: bool) -> bytes:
+def kept_as_is(event: object) -> bool:
+    """Whether a raw append keeps ``event`` as it is instead of copying it: a read-only,
+    contiguous memoryview of bytes (its owner promises not to change what is under it until
+    the append is acknowledged; ``Transaction.write_framed``'s pieces are such views)."""
+    return (
+        type(event) is memoryview
+        and event.readonly
+        and event.c_contiguous
+        and event.format in ("B", "b", "c")
+    )
+
+
+def block_data(events: tuple[bytes | memoryview, ...], size: int, raw: bool) -> bytes | memoryview:
     """An append block's bytes: the events, each behind its event header unless ``raw``.
-    Events all of ``size`` bytes (-1: not known to be) share one header, joined in C."""
+    Events all of ``size`` bytes (-1: not known to be) share one header, joined in C. A raw
+    block of one buffer is that buffer (sent from where it is, not copied)."""
     if raw:
-        return b"".join(events)
+        return events[0] if len(events) == 1 else b"".join(events)
     if size >= 0:
         header = wire.EVENT_HEADER.pack(0, size)
         return header + header.join(events)

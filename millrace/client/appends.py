@@ -36,6 +36,7 @@ from millrace.client.append_blocks import (
     Session,
     WriterHandle,
     block_data,
+    kept_as_is,
     uniform_cap,
 )
 from millrace.client.calls import SegmentCalls
@@ -339,9 +340,9 @@ class AppendSessions(SegmentCalls):
         overhead = 0 if raw else EVENT_HEADER_BYTES
         opened = session.open_events
         for index in range(start, len(events)):
-            event = events[index]
-            if type(event) is not bytes:
-                event = bytes(event)
+            event: bytes | memoryview = events[index]  # type: ignore[assignment] # (see below)
+            if type(event) is not bytes and not (raw and kept_as_is(event)):
+                event = bytes(event)  # (the caller may change it after we return)
             n = len(event)
             if n > limits.event_bytes_max:
                 raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 #: buffer that grows and shrinks by as much, and at megabytes each growth is fresh pages for
 #: the kernel to fault in and zero, which cost the producer a fifth of its time.)
 SEND_BUFFER_BYTES = 1024 * 1024
-#: Bytes handed to the transport in one write (it joins them into one buffer: see above).
+#: Bytes handed to the transport in one write (it joins them into one buffer: see above); a
+#: part of at least this many (a raw block's buffer) is written alone, not joined (a copy).
 WRITE_CHUNK_BYTES = 256 * 1024
 #: DataAppended's payload as this version sends it (writer id, event number, previous event
 #: number, request id, segment write offset), decoded without the generic codec.
@@ -153,7 +154,12 @@ class Connection(asyncio.BufferedProtocol):
                 if size >= WRITE_CHUNK_BYTES or end == last:
                     if self.congested and not everything:
                         break
-                    transport.writelines(out[start:end])  # may call pause_writing
+                    if len(part) >= WRITE_CHUNK_BYTES:  # a big buffer goes as it is, unjoined
+                        if end - 1 > start:
+                            transport.writelines(out[start : end - 1])
+                        transport.write(part)  # may call pause_writing
+                    else:
+                        transport.writelines(out[start:end])  # may call pause_writing
                     start, size = end, 0
             if start:
                 del out[:start]

@@ -108,12 +108,13 @@ class AppendsLostError(ConnectionLostError):
         message: str,
         *,
         writer_id: uuid.UUID,
-        unacked_events: list[tuple[int, bytes]],
+        unacked_events: list[tuple[int, bytes | memoryview]],
         **kw: Any,
     ) -> None:
         super().__init__(message, **kw)
         self.writer_id = writer_id
-        #: (event number, payload as given to append_block) of every unacknowledged event.
+        #: (event number, payload as given to append_block: a raw append's read-only views
+        #: stay views) of every unacknowledged event.
         self.unacked_events = unacked_events
 
     @property

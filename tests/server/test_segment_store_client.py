@@ -10,6 +10,7 @@ import pytest
 
 from millrace import wire as wire
 from millrace.client import segment_store as c
+from millrace.client.append_blocks import block_data
 from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 from millrace.client.sync import SyncSegmentStoreClient
 
@@ -105,6 +106,24 @@ async def test_raw_appends_and_flush(client: SegmentStoreClient, store) -> None:
     assert (await store.read(SEG, 0, 100)).data == b"abcdef"
     empty = await client.append_block(writer, [])
     assert (await empty).event_number == 3
+
+
+async def test_raw_read_only_views_are_sent_as_they_are_other_buffers_copied(
+    client: SegmentStoreClient, store
+) -> None:
+    await client.create_segment(SEG)
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)
+    big = bytes(range(256)) * 2048  # 512 KiB: written to the socket alone, not joined
+    view = memoryview(big)
+    assert block_data((view,), -1, True) is view  # (no copy of a one-buffer raw block)
+    mutable = bytearray(b"as appended")
+    await client.append_block(writer, [view], raw=True)
+    await client.append_block(writer, mutable, raw=True)
+    mutable[:] = b"changed after"  # (before the flush: the client must have copied it)
+    await client.append_block(writer, [view[:1000].toreadonly()], raw=True)
+    await client.flush(writer)
+    assert (await store.read(SEG, 0, 2 << 20)).data == big + b"as appended" + big[:1000]
 
 
 async def test_append_errors_are_typed(client: SegmentStoreClient) -> None:
