@@ -45,6 +45,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from millrace.client.batch import RangeTruncatedError, SegmentRange
+from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
 from millrace.client.manager import StreamManager
 from millrace.client.streamcut import StreamCut
@@ -353,9 +354,9 @@ def forget_task_writers(options: Options) -> None:
 
 
 def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:
-    """Commit (or abort) every task's transaction (driver). Both are idempotent: one that is
-    committed (aborted) already is left so; a commit finding one aborted (its lease ran out)
-    fails the job. An abort also aborts whatever the job's ``writer_id`` left open. The
+    """Commit (or abort) every task's transaction (driver), by id. Both are idempotent: one
+    that is committed (aborted) already is left so; a commit finding one aborted (its lease ran
+    out) fails the job. An abort also aborts whatever the job's ``writer_id`` left open. The
     requests for the transactions go side by side (``FINISH_AT_ONCE``): all commits are asked
     for before the first is waited on, so the controller commits them together."""
     ids = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
@@ -368,25 +369,26 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
         if writer_id:
             ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
 
-        def ask(text: str) -> Any:
+        def ask(text: str) -> uuid.UUID | None:
+            txn_id = uuid.UUID(text)
             try:
-                txn = writers.get_txn(uuid.UUID(text))
-            except ValueError as exc:  # not open any more ("... is STATE, not OPEN")
-                state = str(exc).split(" is ")[-1].split(",")[0]
-                if commit and state not in ("COMMITTED", "COMMITTING"):
+                if not commit:
+                    writers.abort_txn(txn_id)
+                    return None
+                writers.commit_txn(txn_id, wait=False)
+            except ControllerError as exc:
+                if exc.code != "precondition-failed":  # (committing or committed: an abort
+                    raise  # leaves it; aborted: a commit fails the job)
+                if commit:
                     raise RuntimeError(
-                        f"millrace: transaction {text} cannot be committed: {exc}"
+                        f"millrace: transaction {text} cannot be committed: {exc.message}"
                     ) from None
                 return None
-            if not commit:
-                txn.abort()
-                return None
-            txn.commit(wait=False)
-            return txn
+            return txn_id
 
         with concurrent.futures.ThreadPoolExecutor(FINISH_AT_ONCE) as pool:
-            asked = [txn for txn in pool.map(ask, ids) if txn is not None]
-            for _ in pool.map(lambda txn: txn.commit(), asked):
+            asked = [txn_id for txn_id in pool.map(ask, ids) if txn_id is not None]
+            for _ in pool.map(writers.commit_txn, asked):
                 pass
 
 

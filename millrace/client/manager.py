@@ -220,6 +220,17 @@ class TransactionalWriter(_Closing):
         """The transactions begun with ``writer_id`` that are still open."""
         return self._loop.run(self._writer.open_txn_ids(writer_id))
 
+    def commit_txn(
+        self, txn_id: uuid.UUID, timestamp: int | None = None, *, wait: bool = True
+    ) -> str:
+        """Commit the transaction ``txn_id`` by its id alone (see ``AsyncTransactionalWriter.
+        commit_txn``); returns its state."""
+        return self._loop.run(self._writer.commit_txn(txn_id, timestamp, wait=wait))
+
+    def abort_txn(self, txn_id: uuid.UUID) -> str:
+        """Abort the transaction ``txn_id`` by its id alone; returns its state."""
+        return self._loop.run(self._writer.abort_txn(txn_id))
+
     def get_txn(self, txn_id: uuid.UUID) -> BlockingTransaction:
         """The OPEN transaction ``txn_id``, to write to it, commit or abort it."""
         return BlockingTransaction(self._loop, self._loop.run(self._writer.get_txn(txn_id)))

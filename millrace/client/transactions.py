@@ -31,7 +31,7 @@ class Transaction:
     def __init__(self, owner: AsyncTransactionalWriter, answer: dict[str, Any]) -> None:
         self.owner = owner
         self.txn_id = uuid.UUID(answer["txnId"])
-        self._base = f"/scopes/{owner.scope}/streams/{owner.stream}/transactions/{self.txn_id}"
+        self._base = owner._txn_path(self.txn_id)
         self._keyspace = KeySpace(
             [
                 SegmentRange(s["parentId"], s["name"], s["keyStart"], s["keyEnd"])
@@ -91,7 +91,9 @@ class Transaction:
     ) -> None:
         """Append events framed already (each buffer holds whole events, each with its
         8-byte header as ``millrace.client.events.EVENT_HEADER`` packs it) to the shadow
-        segments by index in ``shadow_ranges``: for callers that frame whole columns at once."""
+        segments by index in ``shadow_ranges``: for callers that frame whole columns at once.
+        A read-only memoryview is sent from where it is, not copied: what is under it must
+        stay unchanged until the transaction is flushed."""
         self._check_open()
         segments = self._keyspace.segments
         await self._set_up([segments[index] for index, pieces in parts.items() if pieces])
@@ -142,17 +144,10 @@ class Transaction:
         """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING
         (commits asked for together are carried out together; ``commit()`` again waits)."""
         await self.flush()
-        body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS} if wait else {}
-        if timestamp is not None:
-            body["timestamp"] = timestamp
-        answer = await self.owner.controller.call("POST", f"{self._base}/commit", body)
-        self.state = str(answer["state"])
-        if self.state != "COMMITTED" and (wait or self.state != "COMMITTING"):
-            raise RuntimeError(f"transaction {self.txn_id} is {self.state} after the commit")
+        self.state = await self.owner.commit_txn(self.txn_id, timestamp, wait=wait)
 
     async def abort(self) -> None:
-        answer = await self.owner.controller.call("POST", f"{self._base}/abort", {"wait": 30})
-        self.state = str(answer["state"])
+        self.state = await self.owner.abort_txn(self.txn_id)
 
     async def ping(self, lease_ms: int = LEASE_MS_DEFAULT) -> None:
         await self.owner.controller.call("POST", f"{self._base}/ping", {"leaseMs": lease_ms})
@@ -193,11 +188,36 @@ class AsyncTransactionalWriter:
         answer = await self.controller.call("GET", f"{path}?writerId={quote(writer_id)}")
         return [uuid.UUID(t["txnId"]) for t in answer["transactions"]]
 
+    async def commit_txn(
+        self, txn_id: uuid.UUID, timestamp: int | None = None, *, wait: bool = True
+    ) -> str:
+        """Commit the transaction ``txn_id`` by its id alone, without writing to it (its
+        writers flushed it: a driver committing what its tasks wrote); returns its state,
+        COMMITTED (or, without ``wait``, COMMITTING). Committed already is fine; one that can
+        no longer be committed (aborted) raises ``ControllerError`` (``precondition-failed``)."""
+        body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS} if wait else {}
+        if timestamp is not None:
+            body["timestamp"] = timestamp
+        answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/commit", body)
+        state = str(answer["state"])
+        if state != "COMMITTED" and (wait or state != "COMMITTING"):
+            raise RuntimeError(f"transaction {txn_id} is {state} after the commit")
+        return state
+
+    async def abort_txn(self, txn_id: uuid.UUID) -> str:
+        """Abort the transaction ``txn_id`` by its id alone; returns its state (ABORTED).
+        Aborted already is fine; one committing or committed raises ``ControllerError``
+        (``precondition-failed``)."""
+        answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/abort", {"wait": 30})
+        return str(answer["state"])
+
+    def _txn_path(self, txn_id: uuid.UUID) -> str:
+        return f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"
+
     async def get_txn(self, txn_id: uuid.UUID) -> Transaction:
         """The OPEN transaction ``txn_id`` (begun by this or another client), to write to it,
         commit or abort it; ``ValueError`` if it is not open."""
-        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"
-        answer = await self.controller.call("GET", path)
+        answer = await self.controller.call("GET", self._txn_path(txn_id))
         if "shadowSegments" not in answer:
             raise ValueError(f"transaction {txn_id} is {answer['state']}, not OPEN")
         return Transaction(self, answer)
