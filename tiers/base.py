@@ -14,9 +14,12 @@ Contract of ``DurableDataLog`` (tier-1, the container's write-ahead log):
   nothing they write afterwards is ever returned by ``read_all``. Opening with an epoch not higher
   than the log's current one raises ``DataLogFencedError``.
 * ``append(frame)`` returns once the frame is durable (for durable backends) and returns its
-  ``LogAddress``. Appends issued concurrently complete in the order they were issued and get
-  increasing addresses. The base batches frames queued while a write is in progress into one
-  ``_do_append_batch`` call (group commit: one fsync for many frames).
+  ``LogAddress``. A frame is one buffer or ``FrameParts`` (buffers whose bytes, in order, are
+  the frame; none is changed while the append runs): a backend whose ``accepts_frame_parts``
+  is set gets them as they are, any other the parts joined into one buffer. Appends issued
+  concurrently complete in the order they were issued and get increasing addresses. The base
+  batches frames queued while a write is in progress into one ``_do_append_batch`` call
+  (group commit: one fsync for many frames).
 * Failures are sticky: once an append fails, that append, every append queued behind it and every
   later ``append``, ``read_all`` and ``truncate`` of the instance raise (the same error type) until
   it is opened again with a higher epoch. A frame written after a lost one would leave a gap
@@ -64,11 +67,20 @@ __all__ = [
     "DataLogFencedError",
     "DataLogFullError",
     "DurableDataLog",
+    "Frame",
+    "FrameParts",
     "LogAddress",
     "StorageError",
     "TierError",
+    "frame_bytes",
+    "frame_size",
 ]
 
+
+#: A frame given as the buffers that are its bytes in order (``DurableDataLog.append``).
+FrameParts = list[bytes | memoryview]
+#: What ``DurableDataLog.append`` takes, and what ``_do_append_batch`` gets of it.
+Frame = bytes | memoryview | FrameParts
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -175,6 +187,18 @@ def chunk_file_parts(name: str, safe: frozenset[str], component_bytes_max: int) 
     return parts
 
 
+def frame_size(frame: Frame) -> int:
+    """A frame's length in bytes (of its parts, if given in parts)."""
+    if isinstance(frame, list):
+        return sum(len(part) for part in frame)
+    return len(frame)
+
+
+def frame_bytes(frame: Frame) -> bytes | memoryview:
+    """A frame as one buffer (its parts joined, if given in parts)."""
+    return b"".join(frame) if isinstance(frame, list) else frame
+
+
 class DurableDataLog(abc.ABC):
     """Tier-1: an ordered, durable, fenced, truncatable log of frames (see the module doc)."""
 
@@ -186,6 +210,8 @@ class DurableDataLog(abc.ABC):
     supports_fencing: ClassVar[bool] = True
     #: The primitives block (disk or network I/O) and run in a worker thread.
     blocking: ClassVar[bool] = False
+    #: ``_do_append_batch`` takes a frame given as ``FrameParts`` as it is (else joined).
+    accepts_frame_parts: ClassVar[bool] = False
 
     @classmethod
     def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
@@ -198,7 +224,7 @@ class DurableDataLog(abc.ABC):
         self.frame_bytes_max = frame_bytes_max
         self.batch_frames_max = batch_frames_max
         self._epoch: int | None = None
-        self._pending: list[tuple[bytes | memoryview, asyncio.Future[LogAddress]]] = []
+        self._pending: list[tuple[Frame, asyncio.Future[LogAddress]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._failure: DataLogError | None = None
         self._closing = False
@@ -227,14 +253,20 @@ class DurableDataLog(abc.ABC):
         self._failure = None
         self._closing = False
 
-    async def append(self, frame: bytes | memoryview) -> LogAddress:
+    async def append(self, frame: Frame) -> LogAddress:
         self._check_open()
+        if isinstance(frame, list):
+            if not self.accepts_frame_parts:
+                frame = b"".join(frame)
+            elif len(frame) == 1:
+                frame = frame[0]
         if isinstance(frame, memoryview) and (frame.ndim != 1 or frame.itemsize != 1):
             frame = frame.cast("B")  # len() must count bytes, not items
-        if len(frame) == 0:
+        size = frame_size(frame)
+        if size == 0:
             raise ValueError("empty frame")
-        if len(frame) > self.frame_bytes_max:
-            raise DataLogFullError(f"frame of {len(frame)} bytes > {self.frame_bytes_max}")
+        if size > self.frame_bytes_max:
+            raise DataLogFullError(f"frame of {size} bytes > {self.frame_bytes_max}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[LogAddress] = loop.create_future()
         self._pending.append((frame, future))
@@ -302,7 +334,7 @@ class DurableDataLog(abc.ABC):
                     future.set_result(address)
 
     def _fail_all(
-        self, batch: list[tuple[bytes | memoryview, asyncio.Future[LogAddress]]], error: Exception
+        self, batch: list[tuple[Frame, asyncio.Future[LogAddress]]], error: Exception
     ) -> None:
         """Fail ``batch`` and all queued behind it: no later frame may overtake a lost one."""
         batch = batch + self._pending
@@ -338,8 +370,9 @@ class DurableDataLog(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not report its epoch")
 
     @abc.abstractmethod
-    def _do_append_batch(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+    def _do_append_batch(self, frames: Sequence[Frame]) -> list[LogAddress]:
         """Write the frames in order, make them durable together, return their addresses.
+        A frame is ``FrameParts`` only where the backend ``accepts_frame_parts``.
 
         Must raise ``DataLogFencedError`` (and make nothing visible) if a higher epoch took over.
         """
@@ -387,6 +420,8 @@ class ChunkStorage(abc.ABC):
     is_durable: ClassVar[bool] = True
     #: The primitives block (disk or network I/O) and run in a worker thread.
     blocking: ClassVar[bool] = False
+    #: ``_do_append_batch`` takes a frame given as ``FrameParts`` as it is (else joined).
+    accepts_frame_parts: ClassVar[bool] = False
     #: How many items of one ``write_many`` (each a different chunk) the default
     #: ``write_many`` runs at a time: more than one for a store reached over the network,
     #: where each write mostly waits for its answer.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from segment_app.engine.containers.metadata import ContainerMetadata
 from segment_app.engine.logs.frames import (
     FRAME_HEADER_SIZE,
+    FRAME_PART_BYTES,
     FrameBuilder,
     FrameCorruptionError,
     parse_frame,
@@ -95,7 +96,7 @@ def test_append_records_are_the_bytes_of_append_operations() -> None:
             builder.add_append(*args, memoryview(op.data))
         else:
             builder.add(op)
-    assert bytes(builder.close()) == fixture("frame_v1")
+    assert b"".join(builder.close()) == fixture("frame_v1")
 
 
 def test_frame_builder_respects_its_limit() -> None:
@@ -105,9 +106,23 @@ def test_frame_builder_respects_its_limit() -> None:
     while builder.fits(builder.encoded_size(encode_operation(op))):
         builder.add(op)
         added += 1
-    frame = builder.close()
+    frame = b"".join(builder.close())
     assert added == 3 and len(frame) <= 4096
     assert crc32c.crc32c(bytes(frame[FRAME_HEADER_SIZE:])) == int.from_bytes(frame[24:28], "big")
+
+
+def test_a_closed_frame_hands_on_big_appends_as_they_are_and_joins_the_rest() -> None:
+    builder = FrameBuilder(8 << 20)
+    big = memoryview(bytes(range(256)) * 1024)  # 256 KiB: at least FRAME_PART_BYTES
+    small = [Append(1, b"s" * 100, 0, sequence=n) for n in (1, 3)]
+    builder.add(small[0])
+    builder.add_append(2, 1, 100, None, -1, big)
+    builder.add(small[1])
+    parts = builder.close()
+    assert len(big) >= FRAME_PART_BYTES and any(part is big for part in parts)
+    assert len(parts) == 4  # header, the first append's record, the big data, the rest
+    ops = list(parse_frame(b"".join(parts)))  # (checks the CRC taken over the parts)
+    assert [bytes(op.data) for op in ops] == [b"s" * 100, bytes(big), b"s" * 100]
 
 
 @given(st.binary(max_size=300))

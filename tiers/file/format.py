@@ -29,7 +29,7 @@ from typing import Any
 
 import crc32c
 
-from tiers.base import DataLogCorruptionError, LogAddress
+from tiers.base import DataLogCorruptionError, Frame, LogAddress, frame_size
 
 __all__ = [
     "EPOCH_SIZE",
@@ -71,32 +71,38 @@ MANIFEST_FORMAT = "millrace.file-log.manifest"
 MANIFEST_VERSION = 1
 
 
-def record_crc(length: int, sequence: int, payload: bytes | memoryview) -> int:
-    """CRC32C of a record: its length and sequence fields, then its payload."""
-    return crc32c.crc32c(payload, crc32c.crc32c(_LENGTH_SEQUENCE.pack(length, sequence)))
+def record_crc(length: int, sequence: int, payload: Frame) -> int:
+    """CRC32C of a record: its length and sequence fields, then its payload (a buffer, or
+    the buffers that are its bytes in order)."""
+    crc = crc32c.crc32c(_LENGTH_SEQUENCE.pack(length, sequence))
+    for part in payload if isinstance(payload, list) else (payload,):
+        crc = crc32c.crc32c(part, crc)
+    return crc
 
 
 def encode_records(
-    frames: Sequence[bytes | memoryview], sequence: int, ledger: int, offset: int
+    frames: Sequence[Frame], sequence: int, ledger: int, offset: int
 ) -> tuple[list[bytes | memoryview], list[LogAddress], int]:
-    """Records for ``frames``: buffers to write, their addresses and the total size."""
+    """Records for ``frames`` (each a buffer or ``FrameParts``): buffers to write, their
+    addresses and the total size. Small pieces are gathered into one buffer; a piece of
+    ``GATHER_BYTES`` or more is written from where it is."""
     buffers: list[bytes | memoryview] = []
     small: list[bytes | memoryview] = []
     addresses = []
     start = offset
     pack = RECORD.pack
     for frame in frames:
-        length = len(frame)
-        header = pack(length, record_crc(length, sequence, frame), sequence)
+        length = frame_size(frame)
+        small.append(pack(length, record_crc(length, sequence, frame), sequence))
         addresses.append(LogAddress(sequence, ledger, offset))
-        if length < GATHER_BYTES:
-            small.append(header)
-            small.append(frame)
-        else:
-            small.append(header)
-            buffers.append(b"".join(small))
-            small.clear()
-            buffers.append(frame)
+        for piece in frame if isinstance(frame, list) else (frame,):
+            if len(piece) < GATHER_BYTES:
+                small.append(piece)
+                continue
+            if small:
+                buffers.append(b"".join(small))
+                small.clear()
+            buffers.append(piece)
         sequence += 1
         offset += RECORD.size + length
     if small:

@@ -35,6 +35,7 @@ from tiers.base import (
     DataLogError,
     DataLogFencedError,
     DurableDataLog,
+    Frame,
     LogAddress,
 )
 from tiers.file import format as fmt
@@ -90,6 +91,7 @@ class FileDurableDataLog(DurableDataLog):
     is_durable = True
     supports_fencing = True
     blocking = True
+    accepts_frame_parts = True  # (written from where they are: see format.encode_records)
 
     @classmethod
     def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
@@ -370,7 +372,7 @@ class FileDurableDataLog(DurableDataLog):
 
     # -- append ----------------------------------------------------------------------------
 
-    def _do_append_batch(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+    def _do_append_batch(self, frames: Sequence[Frame]) -> list[LogAddress]:
         self._check_usable()
         if self._write_offset >= self.ledger_bytes_max:
             self._roll()

@@ -48,7 +48,14 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from tiers.base import DataLogError, DataLogFencedError, DurableDataLog, LogAddress
+from tiers.base import (
+    DataLogError,
+    DataLogFencedError,
+    DurableDataLog,
+    Frame,
+    LogAddress,
+    frame_bytes,
+)
 
 __all__ = ["JetStreamDurableDataLog"]
 
@@ -184,7 +191,7 @@ class JetStreamDurableDataLog(DurableDataLog):
     def _do_check_fenced(self) -> None:
         self._run(self._check_fenced())
 
-    def _do_append_batch(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+    def _do_append_batch(self, frames: Sequence[Frame]) -> list[LogAddress]:
         return self._run(self._append(frames))
 
     def _do_read_batch(self, cursor: object) -> tuple[list[tuple[LogAddress, bytes]], object]:
@@ -303,11 +310,11 @@ class JetStreamDurableDataLog(DurableDataLog):
         if self.epoch is not None and newest > self.epoch:
             raise DataLogFencedError(f"{self!r}: fenced by epoch {newest}")
 
-    async def _append(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+    async def _append(self, frames: Sequence[Frame]) -> list[LogAddress]:
         addresses = []
         step = self._part_bytes
         for frame in frames:
-            view = memoryview(frame)
+            view = memoryview(frame_bytes(frame))
             parts = [view[i : i + step] for i in range(0, len(view), step)]
             first = 0
             for number, part in enumerate(parts, start=1):

@@ -13,7 +13,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
-from tiers.base import DataLogError, DataLogFencedError, DurableDataLog, LogAddress
+from tiers.base import (
+    DataLogError,
+    DataLogFencedError,
+    DurableDataLog,
+    Frame,
+    LogAddress,
+    frame_bytes,
+    frame_size,
+)
 from tiers.memory.faults import FaultInjector, inject
 
 __all__ = ["MemoryDurableDataLog", "MemoryLogStore", "clear_log_stores", "log_store"]
@@ -122,16 +130,16 @@ class MemoryDurableDataLog(DurableDataLog):
             store.ledger_offset = 0
             self._owned_epoch = epoch
 
-    def _do_append_batch(self, frames: Sequence[bytes | memoryview]) -> list[LogAddress]:
+    def _do_append_batch(self, frames: Sequence[Frame]) -> list[LogAddress]:
         store = self.store
         with store.lock:
             self._check_owner()
             addresses = []
             for frame in frames:
                 address = LogAddress(store.next_sequence, store.ledger, store.ledger_offset)
-                store.frames.append((address, bytes(frame)))
+                store.frames.append((address, bytes(frame_bytes(frame))))
                 store.next_sequence += 1
-                store.ledger_offset += len(frame)
+                store.ledger_offset += frame_size(frame)
                 addresses.append(address)
             return addresses
 

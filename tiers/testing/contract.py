@@ -38,6 +38,7 @@ from tiers.base import (
     DataLogFencedError,
     DataLogFullError,
     DurableDataLog,
+    Frame,
     LogAddress,
     StorageError,
 )
@@ -142,6 +143,22 @@ class DurableDataLogContract:
         await log.append(memoryview(bytearray(b"from a bytearray")))
         await log.append(memoryview(b"..from a memoryview..")[2:-2])
         assert [f for _, f in await _read_all(log)] == [b"from a bytearray", b"from a memoryview"]
+
+    @pytest.mark.asyncio
+    async def test_a_frame_given_in_parts_reads_back_whole(self, logs: LogFactory) -> None:
+        log = await logs.opened()
+        big = _frame(1, 100_000)  # (past the file log's gathering size: written as it is)
+        parts: list[bytes | memoryview] = [b"head", memoryview(big), b"", b"tail", big[:70_000]]
+        whole = b"".join(parts)
+        frames: list[Frame] = [parts, [b"one part"], b"after", [memoryview(big)[:10], b"x"]]
+        addresses = [await log.append(frame) for frame in frames]
+        _assert_increasing(addresses)
+        read = [f for _, f in await _read_all(log)]
+        assert read == [whole, b"one part", b"after", big[:10] + b"x"]
+        with pytest.raises(DataLogFullError):
+            await log.append([big] * (log.frame_bytes_max // len(big) + 1))
+        with pytest.raises(ValueError):
+            await log.append([b"", b""])
 
     @pytest.mark.asyncio
     async def test_concurrent_appends_complete_in_issue_order(self, logs: LogFactory) -> None:

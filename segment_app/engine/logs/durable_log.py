@@ -402,8 +402,7 @@ class DurableLog:
             await self._frame_done.wait()
             if self.failure is not None:
                 raise ContainerOfflineError(f"durable log failed: {self.failure}")
-        data = builder.close()
-        frame.task = asyncio.ensure_future(self.data_log.append(memoryview(data)))
+        frame.task = asyncio.ensure_future(self.data_log.append(builder.close()))
         self._in_flight.append(frame)
         self._completer_wakeup.set()
 

@@ -11,6 +11,7 @@ operations only; the builder closes a frame before it would pass ``frame_bytes_m
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from segment_app.engine.logs.operations import (
 __all__ = [
     "APPEND_RECORD_BYTES",
     "FRAME_HEADER_SIZE",
+    "FRAME_PART_BYTES",
     "FrameBuilder",
     "FrameCorruptionError",
     "parse_frame",
@@ -40,6 +42,8 @@ _VERSION = 1
 _FRAME_HEADER = struct.Struct(">4sBBHIQII")
 FRAME_HEADER_SIZE = _FRAME_HEADER.size
 _NO_HEADER = bytes(FRAME_HEADER_SIZE)  # its place, until the frame is closed
+#: A closed frame's parts at least this long are handed on as they are; shorter runs joined.
+FRAME_PART_BYTES = 64 * 1024
 _LEN = struct.Struct(">I")
 #: The record of an Append up to its data: length prefix, then ``APPEND_HEAD``.
 _APPEND_RECORD = struct.Struct(">I" + APPEND_HEAD.format[1:])
@@ -54,9 +58,9 @@ class FrameCorruptionError(OperationFormatError):
 class FrameBuilder:
     """Packs operations into frames of at most ``frame_bytes_max`` bytes.
 
-    Records are kept as the list of their parts (data is referenced, not copied) and joined
-    once when the frame is closed: growing one buffer record by record copied each byte
-    several times over as it was reallocated."""
+    Records are kept as the list of their parts (data is referenced, not copied); a closed
+    frame is that list with its small parts joined (``close``): growing one buffer record by
+    record copied each byte several times over as it was reallocated."""
 
     __slots__ = ("_count", "_first", "_parts", "_size", "frame_bytes_max")
 
@@ -123,29 +127,36 @@ class FrameBuilder:
     def empty(self) -> bool:
         return self._count == 0
 
-    def close(self) -> bytearray:
-        """Finish the current frame and start a new one; returns the frame's bytes."""
-        frame = bytearray().join(self._parts)
-        body = memoryview(frame)[FRAME_HEADER_SIZE:]
-        checksum = crc32c.crc32c(body)
-        body.release()
-        _FRAME_HEADER.pack_into(
-            frame,
-            0,
-            _MAGIC,
-            _VERSION,
-            0,
-            0,
-            self._count,
-            self._first,
-            len(frame) - FRAME_HEADER_SIZE,
-            checksum,
+    def close(self) -> list[bytes | memoryview]:
+        """Finish the current frame and start a new one; returns the frame's bytes as a list
+        of buffers in order (``FrameParts`` for tier-1): each run of small parts joined, each
+        part of ``FRAME_PART_BYTES`` or more (an append's data) as it is, not copied (its
+        owner never changes it). Joining a bulk writer's megabyte appends into one buffer was
+        a copy of every byte the node took in."""
+        out: list[bytes | memoryview] = []
+        run: list[bytes | bytearray | memoryview] = []
+        checksum = 0
+        for part in itertools.islice(self._parts, 1, None):
+            if len(part) < FRAME_PART_BYTES:
+                run.append(part)
+                continue
+            if run:
+                out.append(b"".join(run))
+                run.clear()
+            out.append(part)  # type: ignore[arg-type]  # (a big part is never a bytearray)
+        if run:
+            out.append(b"".join(run))
+        for part in out:
+            checksum = crc32c.crc32c(part, checksum)
+        body_bytes = sum(map(len, out))
+        header = _FRAME_HEADER.pack(
+            _MAGIC, _VERSION, 0, 0, self._count, self._first, body_bytes, checksum
         )
         self._parts = [_NO_HEADER]
         self._size = FRAME_HEADER_SIZE
         self._count = 0
         self._first = -1
-        return frame
+        return [header, *out]
 
 
 def parse_frame(
