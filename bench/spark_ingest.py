@@ -6,15 +6,15 @@ least half of Parquet's on local disk.
 
 It starts a standalone node (embedded defaults), a local Spark (``local[2]``), builds the
 DataFrame once (cached in memory, so neither side pays for making it), warms both sides up
-with 10,000 events each (Spark's one-time costs: the JIT, the Python workers' start-up), then,
-``--trials`` times (default 3), in turn: writes it to Parquet (a new directory), writes it to a
-Millrace stream with ``format("millrace")`` (a new stream), writes it to a data source that
-drops every row (what Spark alone spends handing rows to any Python data source: the floor
-under Millrace's write, printed beside it), reads the Parquet files back, reads the stream
-back (each read sums the events' lengths, so every event is materialised) and counts the
-stream's events. It prints each trial and the median time of each step, events/s and MiB/s
-of the medians, and the ratios of the medians (single runs of either side vary by up to 40 %
-on a 2-core virtual machine).
+with a tenth of the events each (Spark's one-time costs: the JIT, the Python workers'
+start-up), then, ``--trials`` times (default 5), in turn: writes it to Parquet (a new
+directory), writes it to a Millrace stream with ``format("millrace")`` (a new stream), writes
+it to a data source that drops every row (what Spark alone spends handing rows to any Python
+data source: the floor under Millrace's write, printed beside it), reads the Parquet files
+back, reads the stream back (each read sums the events' lengths, so every event is
+materialised) and counts the stream's events. It prints each trial and the median time of
+each step, events/s and MiB/s of the medians, and the ratios of the medians (single runs of
+either side vary by up to 40 % on a 2-core virtual machine).
 
 Usage::
 
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=8, help="Spark partitions written")
-    parser.add_argument("--trials", type=int, default=3, help="runs of each step (medians kept)")
+    parser.add_argument("--trials", type=int, default=5, help="runs of each step (medians kept)")
     parser.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
         help="a Spark setting for the session (both sides run under it); repeatable",
@@ -136,11 +136,12 @@ def main() -> None:
             megabytes = args.events * args.size / 2**20
             options = {"controller": base, "token": token, "scope": "bench", "stream": "ingest",
                        "default_num_segments": str(args.segments)}  # fmt: skip
-            # A warm-up of each side (10,000 events written and read back), so that neither
-            # timed job pays Spark's one-time costs (JIT, the Python workers' start-up): in two
-            # partitions, so that both of local[2]'s Python workers start (with one, the first
-            # timed write waited ~2 s for the second to start and import the data source).
-            warm = frame.limit(10_000).repartition(2)
+            # A warm-up of each side (a tenth of the events, at most 1,000,000, written and read
+            # back), so that no timed job pays Spark's one-time costs: the JIT (after 10,000
+            # events, the first trial's Parquet write still took up to twice the third's) and
+            # the Python workers' start-up (two partitions, so that both of local[2]'s workers
+            # start: with one, the first timed write waited ~2 s for the second).
+            warm = frame.limit(min(args.events // 10, 1_000_000)).repartition(2)
             warm.write.parquet(str(work / "warm"))
             spark.read.parquet(str(work / "warm")).count()
             warm_options = {**options, "stream": "warm"}
