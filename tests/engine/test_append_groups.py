@@ -116,6 +116,27 @@ async def test_reads_at_any_offset_of_appends_kept_unjoined(tiers: Tiers) -> Non
     await c.stop()
 
 
+async def test_appends_near_the_entry_size_get_entries_of_their_own_never_joined(
+    tiers: Tiers,
+) -> None:
+    """A bulk writer's appends just under ``cache_entry_bytes_max`` (whole events to a
+    megabyte) each get an entry of their own: adding one to the last would pass the size and
+    make the flush join the two (a copy of every byte)."""
+    c = await tiers.start()
+    await c.create_segment("a")
+    size = c.config.read_index.cache_entry_bytes_max - 4
+    views = [memoryview(bytes([65 + i]) * size) for i in range(3)]
+    items = [AppendItem("a", v, None, -1) for v in views]
+    await c.append_group_nowait(items)
+    await asyncio.gather(*(c.append("a", b"small") for _ in range(2)))
+    entries = c.read_index._segments[c.metadata.get("a").segment_id].entries
+    assert [len(e.pieces) for e in entries] == [1, 1, 1, 2]  # (the two small ones together)
+    assert all(e.pieces[0] is v for e, v in zip(entries, views, strict=False))
+    await c.flush_to_storage()
+    assert await read_all(c, "a") == b"".join(views) + b"small" * 2
+    await c.stop()
+
+
 async def test_group_sees_an_attribute_update_still_in_flight(tiers: Tiers) -> None:
     """The writer's event number set by an UpdateAttributes queued just before (not yet
     durable) is what a group's appends are deduplicated against."""

@@ -1,17 +1,18 @@
 """The read index: serves reads at any offset from the cache, tier-2, or a merged source.
 
 Per segment it keeps cache entries sorted by offset. Appends are added once durable, coalesced
-into entries of up to ``cache_entry_bytes_max``: an entry keeps the appended buffers as they
-came (no copy) and joins them into one when it is first read, or once it holds ``PIECES_MAX``
-of them; either way it then takes no more appends. (Growing one buffer per segment, append by
-append, copied each byte several times as it was reallocated.) The cache is bounded by
-``cache_bytes_max``: entries are evicted oldest first, but only once their bytes are in tier-2
-(below the segment's storage length), so acknowledged data is always readable; a transaction's
-shadow segment, which no reader reads, lets go of its entries as soon as they are in tier-2
-(``release_stored``). Entries that leave let go of their bytes at once. Reads that miss
-the cache below the storage length fetch from tier-2 through the segment's chunk list and
-populate the cache, unless the tier says re-reading is cheap without it (``cache_reads``: local
-files).
+into entries of up to ``cache_entry_bytes_max`` (an append that would take one past it starts
+the next, so that a bulk writer's megabyte appends are never joined): an entry keeps the
+appended buffers as they came (no copy) and joins them into one when it is first read, or once
+it holds ``PIECES_MAX`` of them; either way it then takes no more appends. (Growing one buffer
+per segment, append by append, copied each byte several times as it was reallocated.) The
+cache is bounded by ``cache_bytes_max``: entries are evicted oldest first, but only once their
+bytes are in tier-2 (below the segment's storage length), so acknowledged data is always
+readable; a transaction's shadow segment, which no reader reads, lets go of its entries as soon
+as they are in tier-2 (``release_stored``). Entries that leave let go of their bytes at once.
+Reads that miss the cache below the storage length fetch from tier-2 through the segment's
+chunk list and populate the cache, unless the tier says re-reading is cheap without it
+(``cache_reads``: local files).
 
 With an on-disk cache (``disk_cache_path`` and ``disk_cache_bytes_max``; LMDB through
 ``DiskCache``), an entry evicted from memory goes to disk instead of away, whether or not it is
@@ -158,7 +159,7 @@ class ReadIndex:
                 and not last.closed
                 and last.live
                 and last.offset + last.length == offset
-                and last.length < entry_max
+                and last.length + n <= entry_max  # (a full-size append: an entry of its own)
             ):
                 pieces = last.pieces
                 pieces.append(data)
