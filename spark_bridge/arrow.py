@@ -111,8 +111,10 @@ def event_column(batch: Any) -> Any:
     events = batch.column(batch.schema.names.index("event"))
     if events.null_count:
         raise ValueError("millrace: a row's 'event' is null")
-    if not pa.types.is_binary(events.type):
-        events = events.cast(pa.binary())  # (a string column: the same bytes)
+    if pa.types.is_string(events.type):
+        events = events.view(pa.binary())  # (the same buffers, not copied)
+    elif not pa.types.is_binary(events.type):
+        events = events.cast(pa.binary())
     return events
 
 
@@ -211,10 +213,10 @@ def framed_by_segment(
     events: Any, where: np.ndarray, segments: int, piece_bytes: int
 ) -> dict[int, list[memoryview]] | None:
     """For events all of one (non-zero) size: every row framed in one table of header and
-    payload, the rows grouped by segment in the batch's order (a stable sort) with one gather,
-    and each segment's rows cut into views of about ``piece_bytes``; None for events of mixed
-    sizes (``frame`` per segment does those). One copy of the payloads, where taking each
-    segment's rows and framing them made three."""
+    payload, the rows grouped by segment in the batch's order (a stable sort) with one gather
+    of whole rows, and each segment's rows cut into views of about ``piece_bytes``; None for
+    events of mixed sizes (``frame`` per segment does those). Two copies of the payloads (one
+    for a single segment), where taking each segment's rows and framing them made three."""
     count = len(events)
     _, offsets_buffer, data_buffer = events.buffers()
     offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, events.offset * 4)
@@ -225,9 +227,12 @@ def framed_by_segment(
     stride = HEADER.size + size
     table = np.empty((count, stride), np.uint8)
     table[:, : HEADER.size] = np.frombuffer(HEADER.pack(EVENT_TYPE, size), np.uint8)
-    small = where.astype(np.int16) if segments <= np.iinfo(np.int16).max else where
-    order = np.argsort(small, kind="stable")  # (16-bit keys: a radix sort)
-    np.take(data.reshape(count, size), order, axis=0, out=table[:, HEADER.size :], mode="clip")
+    table[:, HEADER.size :] = data.reshape(count, size)
+    if segments > 1:  # rows grouped by segment: one gather of whole framed rows
+        small = where.astype(np.int16) if segments <= np.iinfo(np.int16).max else where
+        order = np.argsort(small, kind="stable")  # (16-bit keys: a radix sort)
+        rows = table.view(np.dtype((np.void, stride))).reshape(count)
+        table = rows[order].view(np.uint8)  # (faster than a take into the framed table)
     flat = read_only_view(table)
     rows_per_piece = max(1, piece_bytes // stride)
     parts: dict[int, list[memoryview]] = {}

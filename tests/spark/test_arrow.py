@@ -126,6 +126,21 @@ def test_rows_go_to_the_segment_owning_their_key(width: int) -> None:
     ]
 
 
+@pytest.mark.parametrize("kind", [pa.string(), pa.binary()])
+def test_one_segment_gets_every_row_in_order_and_a_string_column_its_bytes(
+    kind: pa.DataType,
+) -> None:
+    events = [f"event-{i:05d}".encode() for i in range(3000)]  # (one size: the table path)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([e.decode() for e in events], kind) if kind == pa.string() else pa.array(events),
+         pa.array([f"k{i % 7}" for i in range(3000)], pa.string())],
+        names=["event", "routing_key"],
+    )  # fmt: skip
+    parts = arrow.Framer([(0.0, 1.0)], piece_bytes=4096).parts(batch)
+    assert list(parts) == [0] and all(kept_as_is(p) for p in parts[0])
+    assert [e for p in parts[0] for e in _payloads(p)] == events
+
+
 def _payloads(piece: bytes) -> list[bytes]:
     starts, used = arrow.event_starts(piece, 0)
     return arrow.record_batch(SEGMENT, piece, starts, used, 0).column("event").to_pylist()
