@@ -19,7 +19,6 @@ through the Python client (``StreamManager``), on the driver and on the executor
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -47,10 +46,10 @@ from pyspark.sql.types import StructType
 from millrace.client.batch import RangeTruncatedError, SegmentRange
 from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
-from millrace.client.manager import StreamManager
 from millrace.client.streamcut import StreamCut
 from spark_bridge import arrow
 from spark_bridge.options import OptionError, Options
+from spark_bridge.worker_state import LEASES, forget_task_writers, manager_of, task_writers
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +102,6 @@ class MillraceDataSource(DataSource):
         check_write_schema(schema)
         prepare_stream(options)
         return StreamWriter(options, records)
-
-
-def manager_of(options: Options) -> StreamManager:
-    return StreamManager(options.controller, token=options.token)
 
 
 # -- read -----------------------------------------------------------------------------------------
@@ -299,6 +294,7 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
     writers = task_writers(options)
     try:
         txn = writers.begin_txn(lease_ms=options.transaction_timeout_ms, writer_id=writer_id)
+        LEASES.keep(options, txn.txn_id)  # (alive until the driver commits it: worker_state)
         try:
             framer = arrow.Framer(txn.shadow_ranges)
             pending: dict[int, list[Any]] = {}
@@ -314,43 +310,13 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
             txn.write_framed(pending)
             txn.flush()
         except BaseException:
+            LEASES.forget(txn.txn_id)
             txn.abort()  # this attempt's events never appear; Spark may retry the task
             raise
     except BaseException:
         forget_task_writers(options)  # a retry starts afresh (the node may have moved)
         raise
     return WriteMessage(count, str(txn.txn_id))
-
-
-#: Each Python worker's transactional writers, by controller, token, scope and stream: the
-#: tasks a worker runs one after the other share one client, its connections, its delegation
-#: token and the nodes of the stream's segments, instead of asking the controller for them
-#: again (a task's setup took ~0.1 s and 6 REST calls).
-_TASK_WRITERS: dict[tuple[str, str, str, str], tuple[StreamManager, Any]] = {}
-
-
-def task_writers(options: Options) -> Any:
-    """This worker's transactional writer for the options' stream (made once)."""
-    key = (options.controller, options.token, options.scope, options.stream)
-    found = _TASK_WRITERS.get(key)
-    if found is None:
-        manager = manager_of(options)
-        try:
-            writers = manager.create_transaction_writer(options.scope, options.stream)
-        except BaseException:
-            manager.close()
-            raise
-        found = _TASK_WRITERS[key] = (manager, writers)
-    return found[1]
-
-
-def forget_task_writers(options: Options) -> None:
-    """Close and drop this worker's writer for the options' stream (after a failure)."""
-    key = (options.controller, options.token, options.scope, options.stream)
-    found = _TASK_WRITERS.pop(key, None)
-    if found is not None:
-        with contextlib.suppress(Exception):
-            found[0].close()
 
 
 def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:

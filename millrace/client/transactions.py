@@ -150,7 +150,7 @@ class Transaction:
         self.state = await self.owner.abort_txn(self.txn_id)
 
     async def ping(self, lease_ms: int = LEASE_MS_DEFAULT) -> None:
-        await self.owner.controller.call("POST", f"{self._base}/ping", {"leaseMs": lease_ms})
+        await self.owner.ping_txn(self.txn_id, lease_ms)
 
     async def check_status(self) -> str:
         self.state = str((await self.owner.controller.call("GET", self._base))["state"])
@@ -210,6 +210,11 @@ class AsyncTransactionalWriter:
         (``precondition-failed``)."""
         answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/abort", {"wait": 30})
         return str(answer["state"])
+
+    async def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = LEASE_MS_DEFAULT) -> None:
+        """Extend the lease of the open transaction ``txn_id`` by its id alone; one no longer
+        open raises ``ControllerError`` (``precondition-failed``)."""
+        await self.controller.call("POST", f"{self._txn_path(txn_id)}/ping", {"leaseMs": lease_ms})
 
     def _txn_path(self, txn_id: uuid.UUID) -> str:
         return f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"

@@ -4,7 +4,10 @@ shared with the Python client, clear errors for bad options."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+import time
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -114,6 +117,35 @@ def test_a_failed_job_leaves_nothing_visible_and_no_open_transaction(
     with pytest.raises(Exception, match="injected failure"):
         frame.write.format("millrace").options(**options(node, "failed")).mode("append").save()
     assert read_back(spark, node, "failed") == []
+    assert open_transactions(node) == 0
+
+
+def test_a_job_that_outlasts_its_transactions_lease_still_commits_every_task(
+    spark: Any, node: Standalone
+) -> None:
+    """The first tasks' transactions wait for the job's commit far longer than their lease
+    (1 s; the last task takes 13 s, past a run of the controller's sweep, every 10 s, which
+    aborts a transaction whose lease ran out): their workers ping them until the commit."""
+    from pyspark.sql import functions as f
+
+    def slow_start(event: str) -> str:
+        if event.endswith(":3000"):  # the last partition's first row
+            import time
+
+            time.sleep(13)
+        return event
+
+    slow = f.udf(slow_start, "string")
+    frame = spark.range(0, 4_000, numPartitions=4).select(
+        slow(f.format_string("e:%d:%d", f.col("id") % 10, f.col("id"))).alias("event"),
+        (f.col("id") % 10).cast("string").alias("routing_key"),
+    )
+    opts = options(node, "long-job", transaction_timeout_ms=1_000)
+    frame.write.format("millrace").options(**opts).mode("append").save()
+    rows = read_back(spark, node, "long-job")
+    assert sorted(r["event"].decode() for r in rows) == sorted(
+        f"e:{i % 10}:{i}" for i in range(4_000)
+    )
     assert open_transactions(node) == 0
 
 
@@ -231,6 +263,7 @@ def test_a_workers_tasks_share_one_writer_and_a_failed_task_drops_it(node: Stand
     from spark_bridge.options import Options
 
     opts = Options.parse(options(node, "shared", allow_create_scope="true"))
+    opts = dataclasses.replace(opts, transaction_timeout_ms=1_500)  # (pinged every 0.5 s)
     source.prepare_stream(opts)
     batch = pa.RecordBatch.from_arrays(
         [pa.array([f"e{i}".encode() for i in range(100)]), pa.array([str(i) for i in range(100)])],
@@ -248,7 +281,13 @@ def test_a_workers_tasks_share_one_writer_and_a_failed_task_drops_it(node: Stand
     with pytest.raises(RuntimeError, match="injected"):
         source.write_batches(opts, failing(), "job-1")
     assert source.task_writers(opts) is not writers  # dropped and made anew
+    handed = {uuid.UUID(first.txn_id), uuid.UUID(second.txn_id)}
+    assert handed <= set(source.LEASES.kept())  # alive until the driver commits them
     source.finish(opts, [first, second], commit=True)
+    deadline = time.monotonic() + 10
+    while handed & set(source.LEASES.kept()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not handed & set(source.LEASES.kept())  # committed: the controller refused the ping
     with StreamManager(node.base, token=node.token) as manager:
         reader = manager.create_reader("sp", "shared")
         got = [reader.read_next(timeout=10) for _ in range(200)]

@@ -1,0 +1,149 @@
+"""What a Spark Python worker keeps from one task to the next (executors).
+
+Responsibility: the transactional writer of each stream the worker's tasks write (its client,
+connections, delegation token and segment nodes, made once instead of once per task), and the
+leases of the transactions those tasks begin. A task's transaction lives as long as the task
+and then on: the driver commits it when the whole job commits, which for a large job comes long
+after the transaction's lease (``transaction_timeout_ms``) would have run out, and the
+controller aborts a transaction whose lease ran out. So the worker pings every transaction its
+tasks began, ``PINGS_PER_LEASE`` times a lease, from its beginning until the task aborts it or
+the driver has committed or aborted it (the controller then refuses the ping), or the
+controller's longest life of a transaction is over. A worker that dies stops pinging, and its
+transactions lapse, as a dead task's should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from millrace.client.controller import ControllerError
+from millrace.client.manager import StreamManager
+from spark_bridge.options import Options
+
+__all__ = [
+    "LEASES",
+    "PINGS_PER_LEASE",
+    "LeaseKeeper",
+    "forget_task_writers",
+    "manager_of",
+    "task_writers",
+]
+
+log = logging.getLogger(__name__)
+
+#: How often a kept transaction is pinged within its lease.
+PINGS_PER_LEASE = 3
+
+
+def manager_of(options: Options) -> StreamManager:
+    return StreamManager(options.controller, token=options.token)
+
+
+#: This worker's transactional writers, by controller, token, scope and stream: the tasks a
+#: worker runs one after the other share one client, its connections, its delegation token and
+#: the nodes of the stream's segments, instead of asking the controller for them again (a
+#: task's setup took ~0.1 s and 6 REST calls).
+_TASK_WRITERS: dict[tuple[str, str, str, str], tuple[StreamManager, Any]] = {}
+_WRITERS_LOCK = threading.Lock()  # (a task and the lease keeper's thread both ask)
+
+
+def task_writers(options: Options) -> Any:
+    """This worker's transactional writer for the options' stream (made once)."""
+    key = (options.controller, options.token, options.scope, options.stream)
+    with _WRITERS_LOCK:
+        found = _TASK_WRITERS.get(key)
+        if found is None:
+            manager = manager_of(options)
+            try:
+                writers = manager.create_transaction_writer(options.scope, options.stream)
+            except BaseException:
+                manager.close()
+                raise
+            found = _TASK_WRITERS[key] = (manager, writers)
+    return found[1]
+
+
+def forget_task_writers(options: Options) -> None:
+    """Close and drop this worker's writer for the options' stream (after a failure)."""
+    key = (options.controller, options.token, options.scope, options.stream)
+    with _WRITERS_LOCK:
+        found = _TASK_WRITERS.pop(key, None)
+    if found is not None:
+        with contextlib.suppress(Exception):
+            found[0].close()
+
+
+class LeaseKeeper:
+    """Pings transactions until they are committed or aborted, from one daemon thread that
+    runs while there is any to keep."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: transaction -> (when its next ping is due, on ``time.monotonic``; its options)
+        self._due: dict[uuid.UUID, tuple[float, Options]] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, options: Options, txn_id: uuid.UUID) -> None:
+        """Keep ``txn_id`` (of the options' stream) alive from now on."""
+        with self._lock:
+            self._due[txn_id] = (time.monotonic() + _period(options), options)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="millrace-transaction-leases", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def forget(self, txn_id: uuid.UUID) -> None:
+        """Stop keeping ``txn_id`` (its task aborts it)."""
+        with self._lock:
+            self._due.pop(txn_id, None)
+
+    def kept(self) -> list[uuid.UUID]:
+        """The transactions still kept alive."""
+        with self._lock:
+            return list(self._due)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._due:
+                    self._thread = None
+                    return
+                next_due = min(due for due, _ in self._due.values())
+            self._wake.wait(max(0.0, next_due - time.monotonic()))
+            self._wake.clear()
+            now = time.monotonic()
+            with self._lock:
+                ready = [(txn, options) for txn, (due, options) in self._due.items() if due <= now]
+            for txn_id, options in ready:
+                self._ping(txn_id, options)
+
+    def _ping(self, txn_id: uuid.UUID, options: Options) -> None:
+        try:
+            task_writers(options).ping_txn(txn_id, options.transaction_timeout_ms)
+        except ControllerError as exc:
+            if exc.code in ("precondition-failed", "not-found"):  # committed, aborted or gone
+                with self._lock:
+                    self._due.pop(txn_id, None)
+                return
+            log.warning("millrace: could not extend the lease of transaction %s: %s", txn_id, exc)
+        except Exception as exc:  # (the controller out of reach: again at the next turn)
+            log.warning("millrace: could not extend the lease of transaction %s: %s", txn_id, exc)
+        with self._lock:
+            if txn_id in self._due:
+                self._due[txn_id] = (time.monotonic() + _period(options), options)
+
+
+def _period(options: Options) -> float:
+    return options.transaction_timeout_ms / 1000 / PINGS_PER_LEASE
+
+
+#: This worker's lease keeper.
+LEASES = LeaseKeeper()
