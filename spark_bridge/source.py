@@ -268,7 +268,7 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         return write_batches(self.options, iterator, self.writer_id)
 
     def commit(self, messages: list[Any]) -> None:
-        finish(self.options, messages, commit=True)
+        finish(self.options, messages, commit=True, writer_id=self.writer_id)
 
     def abort(self, messages: list[Any]) -> None:
         finish(self.options, messages, commit=False, writer_id=self.writer_id)
@@ -320,11 +320,13 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
 
 
 def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:
-    """Commit (or abort) every task's transaction (driver), by id. Both are idempotent: one
-    that is committed (aborted) already is left so; a commit finding one aborted (its lease ran
-    out) fails the job. An abort also aborts whatever the job's ``writer_id`` left open. The
-    requests for the transactions go side by side (``FINISH_AT_ONCE``): all commits are asked
-    for before the first is waited on, so the controller commits them together."""
+    """Commit (or abort) every task's transaction (driver), by id; ``writer_id`` is the job's
+    (every task's transaction was begun with it). Both are idempotent: one that is committed
+    (aborted) already is left so. A commit first checks that every transaction can still be
+    committed (``check_committable``): one that lapsed fails the job before any is committed.
+    An abort also aborts whatever the job's ``writer_id`` left open. The requests for the
+    transactions go side by side (``FINISH_AT_ONCE``): all commits are asked for before the
+    first is waited on, so the controller commits them together."""
     ids = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
     if not ids and not writer_id:
         return
@@ -332,7 +334,9 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
         manager_of(options) as manager,
         manager.create_transaction_writer(options.scope, options.stream) as writers,
     ):
-        if writer_id:
+        if commit:
+            check_committable(writers, ids, writer_id)
+        elif writer_id:
             ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
 
         def ask(text: str) -> uuid.UUID | None:
@@ -356,6 +360,24 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
             asked = [txn_id for txn_id in pool.map(ask, ids) if txn_id is not None]
             for _ in pool.map(writers.commit_txn, asked):
                 pass
+
+
+def check_committable(writers: Any, ids: list[str], writer_id: str) -> None:
+    """Before any commit: every transaction of the job can still be committed (open, or
+    committing or committed by an earlier try of this commit). One that cannot (its worker
+    died and its lease ran out) fails the job here, before any other is committed, so that
+    the job leaves nothing rather than part of its rows. One request for all the job's open
+    transactions (by ``writer_id``), one more for each of the others."""
+    open_now = {str(t) for t in writers.open_txn_ids(writer_id)} if writer_id else set()
+    for text in ids:
+        if text in open_now:
+            continue
+        state = writers.txn_state(uuid.UUID(text))
+        if state not in ("OPEN", "COMMITTING", "COMMITTED"):
+            raise RuntimeError(
+                f"millrace: transaction {text} cannot be committed: it is {state}; the commit"
+                " stops before committing any of this job's transactions"
+            )
 
 
 # -- streaming read -------------------------------------------------------------------------------
@@ -441,9 +463,12 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def commit(self, messages: list[Any], batchId: int) -> None:
         record = self.records / f"{batchId}.json"
         ours = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
+        writer_id = f"spark-{self.query}-{batchId}"
         if record.exists():  # a replay: the first run's transactions are the batch
             first = json.loads(record.read_text())["transactions"]
-            finish(self.options, [WriteMessage(0, t) for t in first], commit=True)
+            finish(
+                self.options, [WriteMessage(0, t) for t in first], commit=True, writer_id=writer_id
+            )
             replayed = [t for t in ours if t not in first]
             finish(self.options, [WriteMessage(0, t) for t in replayed], commit=False)
             return
@@ -451,7 +476,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         partial = record.with_suffix(".tmp")
         partial.write_text(json.dumps({"batchId": batchId, "transactions": ours}))
         os.replace(partial, record)
-        finish(self.options, messages, commit=True)
+        finish(self.options, messages, commit=True, writer_id=writer_id)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         finish(self.options, messages, commit=False, writer_id=f"spark-{self.query}-{batchId}")

@@ -14,6 +14,7 @@ transactions lapse, as a dead task's should.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -105,6 +106,12 @@ class LeaseKeeper:
         with self._lock:
             self._due.pop(txn_id, None)
 
+    def stop(self) -> None:
+        """Keep nothing more (at the process's exit, when its clients close)."""
+        with self._lock:
+            self._due.clear()
+        self._wake.set()
+
     def kept(self) -> list[uuid.UUID]:
         """The transactions still kept alive."""
         with self._lock:
@@ -123,7 +130,8 @@ class LeaseKeeper:
             with self._lock:
                 ready = [(txn, options) for txn, (due, options) in self._due.items() if due <= now]
             for txn_id, options in ready:
-                self._ping(txn_id, options)
+                if txn_id in self._due:  # (not forgotten or stopped meanwhile)
+                    self._ping(txn_id, options)
 
     def _ping(self, txn_id: uuid.UUID, options: Options) -> None:
         try:
@@ -145,5 +153,6 @@ def _period(options: Options) -> float:
     return options.transaction_timeout_ms / 1000 / PINGS_PER_LEASE
 
 
-#: This worker's lease keeper.
+#: This worker's lease keeper (it stops at the process's exit).
 LEASES = LeaseKeeper()
+atexit.register(LEASES.stop)

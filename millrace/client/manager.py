@@ -231,6 +231,10 @@ class TransactionalWriter(_Closing):
         """Abort the transaction ``txn_id`` by its id alone; returns its state."""
         return self._loop.run(self._writer.abort_txn(txn_id))
 
+    def txn_state(self, txn_id: uuid.UUID) -> str:
+        """The state of the transaction ``txn_id``, by its id alone."""
+        return self._loop.run(self._writer.txn_state(txn_id))
+
     def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = 30_000) -> None:
         """Extend the lease of the open transaction ``txn_id`` by its id alone."""
         self._loop.run(self._writer.ping_txn(txn_id, lease_ms))

@@ -31,7 +31,6 @@ class Transaction:
     def __init__(self, owner: AsyncTransactionalWriter, answer: dict[str, Any]) -> None:
         self.owner = owner
         self.txn_id = uuid.UUID(answer["txnId"])
-        self._base = owner._txn_path(self.txn_id)
         self._keyspace = KeySpace(
             [
                 SegmentRange(s["parentId"], s["name"], s["keyStart"], s["keyEnd"])
@@ -153,7 +152,7 @@ class Transaction:
         await self.owner.ping_txn(self.txn_id, lease_ms)
 
     async def check_status(self) -> str:
-        self.state = str((await self.owner.controller.call("GET", self._base))["state"])
+        self.state = await self.owner.txn_state(self.txn_id)
         return self.state
 
 
@@ -210,6 +209,11 @@ class AsyncTransactionalWriter:
         (``precondition-failed``)."""
         answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/abort", {"wait": 30})
         return str(answer["state"])
+
+    async def txn_state(self, txn_id: uuid.UUID) -> str:
+        """The state of the transaction ``txn_id`` (OPEN, COMMITTING, COMMITTED, ABORTING,
+        ABORTED), by its id alone."""
+        return str((await self.controller.call("GET", self._txn_path(txn_id)))["state"])
 
     async def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = LEASE_MS_DEFAULT) -> None:
         """Extend the lease of the open transaction ``txn_id`` by its id alone; one no longer

@@ -295,3 +295,34 @@ def test_a_workers_tasks_share_one_writer_and_a_failed_task_drops_it(node: Stand
         assert reader.read_next(timeout=1) is None  # nothing of the failed task
         reader.close()
     source.forget_task_writers(opts)
+
+
+def test_a_commit_finding_one_transaction_lapsed_commits_none(node: Standalone) -> None:
+    """The driver checks every task's transaction before it commits any: one that lapsed
+    (here aborted by hand, as the controller aborts one whose worker died) fails the job with
+    nothing of it visible, where asking for all the commits at once committed the others."""
+    import pyarrow as pa
+
+    from spark_bridge import source
+    from spark_bridge.options import Options
+
+    opts = Options.parse(options(node, "lapsed", allow_create_scope="true"))
+    source.prepare_stream(opts)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([f"e{i}".encode() for i in range(50)]), pa.array([str(i) for i in range(50)])],
+        names=["event", "routing_key"],
+    )
+    messages = [source.write_batches(opts, iter([batch]), "job-lapsed") for _ in range(3)]
+    lapsed = uuid.UUID(messages[1].txn_id)
+    source.task_writers(opts).abort_txn(lapsed)
+    with pytest.raises(RuntimeError, match=f"{lapsed} cannot be committed: it is ABORT"):
+        source.finish(opts, messages, commit=True, writer_id="job-lapsed")
+    writers = source.task_writers(opts)
+    assert [writers.txn_state(uuid.UUID(m.txn_id)) for m in messages] == ["OPEN", "ABORTED", "OPEN"]
+    source.finish(opts, messages, commit=False, writer_id="job-lapsed")  # (Spark's abort)
+    with StreamManager(node.base, token=node.token) as manager:
+        reader = manager.create_reader("sp", "lapsed")
+        assert reader.read_next(timeout=2) is None
+        reader.close()
+    assert open_transactions(node) == 0
+    source.forget_task_writers(opts)
