@@ -69,6 +69,7 @@ __all__ = [
     "DurableDataLog",
     "Frame",
     "FrameParts",
+    "Gathered",
     "LogAddress",
     "StorageError",
     "TierError",
@@ -197,6 +198,35 @@ def frame_size(frame: Frame) -> int:
 def frame_bytes(frame: Frame) -> bytes | memoryview:
     """A frame as one buffer (its parts joined, if given in parts)."""
     return b"".join(frame) if isinstance(frame, list) else frame
+
+
+class Gathered:
+    """Buffers added in order, given back (``parts``) with each run of ones shorter than
+    ``big`` joined into one and each of ``big`` bytes or more as it is, not copied: what a
+    frame in parts and a batch of tier-1 records are made of."""
+
+    __slots__ = ("_run", "big", "parts")
+
+    def __init__(self, big: int) -> None:
+        self.big = big
+        self.parts: FrameParts = []
+        self._run: list[bytes | bytearray | memoryview] = []
+
+    def add(self, piece: bytes | bytearray | memoryview) -> None:
+        if len(piece) < self.big:
+            self._run.append(piece)
+            return
+        if self._run:
+            self.parts.append(b"".join(self._run))
+            self._run.clear()
+        self.parts.append(piece)  # type: ignore[arg-type]  # (a big piece is never a bytearray)
+
+    def done(self) -> FrameParts:
+        """The parts, the last run joined."""
+        if self._run:
+            self.parts.append(b"".join(self._run))
+            self._run.clear()
+        return self.parts
 
 
 class DurableDataLog(abc.ABC):

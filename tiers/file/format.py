@@ -29,7 +29,7 @@ from typing import Any
 
 import crc32c
 
-from tiers.base import DataLogCorruptionError, Frame, LogAddress, frame_size
+from tiers.base import DataLogCorruptionError, Frame, Gathered, LogAddress, frame_size
 
 __all__ = [
     "EPOCH_SIZE",
@@ -86,28 +86,19 @@ def encode_records(
     """Records for ``frames`` (each a buffer or ``FrameParts``): buffers to write, their
     addresses and the total size. Small pieces are gathered into one buffer; a piece of
     ``GATHER_BYTES`` or more is written from where it is."""
-    buffers: list[bytes | memoryview] = []
-    small: list[bytes | memoryview] = []
+    gathered = Gathered(GATHER_BYTES)
     addresses = []
     start = offset
     pack = RECORD.pack
     for frame in frames:
         length = frame_size(frame)
-        small.append(pack(length, record_crc(length, sequence, frame), sequence))
+        gathered.add(pack(length, record_crc(length, sequence, frame), sequence))
         addresses.append(LogAddress(sequence, ledger, offset))
         for piece in frame if isinstance(frame, list) else (frame,):
-            if len(piece) < GATHER_BYTES:
-                small.append(piece)
-                continue
-            if small:
-                buffers.append(b"".join(small))
-                small.clear()
-            buffers.append(piece)
+            gathered.add(piece)
         sequence += 1
         offset += RECORD.size + length
-    if small:
-        buffers.append(b"".join(small))
-    return buffers, addresses, offset - start
+    return gathered.done(), addresses, offset - start
 
 
 def ledger_file_name(ledger_id: int) -> str:

@@ -27,6 +27,7 @@ from segment_app.engine.logs.operations import (
     decode_operation,
     encode_operation,
 )
+from tiers.base import Gathered
 
 __all__ = [
     "APPEND_RECORD_BYTES",
@@ -133,19 +134,11 @@ class FrameBuilder:
         part of ``FRAME_PART_BYTES`` or more (an append's data) as it is, not copied (its
         owner never changes it). Joining a bulk writer's megabyte appends into one buffer was
         a copy of every byte the node took in."""
-        out: list[bytes | memoryview] = []
-        run: list[bytes | bytearray | memoryview] = []
-        checksum = 0
+        gathered = Gathered(FRAME_PART_BYTES)
         for part in itertools.islice(self._parts, 1, None):
-            if len(part) < FRAME_PART_BYTES:
-                run.append(part)
-                continue
-            if run:
-                out.append(b"".join(run))
-                run.clear()
-            out.append(part)  # type: ignore[arg-type]  # (a big part is never a bytearray)
-        if run:
-            out.append(b"".join(run))
+            gathered.add(part)
+        out = gathered.done()
+        checksum = 0
         for part in out:
             checksum = crc32c.crc32c(part, checksum)
         body_bytes = sum(map(len, out))
