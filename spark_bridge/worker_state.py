@@ -87,13 +87,17 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         #: transaction -> (when its next ping is due, on ``time.monotonic``; its options)
         self._due: dict[uuid.UUID, tuple[float, Options]] = {}
+        #: transaction -> when its lease, as last extended, runs out (``time.monotonic``)
+        self._lease_end: dict[uuid.UUID, float] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def keep(self, options: Options, txn_id: uuid.UUID) -> None:
         """Keep ``txn_id`` (of the options' stream) alive from now on."""
+        now = time.monotonic()
         with self._lock:
-            self._due[txn_id] = (time.monotonic() + _period(options), options)
+            self._due[txn_id] = (now + _period(options), options)
+            self._lease_end[txn_id] = now + options.transaction_timeout_ms / 1000
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="millrace-transaction-leases", daemon=True
@@ -104,12 +108,17 @@ class LeaseKeeper:
     def forget(self, txn_id: uuid.UUID) -> None:
         """Stop keeping ``txn_id`` (its task aborts it)."""
         with self._lock:
-            self._due.pop(txn_id, None)
+            self._drop(txn_id)
+
+    def _drop(self, txn_id: uuid.UUID) -> None:
+        self._due.pop(txn_id, None)
+        self._lease_end.pop(txn_id, None)
 
     def stop(self) -> None:
         """Keep nothing more (at the process's exit, when its clients close)."""
         with self._lock:
             self._due.clear()
+            self._lease_end.clear()
         self._wake.set()
 
     def kept(self) -> list[uuid.UUID]:
@@ -134,19 +143,32 @@ class LeaseKeeper:
                     self._ping(txn_id, options)
 
     def _ping(self, txn_id: uuid.UUID, options: Options) -> None:
+        lease = options.transaction_timeout_ms / 1000
+        started = time.monotonic()
         try:
             task_writers(options).ping_txn(txn_id, options.transaction_timeout_ms)
         except ControllerError as exc:
             if exc.code in ("precondition-failed", "not-found"):  # committed, aborted or gone
                 with self._lock:
-                    self._due.pop(txn_id, None)
+                    self._drop(txn_id)
                 return
-            log.warning("millrace: could not extend the lease of transaction %s: %s", txn_id, exc)
+            failure: Exception | None = exc
         except Exception as exc:  # (the controller out of reach: again at the next turn)
-            log.warning("millrace: could not extend the lease of transaction %s: %s", txn_id, exc)
+            failure = exc
+        else:
+            failure = None
         with self._lock:
-            if txn_id in self._due:
-                self._due[txn_id] = (time.monotonic() + _period(options), options)
+            if txn_id not in self._due:
+                return
+            if failure is None:
+                self._lease_end[txn_id] = started + lease
+            elif time.monotonic() < self._lease_end[txn_id]:  # (again at the next turn)
+                log.debug("millrace: ping of transaction %s failed: %s", txn_id, failure)
+            else:  # lapsed: nothing left to keep
+                self._drop(txn_id)
+                log.warning("millrace: transaction %s lapsed (%s)", txn_id, failure)
+                return
+            self._due[txn_id] = (time.monotonic() + _period(options), options)
 
 
 def _period(options: Options) -> float:
