@@ -144,6 +144,10 @@ class Session:
     call_waiters: collections.deque[Waiter] = dataclasses.field(default_factory=collections.deque)
     #: Set when a block in flight is answered; made when someone first waits for room.
     room: asyncio.Event | None = None
+    #: The highest event number the segment store acknowledged to this session (from the
+    #: setup's last persisted number on). A call whose blocks were partly acknowledged when
+    #: the session failed has its events up to this one stored.
+    acked: int = wire.NO_EVENT_NUMBER
 
     @property
     def next_event_number(self) -> int:

@@ -185,7 +185,11 @@ class AppendSessions(SegmentCalls):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._call(make, wire.AppendSetup)).last_event_number
         session = Session(
-            client=self, segment=segment, writer_id=writer_id, open_first=max(last, 0) + 1
+            client=self,
+            segment=segment,
+            writer_id=writer_id,
+            open_first=max(last, 0) + 1,
+            acked=last,
         )
         old = self._sessions.get(writer_id.int)
         if old is not None and old.failure is None:  # its handles are stale from now on
@@ -194,6 +198,16 @@ class AppendSessions(SegmentCalls):
             )
         self._sessions[writer_id.int] = session
         return last
+
+    def acked_event_number(self, writer_id: uuid.UUID) -> int:
+        """The highest event number of ``writer_id`` the segment store acknowledged on this
+        connection (its last persisted one at ``setup_append`` if none since), also after the
+        session failed: a writer whose segment was sealed in the middle of a call re-routes
+        only the events after it (the others are stored in the sealed segment)."""
+        session = self._sessions.get(writer_id.int)
+        if session is None:
+            raise InvalidArgumentError(f"no setup_append for writer {writer_id}")
+        return session.acked
 
     def writer_handle(self, writer_id: uuid.UUID) -> WriterHandle:
         """The writer's handle on this connection (after ``setup_append``): taken wherever a
@@ -513,6 +527,8 @@ class AppendSessions(SegmentCalls):
         session = self._sessions.get(writer)
         if session is None:
             return
+        if number > session.acked:
+            session.acked = number
         in_flight, blocks, resolved = session.in_flight, self._blocks, self._resolved
         while in_flight and in_flight[0][BLOCK_LAST] <= number:
             rid = in_flight.popleft()[BLOCK_RID]

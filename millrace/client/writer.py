@@ -97,10 +97,14 @@ class AsyncEventWriter:
         stream: str,
         *,
         pending_events_max: int = 100_000,
+        limits: ssc.AppendLimits | None = None,
     ) -> None:
         self.controller = controller
         self.scope, self.stream = scope, stream
         self.pending_events_max = pending_events_max
+        #: How the segment store client batches this writer's appends into blocks
+        #: (``None``: its defaults).
+        self.limits = limits
         self._pool: SegmentStorePool | None = None
         self._keyspace: KeySpace | None = None
         self._writers: dict[int, _SegmentWriter] = {}
@@ -125,7 +129,10 @@ class AsyncEventWriter:
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
+        options = {} if self.limits is None else {"limits": self.limits}
+        self._pool = await SegmentStorePool.for_stream(
+            self.controller, self.scope, self.stream, **options
+        )
         segments = await self.controller.current_segments(self.scope, self.stream)
         if not segments:
             raise ssc.SegmentSealedError(f"stream {self.scope}/{self.stream} is sealed")
@@ -457,19 +464,27 @@ class AsyncEventWriter:
         async with self._lock:
             writer.client = client
             self.reconnects += 1
-            items, writer.pending = list(writer.pending), deque()
+            items = self._take_unpersisted(writer, last)
             writer.next_number = max(last, 0) + 1
             writer.reconnecting = False
-            writer.unsent = []
             for item in items:
-                if item.number + item.count - 1 <= last:
-                    self._complete(item)  # persisted before the connection was lost
-                elif not item.done.done():
-                    if item.number <= last and item.group is not None:
-                        del item.group[: last - item.number + 1]  # the rest of a group
-                        if item.keys is not None:
-                            del item.keys[: last - item.number + 1]
-                    self._enqueue(writer, item)
+                self._enqueue(writer, item)
+
+    def _take_unpersisted(self, writer: _SegmentWriter, last: int) -> list[_Pending]:
+        """Empty ``writer``'s queues: complete the events the segment store has (numbers up to
+        ``last``) and return the others in order, a group cut to its events after ``last``."""
+        items, writer.pending, writer.unsent = list(writer.pending), deque(), []
+        left: list[_Pending] = []
+        for item in items:
+            if item.number + item.count - 1 <= last:
+                self._complete(item)  # stored (its ack was lost, or came for a later block)
+            elif not item.done.done():
+                if item.number <= last and item.group is not None:
+                    del item.group[: last - item.number + 1]  # the rest of a group
+                    if item.keys is not None:
+                        del item.keys[: last - item.number + 1]
+                left.append(item)
+        return left
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:
         async with self._lock:
@@ -498,10 +513,11 @@ class AsyncEventWriter:
         assert self._keyspace is not None
         self._keyspace = replace_sealed(self._keyspace, writer.segment, [s for s, _ in successors])
         self._routes = {}
-        items, writer.pending, writer.unsent = list(writer.pending), deque(), []
-        for item in items:
-            if item.done.done():
-                continue
+        # A call's first blocks may have been stored before a later one found the segment
+        # sealed: those events are in the sealed segment, and sending them on would store
+        # them twice. Only what comes after the last acknowledged event goes on.
+        acked = writer.client.acked_event_number(writer.writer_id)
+        for item in self._take_unpersisted(writer, acked):
             if item.keys is None:
                 await self._send(item)
             else:

@@ -20,8 +20,9 @@ import pytest
 from millrace.client.controller import AsyncControllerClient, ControllerError
 from millrace.client.events import EventSplitter
 from millrace.client.manager import StreamManager
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 from millrace.client.streamcut import StreamCut
+from millrace.client.writer import AsyncEventWriter
 from tests.acceptance.standalone_node import Standalone, request
 
 KEYS = [f"key-{i}" for i in range(8)]
@@ -132,6 +133,56 @@ def test_writer_follows_scaling_without_loss_duplicates_or_reordering(
     for key, events in by_key.items():
         sequence = [seq for _, seq in sorted(events, key=lambda e: e[0])]  # stable: offset order
         assert sequence == keyed.expected()[key], f"{key}: lost, duplicated or out of order"
+
+
+def test_a_call_whose_first_blocks_were_stored_before_the_seal_is_not_stored_twice(
+    standalone: Standalone, session: tuple[StreamManager, str]
+) -> None:
+    """Blocks of four events, one in flight at a time: every call the writer hands the segment
+    store client spans dozens of blocks, so a scale's seal lands in the middle of one, after
+    its first blocks were stored. Those events are in the sealed segment; only the rest may go
+    to the successors (re-sending the whole call stored its first blocks twice)."""
+    _, scope = session
+    limits = AppendLimits(block_events_max=4, blocks_in_flight_max=1, small_block_bytes=0)
+
+    async def write_while_scaling() -> tuple[dict[str, int], int]:
+        controller = AsyncControllerClient(standalone.base, standalone.token)
+        writer = AsyncEventWriter(controller, scope, "st", pending_events_max=2_000, limits=limits)
+        counts = dict.fromkeys(KEYS, 0)
+        done: list[asyncio.Future[None]] = []
+
+        async def write(n: int) -> None:
+            events, keys = [], []
+            for i in range(n):
+                key = KEYS[i % len(KEYS)]
+                events.append(f"{key}:{counts[key]}".encode())
+                keys.append(key)
+                counts[key] += 1
+            done.append(await writer.write_batch(events, keys))
+
+        try:
+            await write(400)
+            for split in (True, False):
+                scale = asyncio.ensure_future(
+                    asyncio.to_thread(_scale, standalone, standalone.token, scope, split)
+                )
+                while not scale.done():
+                    await write(200)
+                await scale
+                await write(400)
+            await asyncio.gather(*done)
+            await writer.flush()
+            return counts, writer.reroutes
+        finally:
+            await writer.close()
+            await controller.close()
+
+    counts, reroutes = asyncio.run(write_while_scaling())
+    assert reroutes >= 2
+    by_key = asyncio.run(_read_all(standalone, standalone.token, scope))
+    for key in KEYS:
+        sequence = [seq for _, seq in sorted(by_key[key], key=lambda e: e[0])]
+        assert sequence == list(range(counts[key])), f"{key}: lost, duplicated or out of order"
 
 
 def test_reader_reads_everything_in_key_order_across_scales_until_sealed(

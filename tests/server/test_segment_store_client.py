@@ -126,6 +126,36 @@ async def test_raw_read_only_views_are_sent_as_they_are_other_buffers_copied(
     assert (await store.read(SEG, 0, 2 << 20)).data == big + b"as appended" + big[:1000]
 
 
+async def test_a_call_cut_short_by_a_seal_tells_how_much_of_it_was_stored(
+    server, store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call of 8 events goes in blocks of 2, one at a time. The segment is sealed right
+    after the first block: the call fails, and the session tells that events up to 2 are
+    stored (a writer re-routes only the rest to the successors, not all 8 again)."""
+    limits = AppendLimits(block_events_max=2, blocks_in_flight_max=1, small_block_bytes=0)
+    client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
+    await client.create_segment(SEG)
+    writer = uuid.uuid4()
+    assert await client.setup_append(SEG, writer) == c.NO_EVENT_NUMBER
+    assert client.acked_event_number(writer) == c.NO_EVENT_NUMBER
+    take = store.append_group_nowait
+    seals: list[asyncio.Task[int]] = []
+
+    def take_then_seal(items):  # (the seal queues behind the first block's append)
+        parts = take(items)
+        if not seals:
+            seals.append(asyncio.ensure_future(store.seal(SEG)))
+        return parts
+
+    monkeypatch.setattr(store, "append_group_nowait", take_then_seal)
+    with pytest.raises(c.SegmentSealedError):
+        await (await client.append_block(writer, [b"%d" % i for i in range(1, 9)]))
+    assert await seals[0] == 2 * (8 + 1)  # the segment holds the first block only
+    assert client.acked_event_number(writer) == 2
+    assert (await store.read(SEG, 0, 100)).data == block_data((b"1", b"2"), 1, False)
+    await client.close()
+
+
 async def test_append_errors_are_typed(client: SegmentStoreClient) -> None:
     with pytest.raises(c.InvalidArgumentError):
         await client.append_block(uuid.uuid4(), b"never set up")
