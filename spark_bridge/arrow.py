@@ -146,15 +146,18 @@ class Framer:
         self._value_set: Any = None
         self.rng = np.random.default_rng()
 
-    def parts(self, batch: Any) -> dict[int, list[memoryview]]:
-        """Each segment's framed pieces (read-only views), by index into the ranges."""
-        events = event_column(batch)
-        if not len(events):
+    def parts(self, *batches: Any) -> dict[int, list[memoryview]]:
+        """Each segment's framed pieces (read-only views) of the rows of ``batches``, in their
+        order, by index into the ranges. Several batches at once are framed into one table
+        (each segment's rows of all of them side by side, so fewer, larger pieces)."""
+        columns = [column for column in map(event_column, batches) if len(column)]
+        if not columns:
             return {}
-        where = self.segments_of(batch, len(events))
-        table = framed_by_segment(events, where, len(self.starts), self.piece_bytes)
+        where = self.segments_of(*batches)
+        table = framed_by_segment(columns, where, len(self.starts), self.piece_bytes)
         if table is not None:
             return table
+        events = columns[0] if len(columns) == 1 else pa.concat_arrays(columns)
         if len(self.starts) == 1:
             return {0: frame(events, self.piece_bytes)}
         parts = {}
@@ -163,16 +166,17 @@ class Framer:
             parts[int(index)] = frame(rows, self.piece_bytes)
         return parts
 
-    def segments_of(self, batch: Any, count: int) -> np.ndarray:
-        """Each row's segment (an index into the key space's ranges): the keys looked up
-        among those seen so far in one vectorised pass (``index_in``); only a key not seen
-        before is hashed, in Python, once."""
-        names = batch.schema.names
+    def segments_of(self, *batches: Any) -> np.ndarray:
+        """Each row's segment (an index into the key space's ranges), the rows of ``batches``
+        in order: the keys looked up among those seen so far in one vectorised pass
+        (``index_in``); only a key not seen before is hashed, in Python, once."""
+        count = sum(batch.num_rows for batch in batches)
         if len(self.starts) == 1:
             return np.zeros(count, np.int64)
-        if "routing_key" not in names:
+        if not count or "routing_key" not in batches[0].schema.names:
             return self._random(count)
-        keys = batch.column(names.index("routing_key"))
+        columns = [batch.column(batch.schema.names.index("routing_key")) for batch in batches]
+        keys = columns[0] if len(columns) == 1 else pa.concat_arrays(columns)  # (keys: small)
         found = pc.index_in(keys, value_set=self._known_as(keys.type))
         if found.null_count > keys.null_count:  # keys not seen before
             new = pc.unique(keys.filter(pc.and_(found.is_null(), keys.is_valid()))).to_pylist()
@@ -210,40 +214,47 @@ class Framer:
 
 
 def framed_by_segment(
-    events: Any, where: np.ndarray, segments: int, piece_bytes: int
+    columns: list[Any], where: np.ndarray, segments: int, piece_bytes: int
 ) -> dict[int, list[memoryview]] | None:
-    """For events all of one (non-zero) size: every row framed in one table of header and
-    payload, the rows grouped by segment in the batch's order (a stable sort) with one gather
-    of whole rows, and each segment's rows cut into views of about ``piece_bytes``; None for
-    events of mixed sizes (``frame`` per segment does those). Two copies of the payloads (one
-    for a single segment), where taking each segment's rows and framing them made three."""
-    count = len(events)
-    _, offsets_buffer, data_buffer = events.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, events.offset * 4)
-    size = int(offsets[1]) - int(offsets[0])
-    if size <= 0 or size > EVENT_BYTES_MAX or not (np.diff(offsets) == size).all():
-        return None  # (frame() refuses an oversized event by name)
-    data = np.frombuffer(data_buffer, np.uint8, size * count, int(offsets[0]))
-    stride = HEADER.size + size
+    """For binary arrays (one after the other, none empty) whose events are all of one
+    (non-zero) size: every row framed in one table of header and payload, the rows grouped by
+    segment in their order (a stable sort), each payload copied once, straight to its row;
+    each segment's rows cut evenly into views of at most about ``piece_bytes``. None for
+    events of mixed sizes (``frame`` per segment does those)."""
+    payloads, size = [], -1
+    for events in columns:
+        count = len(events)
+        _, offsets_buffer, data_buffer = events.buffers()
+        offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, events.offset * 4)
+        size = int(offsets[1]) - int(offsets[0]) if size < 0 else size
+        if size <= 0 or size > EVENT_BYTES_MAX or not (np.diff(offsets) == size).all():
+            return None  # (frame() refuses an oversized event by name)
+        kind = np.dtype((np.void, size))
+        payloads.append(np.frombuffer(data_buffer, kind, count, int(offsets[0])))
+    count, stride = len(where), HEADER.size + size
     table = np.empty((count, stride), np.uint8)
     table[:, : HEADER.size] = np.frombuffer(HEADER.pack(EVENT_TYPE, size), np.uint8)
-    table[:, HEADER.size :] = data.reshape(count, size)
-    if segments > 1:  # rows grouped by segment: one gather of whole framed rows
+    rows = np.ndarray((count,), np.dtype((np.void, size)), table, HEADER.size, (stride,))
+    place = np.arange(count)  # each row's place once grouped by segment
+    if segments > 1:
         small = where.astype(np.int16) if segments <= np.iinfo(np.int16).max else where
-        order = np.argsort(small, kind="stable")  # (16-bit keys: a radix sort)
-        rows = table.view(np.dtype((np.void, stride))).reshape(count)
-        table = rows[order].view(np.uint8)  # (faster than a take into the framed table)
+        place[np.argsort(small, kind="stable")] = place.copy()  # (16-bit keys: a radix sort)
+    row = 0
+    for data in payloads:
+        rows[place[row : row + len(data)] if segments > 1 else slice(row, row + len(data))] = data
+        row += len(data)
     flat = read_only_view(table)
-    rows_per_piece = max(1, piece_bytes // stride)
     parts: dict[int, list[memoryview]] = {}
     row = 0
-    for index, rows in enumerate(np.bincount(where, minlength=segments).tolist()):
-        if rows:
+    for index, rows_of in enumerate(np.bincount(where, minlength=segments).tolist()):
+        if rows_of:
+            pieces = -(-rows_of // max(1, piece_bytes // stride))  # (as few as fit, even)
+            per_piece = -(-rows_of // pieces)
             parts[index] = [
-                flat[start * stride : min(start + rows_per_piece, row + rows) * stride]
-                for start in range(row, row + rows, rows_per_piece)
+                flat[start * stride : min(start + per_piece, row + rows_of) * stride]
+                for start in range(row, row + rows_of, per_piece)
             ]
-            row += rows
+            row += rows_of
     return parts
 
 

@@ -53,9 +53,10 @@ from spark_bridge.worker_state import LEASES, forget_task_writers, manager_of, t
 
 log = logging.getLogger(__name__)
 
-#: A writing task hands the client its framed events this many bytes at a time (several of
-#: Spark's Arrow batches, 10,000 rows each by default): fewer, fuller blocks on the wire and
-#: appends in the segment store (a 1 GB job: 6.3 s -> 4.8-5.5 s, docs/BENCHMARKS.md).
+#: A writing task frames Spark's Arrow batches (10,000 rows each by default) and hands them to
+#: the client this many bytes at a time: fewer, fuller blocks on the wire and appends in the
+#: segment store (a 1 GB job: 6.3 s -> 4.8-5.5 s, docs/BENCHMARKS.md), each segment's rows of
+#: all of them in one piece or a few.
 WRITE_BYTES = 4 << 20
 #: Transactions a job's driver asks the controller about at once when it commits or aborts.
 FINISH_AT_ONCE = 8
@@ -297,17 +298,16 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
         LEASES.keep(options, txn.txn_id)  # (alive until the driver commits it: worker_state)
         try:
             framer = arrow.Framer(txn.shadow_ranges)
-            pending: dict[int, list[Any]] = {}
-            held = 0
+            held: list[Any] = []
+            size = 0
             for batch in batches:
-                for index, pieces in framer.parts(batch).items():
-                    pending.setdefault(index, []).extend(pieces)
-                    held += sum(len(piece) for piece in pieces)
+                held.append(batch)
+                size += batch.nbytes
                 count += batch.num_rows
-                if held >= WRITE_BYTES:
-                    txn.write_framed(pending)
-                    pending, held = {}, 0
-            txn.write_framed(pending)
+                if size >= WRITE_BYTES:
+                    txn.write_framed(framer.parts(*held))
+                    held, size = [], 0
+            txn.write_framed(framer.parts(*held))
             txn.flush()
         except BaseException:
             LEASES.forget(txn.txn_id)

@@ -3,11 +3,15 @@
 Responsibility: the receive side of framing for ``asyncio.BufferedProtocol`` (server and client).
 Small frames are received into one reusable buffer and copied out once; a frame whose payload is
 at least ``large_payload_bytes_min`` gets a buffer of its own that the socket fills directly and
-that is handed out as is (no copy). A negative or oversize length raises ``FramingError``: the
+that is handed out as is (no copy). That buffer is left uncleared (``numpy.empty``): every byte of
+it is received before it is handed out, so clearing it first (``bytearray(n)``) would write
+each byte twice. A negative or oversize length raises ``FramingError``: the
 stream cannot be resynchronised, so the connection must be closed.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from .codec import FRAME_HEADER, FRAME_HEADER_BYTES, FRAME_PAYLOAD_BYTES_MAX, ProtocolError
 
@@ -38,14 +42,14 @@ class FrameAssembler:
         self._end = 0
         self._large_min = large_payload_bytes_min
         self._payload_max = payload_bytes_max
-        self._big: bytearray | None = None
+        self._big: memoryview | None = None
         self._big_type = 0
         self._big_filled = 0
 
     def get_buffer(self) -> memoryview:
         """Where the next received bytes should go (never empty)."""
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return self._big[self._big_filled :]
         if len(self._buf) - self._end < self._large_min:
             self._compact()
         return self._mv[self._end :]
@@ -73,11 +77,11 @@ class FrameAssembler:
             frames.extend(self.buffer_updated(n))
         return frames
 
-    def _big_updated(self, big: bytearray, nbytes: int) -> list[Frame]:
+    def _big_updated(self, big: memoryview, nbytes: int) -> list[Frame]:
         self._big_filled += nbytes
         if self._big_filled < len(big):
             return []
-        frame = (self._big_type, memoryview(big))
+        frame = (self._big_type, big)
         self._big = None
         return [frame]
 
@@ -101,7 +105,7 @@ class FrameAssembler:
 
     def _start_big(self, type_code: int, length: int, payload_start: int) -> None:
         have = self._end - payload_start
-        big = bytearray(length)
+        big = np.empty(length, np.uint8).data  # (filled below and by the socket)
         big[:have] = self._mv[payload_start : self._end]
         self._big, self._big_type, self._big_filled = big, type_code, have
         self._start = self._end = 0

@@ -103,7 +103,7 @@ def test_rows_go_to_the_segment_owning_their_key(width: int) -> None:
         names=["event", "routing_key"],
     )
     framer = arrow.Framer(ranges)
-    where = framer.segments_of(batch, 350)
+    where = framer.segments_of(batch)
     for key, index in zip(keys[:300], where[:300], strict=True):
         start, end = ranges[index]
         assert start <= key_point(key) < end
@@ -124,6 +124,34 @@ def test_rows_go_to_the_segment_owning_their_key(width: int) -> None:
         b"a",
         b"b",
     ]
+
+
+@pytest.mark.parametrize("sizes", [(6, 6, 6), (6, 9, 6)], ids=["one size", "mixed sizes"])
+@pytest.mark.parametrize("ranges", [[(0.0, 1.0)], [(0.0, 0.4), (0.4, 0.7), (0.7, 1.0)]])
+def test_batches_framed_together_give_each_segment_their_rows_in_order(
+    sizes: tuple[int, ...], ranges: list[tuple[float, float]]
+) -> None:
+    """A task frames several of Spark's batches at once: each segment gets the rows of all of
+    them, in order, in pieces of at most ``piece_bytes`` holding whole events."""
+    batches, rows = [], []
+    for number, size in enumerate(sizes):
+        events = [f"{number}-{i:0{size - 2}}".encode()[:size] for i in range(500)]
+        keys = [f"k{i % 37}" for i in range(500)]
+        batches.append(pa.RecordBatch.from_arrays(
+            [pa.array(events), pa.array(keys, pa.string())], names=["event", "routing_key"]
+        ))  # fmt: skip
+        rows += zip(events, keys, strict=True)
+    empty = batches[0].slice(0, 0)
+    framer = arrow.Framer(ranges, piece_bytes=1000)
+    parts = framer.parts(batches[0], empty, *batches[1:])
+    where = arrow.Framer(ranges).segments_of(*batches)
+    for index in range(len(ranges)):
+        pieces = parts.get(index, [])
+        assert all(0 < len(p) <= 1000 and arrow.event_starts(p, 0)[1] == len(p) for p in pieces)
+        got = [e for p in pieces for e in _payloads(p)]
+        assert got == [event for (event, _), at in zip(rows, where, strict=True) if at == index]
+    assert sum(len(_payloads(p)) for ps in parts.values() for p in ps) == len(rows)
+    assert framer.parts(empty) == {}
 
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.binary()])
@@ -161,7 +189,7 @@ def test_keys_are_placed_alike_whether_remembered_or_not(
         keys = [f"key-{first + i % 120}" for i in range(400)] + [None] * 7
         columns = [pa.array([b"e"] * len(keys)), pa.array(keys, pa.string())]
         batch = pa.RecordBatch.from_arrays(columns, names=["event", "routing_key"])
-        where = framer.segments_of(batch, len(keys))
+        where = framer.segments_of(batch)
         for key, index in zip(keys[:400], where[:400], strict=True):
             start, end = ranges[index]
             assert start <= key_point(key) < end
@@ -170,4 +198,4 @@ def test_keys_are_placed_alike_whether_remembered_or_not(
     nulls = pa.RecordBatch.from_arrays(
         [pa.array([b"e"] * 5), pa.array([None] * 5, pa.string())], names=["event", "routing_key"]
     )
-    assert set(framer.segments_of(nulls, 5)) <= {0, 1, 2}
+    assert set(framer.segments_of(nulls)) <= {0, 1, 2}
