@@ -47,6 +47,7 @@ from millrace.client.batch import RangeTruncatedError, SegmentRange
 from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
 from millrace.client.streamcut import StreamCut
+from millrace.client.transactions import COMMIT_AT_ONCE
 from spark_bridge import arrow
 from spark_bridge.options import OptionError, Options
 from spark_bridge.worker_state import LEASES, forget_task_writers, manager_of, task_writers
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 #: segment store (a 1 GB job: 6.3 s -> 4.8-5.5 s, docs/BENCHMARKS.md), each segment's rows of
 #: all of them in one piece or a few.
 WRITE_BYTES = 4 << 20
-#: Transactions a job's driver asks the controller about at once when it commits or aborts.
+#: Transactions a job's driver aborts at once (side by side).
 FINISH_AT_ONCE = 8
 #: The rows a read gives.
 SCHEMA = (
@@ -322,11 +323,11 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
 def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: str = "") -> None:
     """Commit (or abort) every task's transaction (driver), by id; ``writer_id`` is the job's
     (every task's transaction was begun with it). Both are idempotent: one that is committed
-    (aborted) already is left so. A commit first checks that every transaction can still be
-    committed (``check_committable``): one that lapsed fails the job before any is committed.
-    An abort also aborts whatever the job's ``writer_id`` left open. The requests for the
-    transactions go side by side (``FINISH_AT_ONCE``): all commits are asked for before the
-    first is waited on, so the controller commits them together."""
+    (aborted) already is left so. A commit is one request for all of them (``commit_txns``):
+    all are committed or, if one lapsed, none, and the job fails. (Past ``COMMIT_AT_ONCE``
+    transactions, several requests: ``check_committable`` first checks them all.) An abort
+    also aborts whatever the job's ``writer_id`` left open, the requests side by side
+    (``FINISH_AT_ONCE``)."""
     ids = [m.txn_id for m in messages if isinstance(m, WriteMessage) and m.txn_id]
     if not ids and not writer_id:
         return
@@ -335,30 +336,30 @@ def finish(options: Options, messages: list[Any], *, commit: bool, writer_id: st
         manager.create_transaction_writer(options.scope, options.stream) as writers,
     ):
         if commit:
-            check_committable(writers, ids, writer_id)
-        elif writer_id:
+            if len(ids) > COMMIT_AT_ONCE:
+                check_committable(writers, ids, writer_id)
+            try:
+                writers.commit_txns([uuid.UUID(text) for text in ids])
+            except ControllerError as exc:
+                if exc.code != "precondition-failed":
+                    raise
+                raise RuntimeError(
+                    f"millrace: the job's transactions cannot be committed: {exc.message}; the"
+                    " commit stops before committing any of them"
+                ) from None
+            return
+        if writer_id:
             ids += [str(t) for t in writers.open_txn_ids(writer_id) if str(t) not in ids]
 
-        def ask(text: str) -> uuid.UUID | None:
-            txn_id = uuid.UUID(text)
+        def abort(text: str) -> None:
             try:
-                if not commit:
-                    writers.abort_txn(txn_id)
-                    return None
-                writers.commit_txn(txn_id, wait=False)
+                writers.abort_txn(uuid.UUID(text))
             except ControllerError as exc:
-                if exc.code != "precondition-failed":  # (committing or committed: an abort
-                    raise  # leaves it; aborted: a commit fails the job)
-                if commit:
-                    raise RuntimeError(
-                        f"millrace: transaction {text} cannot be committed: {exc.message}"
-                    ) from None
-                return None
-            return txn_id
+                if exc.code != "precondition-failed":  # (committing or committed: left so)
+                    raise
 
         with concurrent.futures.ThreadPoolExecutor(FINISH_AT_ONCE) as pool:
-            asked = [txn_id for txn_id in pool.map(ask, ids) if txn_id is not None]
-            for _ in pool.map(writers.commit_txn, asked):
+            for _ in pool.map(abort, ids):
                 pass
 
 

@@ -340,6 +340,10 @@ class ShadowSegmentSerializer(serializers.Serializer):
     keyEnd = serializers.FloatField()
 
 
+#: Transactions one request commits at most (``CommitManySerializer``).
+COMMIT_AT_ONCE_MAX = 1000
+
+
 class TransactionSerializer(serializers.Serializer):
     txnId = serializers.UUIDField()
     state = serializers.CharField()
@@ -356,6 +360,18 @@ class CommitSerializer(serializers.Serializer):
     writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
     timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
     wait = serializers.FloatField(min_value=0, max_value=60, required=False)
+
+
+class CommitManySerializer(serializers.Serializer):
+    txnIds = serializers.ListField(
+        child=serializers.UUIDField(), min_length=1, max_length=COMMIT_AT_ONCE_MAX
+    )
+    timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
+    wait = serializers.FloatField(min_value=0, max_value=60, required=False)
+
+
+class TransactionsStateSerializer(serializers.Serializer):
+    transactions = TransactionSerializer(many=True)
 
 
 class AbortSerializer(serializers.Serializer):

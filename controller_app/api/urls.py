@@ -53,6 +53,7 @@ urlpatterns = [
     path(f"{STREAM}/scale", v.ScaleView.as_view()),
     path(f"{STREAM}/truncate", v.TruncateView.as_view()),
     path(f"{STREAM}/transactions", v.TransactionsView.as_view()),
+    path(f"{STREAM}/transactions/commit", v.TransactionsCommitView.as_view()),  # (not an id)
     path(TXN, v.TransactionView.as_view()),
     path(f"{TXN}/ping", v.TransactionPingView.as_view()),
     path(f"{TXN}/commit", v.TransactionCommitView.as_view()),

@@ -548,6 +548,29 @@ class TransactionCommitView(APIView):
         return Response({"txnId": str(txn), "state": str(row.state)})
 
 
+class TransactionsCommitView(APIView):
+    audit_actions = {"POST": "transaction.commit"}
+
+    @extend_schema(
+        operation_id="commitTransactions",
+        request=s.CommitManySerializer,
+        responses=s.TransactionsStateSerializer,
+        description="Commit several transactions of the stream at once, in the order given:"
+        " all of them, or (if one cannot be committed: aborted, timed out, unknown) none, and"
+        " the error names it. With ``wait``, the answer comes once all are COMMITTED.",
+    )
+    def post(self, request: Request, scope: str, stream: str) -> Response:
+        data = _valid(s.CommitManySerializer, request.data).validated_data
+        rows = transactions.commit_transactions(
+            scope, stream, data["txnIds"], timestamp=data.get("timestamp"), wait=data.get("wait")
+        )
+        items = [
+            {"txnId": str(txn), "state": str(row.state)}
+            for txn, row in zip(data["txnIds"], rows, strict=True)
+        ]
+        return Response({"transactions": items})
+
+
 class TransactionAbortView(APIView):
     audit_actions = {"POST": "transaction.abort"}
 

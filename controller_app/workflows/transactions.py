@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -221,24 +221,57 @@ def commit_transaction(
 ) -> Transaction:
     """Commit: its events appear in the stream atomically. Returns once COMMITTING (or, with
     ``wait``, COMMITTED). Committing a committed transaction again is fine."""
+    return commit_transactions(scope, name, [txn_id], timestamp=timestamp, wait=wait)[0]
+
+
+def commit_transactions(
+    scope: str,
+    name: str,
+    txn_ids: Sequence[uuid.UUID],
+    *,
+    timestamp: int | None = None,
+    wait: float | None = None,
+) -> list[Transaction]:
+    """Commit several transactions of one stream at once (a Spark job's tasks'), in the order
+    given: all of them are marked COMMITTING in one database transaction or, if one cannot be
+    committed (aborted, timed out, unknown), none is and the error names it. One workflow run
+    then commits them together. Returns them once all are COMMITTING (or, with ``wait``,
+    COMMITTED). Committing committed ones again is fine."""
     stream = get_stream(scope, name)
-    txn = _live_or_finished(stream, txn_id, _T.COMMITTED)
-    if txn.state == _T.COMMITTED:  # (finished, or committed and not yet moved)
-        return txn
-    if txn.state == _T.OPEN:
-        txn = _mark_committing(stream, txn, timestamp)
-    elif txn.state != _T.COMMITTING:
-        raise PreconditionFailedError(f"transaction {txn_id} is {txn.state.lower()}")
+    txns = []
+    with transaction.atomic():
+        for txn_id in txn_ids:
+            txn = _live_or_finished(stream, txn_id, _T.COMMITTED)
+            if txn.state == _T.OPEN:
+                txn = _mark_committing(stream, txn, timestamp)
+            elif txn.state not in (_T.COMMITTING, _T.COMMITTED):
+                raise PreconditionFailedError(f"transaction {txn_id} is {txn.state.lower()}")
+            txns.append(txn)
+    pending = [t for t in txns if t.state != _T.COMMITTED]  # (finished, or not yet moved)
+    if not pending:
+        return txns
     dispatch.send_on_commit(dispatch.COMMIT_TRANSACTIONS, stream.pk)
     if wait is None:
-        return txn
-    state = wait_until(
-        lambda: transaction_state(scope, name, txn_id) == _T.COMMITTED,
+        return txns
+    wait_until(
+        lambda: not _still_committing(stream, pending),
         wait,
-        f"commit of transaction {txn_id}",
+        f"commit of transaction {transaction_uuid(pending[0])}"
+        + (f" and {len(pending) - 1} more" if len(pending) > 1 else ""),
     )
-    txn.state = _T.COMMITTED if state else txn.state
-    return txn
+    for txn in pending:
+        txn.state = _T.COMMITTED
+    return txns
+
+
+def _still_committing(stream: Stream, txns: Sequence[Transaction]) -> bool:
+    """Whether any of ``txns`` is still being committed (one query: a committed one is marked
+    COMMITTED or moved to the completed records)."""
+    ids = {(t.high_bits, t.low_bits) for t in txns}
+    live = Transaction.objects.filter(stream=stream, low_bits__in=[low for _, low in ids])
+    return any(key in ids for key in live.exclude(state=_T.COMMITTED).values_list(
+        "high_bits", "low_bits"
+    ))  # fmt: skip
 
 
 def _mark_committing(stream: Stream, txn: Transaction, timestamp: int | None) -> Transaction:

@@ -227,6 +227,13 @@ class TransactionalWriter(_Closing):
         commit_txn``); returns its state."""
         return self._loop.run(self._writer.commit_txn(txn_id, timestamp, wait=wait))
 
+    def commit_txns(
+        self, txn_ids: Sequence[uuid.UUID], timestamp: int | None = None, *, wait: bool = True
+    ) -> dict[uuid.UUID, str]:
+        """Commit several transactions by id at once, all or none (see
+        ``AsyncTransactionalWriter.commit_txns``); returns each one's state."""
+        return self._loop.run(self._writer.commit_txns(txn_ids, timestamp, wait=wait))
+
     def abort_txn(self, txn_id: uuid.UUID) -> str:
         """Abort the transaction ``txn_id`` by its id alone; returns its state."""
         return self._loop.run(self._writer.abort_txn(txn_id))

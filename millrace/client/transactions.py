@@ -25,6 +25,8 @@ from millrace.client.routing import KeySpace, SegmentRange, key_point
 #: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
 LEASE_MS_DEFAULT = 30_000
 COMMIT_WAIT_SECONDS = 60.0
+#: Transactions ``commit_txns`` commits per request (the controller's limit).
+COMMIT_AT_ONCE = 1000
 
 
 class Transaction:
@@ -202,6 +204,29 @@ class AsyncTransactionalWriter:
         if state != "COMMITTED" and (wait or state != "COMMITTING"):
             raise RuntimeError(f"transaction {txn_id} is {state} after the commit")
         return state
+
+    async def commit_txns(
+        self, txn_ids: Sequence[uuid.UUID], timestamp: int | None = None, *, wait: bool = True
+    ) -> dict[uuid.UUID, str]:
+        """Commit several transactions by id at once, in the order given (one request per
+        ``COMMIT_AT_ONCE`` of them): all of them or, if one can no longer be committed (aborted,
+        its lease run out), none of that request's, with ``ControllerError``
+        (``precondition-failed``) naming it. Returns each one's state: COMMITTED (or, without
+        ``wait``, COMMITTING). Committed already is fine."""
+        states: dict[uuid.UUID, str] = {}
+        for at in range(0, len(txn_ids), COMMIT_AT_ONCE):
+            body: dict[str, Any] = {"txnIds": [str(t) for t in txn_ids[at : at + COMMIT_AT_ONCE]]}
+            if wait:
+                body["wait"] = COMMIT_WAIT_SECONDS
+            if timestamp is not None:
+                body["timestamp"] = timestamp
+            path = f"/scopes/{self.scope}/streams/{self.stream}/transactions/commit"
+            answer = await self.controller.call("POST", path, body)
+            for item in answer["transactions"]:
+                state = states[uuid.UUID(item["txnId"])] = str(item["state"])
+                if state != "COMMITTED" and (wait or state != "COMMITTING"):
+                    raise RuntimeError(f"transaction {item['txnId']} is {state} after the commit")
+        return states
 
     async def abort_txn(self, txn_id: uuid.UUID) -> str:
         """Abort the transaction ``txn_id`` by its id alone; returns its state (ABORTED).

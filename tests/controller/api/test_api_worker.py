@@ -62,3 +62,51 @@ def test_stream_lifecycle_through_the_worker(api: APIClient, live_worker, regist
     assert api.delete(base).status_code == 204
     assert not Stream.objects.filter(pk=stream.pk).exists()
     assert not any(segment_store().info(name).exists for name in names)
+
+
+def test_transactions_committed_at_once_all_or_none(
+    api: APIClient, live_worker, registered_node
+) -> None:
+    """``POST .../transactions/commit`` commits several transactions in one request: with one
+    that cannot be committed (aborted) or does not exist, none is, and the answer names it;
+    without, all of them (asking again is fine), their events in the stream in the order given."""
+    sc = f"sc{uuid.uuid4().hex[:12]}"
+    base = f"/v1/scopes/{sc}/streams/st"
+    assert api.post("/v1/scopes", {"scopeName": sc}, format="json").status_code == 201
+    body = {"streamName": "st", "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1}}
+    assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
+    txns = [api.post(f"{base}/transactions", {"leaseMs": 30_000}, format="json").json()]
+    txns += [api.post(f"{base}/transactions", {"leaseMs": 30_000}, format="json").json()]
+    txns += [api.post(f"{base}/transactions", {"leaseMs": 30_000}, format="json").json()]
+    for number, txn in enumerate(txns):
+        write_events(registered_node.port, txn["segments"][0], f"txn-{number}".encode())
+    ids = [t["txnId"] for t in txns]
+    aborted = api.post(f"{base}/transactions/{ids[1]}/abort", {"wait": 30}, format="json")
+    assert aborted.json()["state"] == "ABORTED", live_worker.output()[-3000:]
+
+    def commit(txn_ids: object) -> dict:
+        got = api.post(
+            f"{base}/transactions/commit", {"txnIds": txn_ids, "wait": 30}, format="json"
+        )
+        return {"status": got.status_code, **got.json()}
+
+    refused = commit(ids)
+    assert refused["status"] == 412 and ids[1] in refused["message"], refused
+    unknown = str(uuid.uuid4())
+    assert commit([ids[0], unknown])["status"] == 404
+    states = [api.get(f"{base}/transactions/{t}").json()["state"] for t in ids]
+    assert states == ["OPEN", "ABORTED", "OPEN"]  # (nothing of the refused requests)
+    for bad in ([], ["not-an-id"], [ids[0]] * 1001, ids[0]):
+        assert commit(bad)["status"] == 400, bad
+
+    done = commit([ids[2], ids[0]])
+    assert done["status"] == 200, (done, live_worker.output()[-3000:])
+    assert done["transactions"] == [
+        {"txnId": ids[2], "state": "COMMITTED"}, {"txnId": ids[0], "state": "COMMITTED"}
+    ]  # fmt: skip
+    assert commit([ids[0], ids[2]])["status"] == 200  # committed already: fine
+    stream = sel.get_stream(sc, "st")
+    (segment,) = sel.current_segments(stream)
+    data = segment_store().read(sel.segment_name(stream, segment.id), 0, 1 << 16)
+    assert data.index(b"txn-2") < data.index(b"txn-0") and b"txn-1" not in data
+    assert check_stream(stream) == []
