@@ -55,10 +55,12 @@ from spark_bridge.worker_state import LEASES, forget_task_writers, manager_of, t
 log = logging.getLogger(__name__)
 
 #: A writing task frames Spark's Arrow batches (10,000 rows each by default) and hands them to
-#: the client this many bytes at a time: fewer, fuller blocks on the wire and appends in the
-#: segment store (a 1 GB job: 6.3 s -> 4.8-5.5 s, docs/BENCHMARKS.md), each segment's rows of
-#: all of them in one piece or a few.
-WRITE_BYTES = 4 << 20
+#: the client this many bytes at a time, each segment's rows of all of them side by side:
+#: fewer, fuller blocks on the wire and appends in the segment store (docs/BENCHMARKS.md).
+WRITE_BYTES = 8 << 20
+#: ... in pieces of at most this many bytes, each one append block (the segment store takes
+#: appends of up to 8 MiB).
+PIECE_BYTES = 4 << 20
 #: Transactions a job's driver aborts at once (side by side).
 FINISH_AT_ONCE = 8
 #: The rows a read gives.
@@ -298,7 +300,7 @@ def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> W
         txn = writers.begin_txn(lease_ms=options.transaction_timeout_ms, writer_id=writer_id)
         LEASES.keep(options, txn.txn_id)  # (alive until the driver commits it: worker_state)
         try:
-            framer = arrow.Framer(txn.shadow_ranges)
+            framer = arrow.Framer(txn.shadow_ranges, piece_bytes=PIECE_BYTES)
             held: list[Any] = []
             size = 0
             for batch in batches:
