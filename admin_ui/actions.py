@@ -256,6 +256,16 @@ def txn_commit(request: HttpRequest, scope: str, stream: str, txn_id: str) -> Ht
     return done(request, f"transaction {txn_id} committed")
 
 
+@change("transaction.commit")
+def txn_commit_many(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
+    """The transactions ticked on the stream's page, committed at once: all or none."""
+    ids = [transactions.parse_txn_id(text) for text in request.POST.getlist("txn")]
+    if not ids:
+        raise InvalidArgumentError("tick the transactions to commit")
+    transactions.commit_transactions(scope, stream, ids, wait=WAIT_SECONDS)
+    return done(request, f"{len(ids)} transactions of {scope}/{stream} committed")
+
+
 @change("transaction.abort")
 def txn_abort(request: HttpRequest, scope: str, stream: str, txn_id: str) -> HttpResponse:
     transactions.abort_transaction(

@@ -34,6 +34,7 @@ urlpatterns = [
     path(f"{STREAM}/scale", a.stream_scale, name="stream-scale"),
     path(f"{STREAM}/truncate", a.stream_truncate, name="stream-truncate"),
     path(f"{STREAM}/events", v.events, name="events"),
+    path(f"{STREAM}/transactions/commit", a.txn_commit_many, name="txn-commit-many"),
     path(f"{STREAM}/transactions/<str:txn_id>/commit", a.txn_commit, name="txn-commit"),
     path(f"{STREAM}/transactions/<str:txn_id>/abort", a.txn_abort, name="txn-abort"),
     path(f"{SCOPE}/transactions/", v.scope_transactions, name="transactions"),

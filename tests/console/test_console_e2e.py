@@ -138,6 +138,23 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
     assert (status, body["state"]) == (200, "COMMITTED")
     expect(page.locator(".empty")).to_contain_text("No open transactions")
 
+    # two transactions ticked on the stream's page, committed at once
+    writers = manager.create_transaction_writer("web", "clicks")
+    ticked = [writers.begin_txn() for _ in range(2)]
+    for number, each in enumerate(ticked):
+        each.write_event(f"ticked {number}", routing_key="user-1")
+        each.flush()
+    page.goto(f"{node.base}/scopes/web/streams/clicks/?tab=transactions")
+    page.locator("button:has-text('Commit selected')").click()
+    expect(message(page)).to_have_text("invalid-argument: tick the transactions to commit")
+    for each in ticked:
+        page.locator(f"tr[data-txn='{each.txn_id}'] input[type=checkbox]").check()
+    page.locator("button:has-text('Commit selected')").click()
+    expect(message(page)).to_have_text("2 transactions of web/clicks committed")
+    for each in ticked:
+        path = f"/v1/scopes/web/streams/clicks/transactions/{each.txn_id}"
+        assert request(node.base, "GET", path, node.token)[1]["state"] == "COMMITTED"
+
     # seal, then delete (typing the name to confirm)
     page.goto(f"{node.base}/scopes/web/streams/clicks/")
     page.click("button:has-text('Seal')")

@@ -99,13 +99,14 @@ def test_a_viewers_changes_are_refused_and_audited(world: dict[str, Any]) -> Non
         ("/scopes/create", {"scopeName": "x"}),
         (f"/scopes/{sc}/streams/st/seal", {}),
         (f"/scopes/{sc}/streams/st/transactions/{world['txn']}/commit", {}),
+        (f"/scopes/{sc}/streams/st/transactions/commit", {"txn": world["txn"]}),
     ):
         response = client.post(path, form)
         assert response.status_code == 403, path
     assert Stream.objects.get(scope__name=sc, name="st").state == before
     rows = AuditEntry.objects.filter(source="console", result="refused")
     assert sorted(rows.values_list("action", flat=True)) == [
-        "scope.create", "stream.seal", "transaction.commit",
+        "scope.create", "stream.seal", "transaction.commit", "transaction.commit",
     ]  # fmt: skip
 
 
