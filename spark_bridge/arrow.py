@@ -182,10 +182,10 @@ class Framer:
             new = pc.unique(keys.filter(pc.and_(found.is_null(), keys.is_valid()))).to_pylist()
             if len(self.known) + len(new) > KNOWN_KEYS_MAX:  # too many to keep: this batch's
                 encoded = keys.dictionary_encode()
-                routes = [self._route(key) for key in encoded.dictionary.to_pylist()]
-                return self._placed(np.array(routes, np.int64), encoded.indices)
+                routes = self._routes(encoded.dictionary.to_pylist())
+                return self._placed(routes, encoded.indices)
             self.known += new
-            self.known_segments = np.append(self.known_segments, [self._route(k) for k in new])
+            self.known_segments = np.append(self.known_segments, self._routes(new))
             self._value_set = None
             found = pc.index_in(keys, value_set=self._known_as(keys.type))
         return self._placed(self.known_segments, found)
@@ -206,8 +206,10 @@ class Framer:
             self._value_set = pa.array(self.known, kind)
         return self._value_set
 
-    def _route(self, key: str) -> int:
-        return int(np.searchsorted(self.starts, key_point(key), "right")) - 1
+    def _routes(self, keys: list[str]) -> np.ndarray:
+        """Each key's segment: its point hashed (``key_point``), all looked up at once."""
+        points = np.fromiter(map(key_point, keys), np.float64, len(keys))
+        return np.searchsorted(self.starts, points, "right").astype(np.int64) - 1
 
     def _random(self, count: int) -> np.ndarray:
         return np.searchsorted(self.starts, self.rng.random(count), "right") - 1
