@@ -269,9 +269,8 @@ def _still_committing(stream: Stream, txns: Sequence[Transaction]) -> bool:
     COMMITTED or moved to the completed records)."""
     ids = {(t.high_bits, t.low_bits) for t in txns}
     live = Transaction.objects.filter(stream=stream, low_bits__in=[low for _, low in ids])
-    return any(key in ids for key in live.exclude(state=_T.COMMITTED).values_list(
-        "high_bits", "low_bits"
-    ))  # fmt: skip
+    pending = live.exclude(state=_T.COMMITTED).values_list("high_bits", "low_bits")
+    return any(key in ids for key in pending)
 
 
 def _mark_committing(stream: Stream, txn: Transaction, timestamp: int | None) -> Transaction:
