@@ -6,6 +6,9 @@ before its intent is visible, or for an intent rolled back). Tasks are sent by n
 current Celery app (Millrace's, loaded by ``ControllerAppConfig.ready``), so workflows never
 import ``controller_app.tasks`` and ``tasks`` may import the workflows without a circle. Queues
 come from ``CELERY_TASK_ROUTES``, which routes by these names.
+
+A broker that does not take a task (Redis away) is ``BrokerUnavailableError``: the intent is in
+the database already, so repeating the request sends the task again, and so does the sweeper.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from typing import Any
 
 from celery import current_app
 from django.db import transaction
+from kombu.exceptions import KombuError
+
+from controller_app.errors import BrokerUnavailableError
 
 CREATE_STREAM = "millrace.create_stream"
 SEAL_STREAM = "millrace.seal_stream"
@@ -35,7 +41,22 @@ AUTOSCALE = "millrace.autoscale"
 def send(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send the task named ``task`` now."""
     options = {} if countdown is None else {"countdown": countdown}
-    current_app.send_task(task, args=args, **options)
+    try:
+        current_app.send_task(task, args=args, **options)
+    except (KombuError, OSError, *_broker_errors()) as exc:
+        raise BrokerUnavailableError(
+            f"the broker did not take the task ({type(exc).__name__}); the request is "
+            "recorded and is carried out once the broker is back (asking again is safe)"
+        ) from exc
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    """The connection errors of the broker's transport (redis-py's, for Redis)."""
+    conn = current_app.connection_for_write()
+    try:
+        return tuple(conn.connection_errors) + tuple(conn.channel_errors)
+    finally:
+        conn.release()
 
 
 def send_on_commit(task: str, *args: Any, countdown: float | None = None) -> None:

@@ -89,3 +89,9 @@ class InvalidArgumentError(ControllerError, ValueError):
 class WorkflowTimeoutError(ControllerError, TimeoutError):
     """A workflow was requested but did not finish within the wait the caller allowed; it
     goes on in the background (its intent is recorded)."""
+
+
+class BrokerUnavailableError(ControllerError):
+    """The Celery broker did not take a workflow's task. The workflow's intent is recorded in
+    the database: the task is sent again when the request is repeated or by the sweeper, once
+    the broker is back."""

@@ -1,10 +1,13 @@
-"""Signs of life of the Celery worker and beat processes, kept in the metadata database.
+"""Signs of life of the Celery worker and beat processes: a file on their host and a row in
+the metadata database.
 
 Responsibility: a worker (from its ``worker_ready`` signal) and beat (from its scheduler's
-tick, see ``millrace.celery.HeartbeatScheduler``) each keep one ``ProcessHeartbeat`` row fresh;
-``latest`` tells the health check when a role last showed life. The database carries them, so
-it works the same with the embedded broker and with Redis, on one host or many, and a process
-that is stopped (SIGSTOP) or hung goes stale as surely as one that died.
+tick, see ``millrace.celery.HeartbeatScheduler``) each keep a status file
+``<data dir>/run/heartbeat-<role>-<pid>.json`` and a ``ProcessHeartbeat`` row fresh. The file
+is what the supervisor and the health check of the same host believe: it does not depend on
+the database, so an outage of the database (which the worker needs, and waits for) does not
+make a live process look dead and get it killed. The row tells other hosts. Either way a
+process that is stopped (SIGSTOP) or hung goes stale as surely as one that died.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import logging
 import os
 import socket
 import threading
+import time
+from pathlib import Path
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from controller_app.models import ProcessHeartbeat
+from millrace.status_files import read_fresh, write_status
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +46,33 @@ def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def heartbeat_file(role: str, pid: int) -> Path:
+    return Path(settings.MILLRACE.data_dir) / "run" / f"heartbeat-{role}-{pid}.json"
+
+
+def local_age_seconds(role: str, pid: int | None = None) -> float | None:
+    """Seconds since a process of ``role`` on this host (``pid``, or any) last beat, from its
+    file; None when none beat in the last ``HEARTBEAT_FORGET_SECONDS``."""
+    run = Path(settings.MILLRACE.data_dir) / "run"
+    paths = [heartbeat_file(role, pid)] if pid else run.glob(f"heartbeat-{role}-*.json")
+    ages = [
+        time.time() - found["updated"]
+        for found in (read_fresh(path, HEARTBEAT_FORGET_SECONDS) for path in paths)
+        if found is not None
+    ]
+    return min(ages, default=None)
+
+
 def record(role: str) -> None:
-    """This process of ``role`` is alive now. A database error is logged, never raised: a
-    heartbeat must not stop the process that sends it."""
+    """This process of ``role`` is alive now: its file, then its row. An error (a full disk,
+    the database away) is logged, never raised: a heartbeat must not stop the process that
+    sends it."""
     now = timezone.now()
+    try:
+        heartbeat_file(role, os.getpid()).parent.mkdir(parents=True, exist_ok=True)
+        write_status(heartbeat_file(role, os.getpid()), {"role": role, "pid": os.getpid()})
+    except OSError as exc:
+        log.warning("%s heartbeat file not written: %s", role, exc)
     try:
         ProcessHeartbeat.objects.update_or_create(
             role=role, process=process_name(), defaults={"beat_at": now, "started_at": _started}
@@ -58,7 +88,9 @@ def record(role: str) -> None:
 
 
 def forget(role: str) -> None:
-    """This process stops cleanly: its row goes (the role is down if no other process has one)."""
+    """This process stops cleanly: its file and row go (the role is down if no other process
+    has one)."""
+    heartbeat_file(role, os.getpid()).unlink(missing_ok=True)
     try:
         ProcessHeartbeat.objects.filter(role=role, process=process_name()).delete()
     except DatabaseError as exc:

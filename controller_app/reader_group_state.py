@@ -128,9 +128,15 @@ class GroupState:
         self.unassigned.update(final)
         del self.readers[reader]
 
-    def expire(self, now_ms: int, timeout_ms: int) -> list[str]:
-        """Declare dead every reader not seen for ``timeout_ms``; their ids."""
-        dead = [r for r, v in self.readers.items() if now_ms - v["seen"] > timeout_ms]
+    def expire(self, now_ms: int, timeout_ms: int, grace_from_ms: int = 0) -> list[str]:
+        """Declare dead every reader not seen for ``timeout_ms``; their ids. A reader is not
+        blamed for time before ``grace_from_ms`` (the database was away: its syncs could not
+        be answered), so it has ``timeout_ms`` from then to sync again."""
+        dead = [
+            r
+            for r, v in self.readers.items()
+            if now_ms - max(v["seen"], grace_from_ms) > timeout_ms
+        ]
         for reader in dead:
             self.remove_reader(reader)
         return dead

@@ -53,6 +53,8 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-restart-while-starting": "standalone stops the node when a child exits during its restart",
     "no-liveness-restart": "standalone never kills a child that stopped answering its checks",
     "no-health-contributors": "health checks only the metadata database (says UP with parts down)",
+    "no-service-503": "a metadata database or broker that is away answers 500, not 503",
+    "no-sync-grace": "reader-group syncs missed while the database was away count (evictions)",
 }
 
 

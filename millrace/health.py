@@ -18,8 +18,12 @@ Responsibility: answer "can this node take writes, and if not, which part is dow
 Under ``millrace standalone`` the supervisor's state file adds each child's state, restart
 count and last exit to its contributor, so a child waiting to be restarted is reported down at
 once with the reason. The node is ``DOWN`` when any contributor is; it is not *ready* (HTTP 503
-on readiness) only when a part that writes need is down (``WRITE_PATH``): the database, the
-segment store or tier-1. Liveness is answering at all.
+on readiness) only when a part that appends need is down (``WRITE_PATH``): the segment store
+or tier-1. The metadata database is not one: writers that have their segments go on appending
+while it is away (new writers, REST calls and reader-group syncs wait for it: 503). The
+segment store's contributor is the node's own answer (its keep-alive and status file), found
+through the database's node registry, or through this host's status files while the database
+is away. Liveness is answering at all.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -43,8 +48,8 @@ HEALTH_TIMEOUT_SECONDS = 3.0
 PROBE_TIMEOUT_SECONDS = 1.0
 #: A status file (the segment store's, the supervisor's) older than this is not believed.
 STATUS_FRESH_SECONDS = 5.0
-#: Contributors that writes need: one of them down makes the node not ready.
-WRITE_PATH = frozenset({"database", "segmentstore", "tiers"})
+#: Contributors that appends need: one of them down makes the node not ready.
+WRITE_PATH = frozenset({"segmentstore", "tiers"})
 
 UP, DOWN, UNKNOWN = "UP", "DOWN", "UNKNOWN"
 
@@ -123,9 +128,26 @@ def _probe(address: tuple[str, int]) -> str | None:
 
 
 def _nodes() -> list[tuple[str, int]]:
+    """The registered segment store nodes; while the database is away, the nodes of this
+    host that report themselves (their status files): a node's health is its own, never the
+    database's."""
     from controller_app.models import Node
 
-    return [(node.host, node.port) for node in Node.objects.order_by("node_id")]
+    try:
+        return [(node.host, node.port) for node in Node.objects.order_by("node_id")]
+    except DatabaseError:
+        return _local_nodes()
+
+
+def _local_nodes() -> list[tuple[str, int]]:
+    run = Path(settings.MILLRACE.data_dir) / "run"
+    found = []
+    for path in sorted(run.glob("segmentstore-*.json")):
+        report = read_fresh(path, STATUS_FRESH_SECONDS)
+        if report is not None and isinstance(report.get("address"), list):
+            host, port = report["address"]
+            found.append((str(host), int(port)))
+    return found
 
 
 def segment_store_health(
@@ -159,7 +181,13 @@ def tier_health(reports: dict[tuple[str, int], dict[str, Any]]) -> Health:
     children = {}
     for tier in ("tier1", "tier2"):
         details, up = {}, True
-        for report in reports.values():
+        for address, report in reports.items():
+            if "stale" in report:
+                details[f"{address[0]}:{address[1]}"] = (
+                    f"no fresh report for {report['stale']:.0f} s (a full disk, or the node hangs)"
+                )
+                up = False
+                continue
             details["backend"] = str(report.get(tier))
             for number, container in report.get("containers", {}).items():
                 error = container.get(f"{tier}_error")
@@ -177,22 +205,30 @@ def tier_health(reports: dict[tuple[str, int], dict[str, Any]]) -> Health:
 
 
 def heartbeat_health(role: str, child: dict[str, Any] | None) -> Health:
-    """The newest heartbeat of ``role`` (worker or beat) is fresh."""
+    """The newest heartbeat of ``role`` (worker or beat) is fresh: its file on this host, or
+    its row in the database (a process on another host). The file comes first, so that a
+    database outage does not make live processes look dead."""
     from controller_app import heartbeats
 
     details: dict[str, str] = {}
     up = _with_supervisor(details, child)
+    age = heartbeats.local_age_seconds(role)
+    if age is not None and age < heartbeats.HEARTBEAT_STALE_SECONDS:
+        details["lastHeartbeat"] = f"{age:.1f} s ago (this host)"
+        return Health.of(role, up, details)
     try:
         latest = heartbeats.latest(role)
     except DatabaseError as exc:
         details["error"] = f"cannot read heartbeats: {type(exc).__name__}"
+        if age is not None:
+            details["lastHeartbeat"] = f"{age:.1f} s ago (this host)"
         return Health.of(role, False, details)
     if latest is None:
-        details["lastHeartbeat"] = "never"
+        details["lastHeartbeat"] = "never" if age is None else f"{age:.1f} s ago (this host)"
         return Health.of(role, False, details)
-    age = heartbeats.age_seconds(latest)
-    details["lastHeartbeat"] = f"{age:.1f} s ago ({latest.process})"
-    return Health.of(role, up and age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
+    db_age = heartbeats.age_seconds(latest)
+    details["lastHeartbeat"] = f"{db_age:.1f} s ago ({latest.process})"
+    return Health.of(role, up and db_age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
 
 
 def broker_health() -> Health:
@@ -234,10 +270,7 @@ def contributors() -> list[Health]:
     if "no-health-contributors" in settings.MILLRACE.unsafe:  # TEST-ONLY: the old, blind check
         return [database]
     children = supervised()
-    try:
-        nodes = _nodes()
-    except DatabaseError:
-        nodes = []
+    nodes = _nodes()
     calls: dict[Any, Callable[[], Any]] = {
         address: (lambda address=address: _probe(address)) for address in nodes
     }
@@ -247,11 +280,12 @@ def contributors() -> list[Health]:
     probes = {address: answers[address][1] for address in nodes if answers[address][0]}
     reports = {}
     for address in nodes:
-        found = read_fresh(
-            status_path(settings.MILLRACE.data_dir, address[1]), STATUS_FRESH_SECONDS
-        )
+        path = status_path(settings.MILLRACE.data_dir, address[1])
+        found = read_fresh(path, STATUS_FRESH_SECONDS)
         if found is not None and _pid_alive(found.get("pid")):
             reports[address] = found
+        elif path.exists():  # a node of this host that no longer reports: never believed UP
+            reports[address] = {"stale": _age(path)}
     done, broker = answers["broker"]
     return [
         database,
@@ -261,6 +295,13 @@ def contributors() -> list[Health]:
         heartbeat_health("beat", children.get("beat")),
         broker if done else Health.of("broker", False, {"error": "no answer in time"}),
     ]
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def _pid_alive(pid: Any) -> bool:

@@ -40,6 +40,27 @@ def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"DATABASE_URL={mask_url_password(database_url)!r}: {why}") from None
 
 
+#: Redis connections of the channel layer and the broker. The socket timeout must be well
+#: above the channel layer's blocking pop (channels_redis waits 5 s per BZPOPMIN): redis-py's
+#: default of 5 s is the same, so every idle WebSocket tail dropped with a TimeoutError after
+#: 5 s. The health check pings a connection idle for that long before using it again (a
+#: connection cut while Redis was away is replaced, not failed on).
+REDIS_SOCKET_TIMEOUT_SECONDS = 30.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
+REDIS_HEALTH_CHECK_SECONDS = 10
+
+
+def redis_options() -> dict[str, Any]:
+    """redis-py's connection options, for the channel layer and the broker alike."""
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+        "socket_keepalive": True,
+        "health_check_interval": REDIS_HEALTH_CHECK_SECONDS,
+        "retry_on_timeout": True,
+    }
+
+
 def channel_layers(redis_url: str | None) -> dict[str, Any]:
     """Redis channel layer when ``redis_url`` is given (needed across processes), else in-memory."""
     if redis_url is None:
@@ -47,7 +68,7 @@ def channel_layers(redis_url: str | None) -> dict[str, Any]:
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url]},
+            "CONFIG": {"hosts": [{"address": redis_url, **redis_options()}]},
         }
     }
 
@@ -60,7 +81,15 @@ def celery_broker(redis_url: str | None, data_dir: Path) -> tuple[str, dict[str,
     processes on one host share one queue.
     """
     if redis_url is not None:
-        return redis_url, {}
+        # A task sent while Redis is away fails after about 2 s (three tries), so that the
+        # request that sent it answers 503 broker-unavailable instead of hanging.
+        return redis_url, {
+            **redis_options(),
+            "max_retries": 3,
+            "interval_start": 0,
+            "interval_step": 0.5,
+            "interval_max": 1,
+        }
     folder = data_dir / "celery"
     for name in ("queue", "control"):
         (folder / name).mkdir(parents=True, exist_ok=True)
@@ -145,6 +174,9 @@ if MILLRACE.database_url is None:
     if os.environ.get("MILLRACE_TEST_SQLITE_NAME"):
         DATABASES["default"]["NAME"] = os.environ["MILLRACE_TEST_SQLITE_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The largest request body: one event of the largest size (8 MiB) in base64 fits, with room;
+# a larger body answers 413 naming this limit.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -178,7 +210,8 @@ REST_FRAMEWORK = {
     # The caller's role (viewer, operator, admin) must allow the call; all may when auth is off.
     "DEFAULT_PERMISSION_CLASSES": ["controller_app.api.permissions.RolePermission"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's parser with the body size limit (413) and deep nesting a 400 (api/fields.py).
+    "DEFAULT_PARSER_CLASSES": ["controller_app.api.fields.JSONParser"],
     "EXCEPTION_HANDLER": "controller_app.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -203,6 +236,15 @@ CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(
 if MILLRACE.redis_url is None:
     # kombu's filesystem transport with atomic message files (millrace/broker.py).
     CELERY_BROKER_TRANSPORT = "millrace.broker:FileSystemTransport"
+# A worker whose broker goes away reconnects for as long as it takes (never exits for it).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
 # Workflows keep their state in the database; nobody waits on a task result.
 CELERY_TASK_IGNORE_RESULT = True
 # Tasks may run twice (every workflow step checks the state it expects), never zero times.
@@ -224,7 +266,9 @@ CELERY_TASK_ROUTES = {
     "millrace.abort_transaction": {"queue": "controller.aborts"},
 }  # fmt: skip
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "millrace.sweep", "schedule": 30.0},
+    # Every 15 s: a workflow whose task the broker did not take (Redis away) runs soon after
+    # the broker is back, even when nobody repeats the request.
+    "sweep": {"task": "millrace.sweep", "schedule": 15.0},
     "transaction-timeouts": {"task": "millrace.transaction_timeouts", "schedule": 10.0},
     "completed-transaction-cleanup": {
         "task": "millrace.completed_transaction_cleanup",

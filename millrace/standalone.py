@@ -412,27 +412,17 @@ def wire_answers(host: str, port: int) -> Callable[[], bool]:
 
 
 def heartbeat_fresh(role: str, child: Child) -> Callable[[], bool]:
-    """The Celery process of ``child`` (worker or beat) recorded a fresh heartbeat
-    (``controller_app.heartbeats``): it is past its start-up and not hung."""
+    """The Celery process of ``child`` (worker or beat) wrote a fresh heartbeat file
+    (``controller_app.heartbeats``): it is past its start-up and not hung. The file, not the
+    database: a worker waiting for a database that is away is alive, not to be killed."""
 
     def check() -> bool:
-        from django.db import DatabaseError, close_old_connections
-
         from controller_app import heartbeats
-        from controller_app.models import ProcessHeartbeat
 
         if child.process is None:
             return False
-        name = f"{socket.gethostname()}:{child.process.pid}"
-        try:
-            found = ProcessHeartbeat.objects.filter(role=role, process=name).first()
-        except DatabaseError:
-            return False
-        finally:
-            close_old_connections()
-        return (
-            found is not None and heartbeats.age_seconds(found) < heartbeats.HEARTBEAT_STALE_SECONDS
-        )
+        age = heartbeats.local_age_seconds(role, child.process.pid)
+        return age is not None and age < heartbeats.HEARTBEAT_STALE_SECONDS
 
     return check
 

@@ -3,22 +3,30 @@
 ``exception_handler`` is DRF's ``EXCEPTION_HANDLER``: controller errors map to their HTTP
 status and code, DRF's own (validation, authentication, permission, parse, method) keep their
 status with a stable code, segment store failures and timeouts are 503 with ``Retry-After``
-(the segment store is away or restarting: ask again), anything else is 500 with a short
-message (the traceback goes to the log, never to the client). ``not_found`` and ``server_error``
-are Django's 404/500 handlers for paths outside DRF views (JSON for the API paths).
+(the segment store is away or restarting: ask again), and so is a metadata database or broker
+that is away (``database-unavailable``, ``broker-unavailable``: ``controller_app.outages``);
+anything else is 500 with a short message (the traceback goes to the log, never to the client).
+``not_found`` and ``server_error`` are Django's 404/500 handlers for paths outside DRF views
+(JSON for the API paths); ``server_error`` answers 503 too when a service is away (the
+console's pages, a middleware that reads the session).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views import defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from controller_app import errors as ce
+from controller_app import outages
+from controller_app.api.fields import BodyTooLargeError, body_limit_message
 from millrace.client import segment_store as ssc
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,7 @@ _DRF = [
     (drf.AuthenticationFailed, "authentication-failed"),
     (drf.PermissionDenied, "permission-denied"),
     (drf.ParseError, "malformed-request"),
+    (BodyTooLargeError, "request-too-large"),
     (drf.UnsupportedMediaType, "unsupported-media-type"),
     (drf.MethodNotAllowed, "method-not-allowed"),
     (drf.NotAcceptable, "not-acceptable"),
@@ -82,6 +91,10 @@ def unavailable(code: str, message: str) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    down = outages.service_down(exc)
+    if down is not None:
+        log.warning("%s: %s (%s)", context.get("view"), down[0], type(exc).__name__)
+        return error(503, *down, {"Retry-After": str(outages.RETRY_AFTER_SECONDS)})
     for cls, status, code in _CONTROLLER:
         if isinstance(exc, cls):
             if status == 503:
@@ -89,6 +102,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             return error(status, code, str(exc))
     if isinstance(exc, Http404):
         return error(404, "not-found", str(exc) or "not found")
+    if isinstance(exc, RequestDataTooBig):
+        return error(413, "request-too-large", body_limit_message())
     for cls, code in _DRF:
         if isinstance(exc, cls):
             headers = {}
@@ -121,10 +136,29 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Django calls this handler while it handles the exception: sys.exc_info() names it.
+    exc = sys.exc_info()[1] or Exception()
+    down = outages.service_down(exc)
+    if down is not None:
+        return service_down_response(request, *down)
+    if isinstance(exc, RequestDataTooBig):
+        body = {"code": "request-too-large", "message": body_limit_message()}
+        return JsonResponse(body, status=413)
     if _is_api(request):
         body = {"code": "internal-error", "message": "internal error; see the log"}
         return JsonResponse(body, status=500)
     return defaults.server_error(request)
+
+
+def service_down_response(request: HttpRequest, code: str, message: str) -> HttpResponse:
+    """503 with ``Retry-After``: JSON for the API paths, a short page for the console."""
+    if _is_api(request):
+        response: HttpResponse = JsonResponse({"code": code, "message": message}, status=503)
+    else:
+        response = render(request, "service_unavailable.html", {"code": code, "message": message},
+                          status=503)  # fmt: skip
+    response["Retry-After"] = str(outages.RETRY_AFTER_SECONDS)
+    return response
 
 
 def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controller_app import selectors as sel
+from controller_app.api import fields
 from controller_app.errors import InvalidArgumentError
 from controller_app.segment_client import segment_store
 from controller_app.stream_reads import read_page, start_cut
@@ -157,9 +158,9 @@ WRITERS = _Writers()
 
 
 class EventSerializer(serializers.Serializer):
-    data = serializers.CharField(required=False, allow_blank=True, help_text="UTF-8 text")
-    dataBase64 = serializers.CharField(required=False, help_text="bytes, base64")
-    routingKey = serializers.CharField(required=False, allow_null=True, max_length=1024)
+    data = fields.CharField(required=False, allow_blank=True, help_text="UTF-8 text")
+    dataBase64 = fields.CharField(required=False, help_text="bytes, base64")
+    routingKey = fields.CharField(required=False, allow_null=True, max_length=1024)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("data" in attrs) == ("dataBase64" in attrs):

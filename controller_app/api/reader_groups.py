@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controller_app import audit
+from controller_app.api import fields
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import ReaderGroup
@@ -70,7 +71,7 @@ class ConfigSerializer(serializers.Serializer):
 
 
 class CreateSerializer(ConfigSerializer):
-    readerGroupName = serializers.CharField(max_length=250)
+    readerGroupName = fields.CharField(max_length=250)
 
 
 class ResetSerializer(ConfigSerializer):
@@ -78,7 +79,7 @@ class ResetSerializer(ConfigSerializer):
 
 
 class ReaderSerializer(serializers.Serializer):
-    readerId = serializers.CharField(max_length=rg.READER_ID_LENGTH_MAX)
+    readerId = fields.CharField(max_length=rg.READER_ID_LENGTH_MAX)
 
 
 class LeaveSerializer(serializers.Serializer):
@@ -98,7 +99,7 @@ class SyncSerializer(serializers.Serializer):
     released = serializers.DictField(
         child=serializers.IntegerField(min_value=0, max_value=_INT64_MAX), required=False
     )
-    checkpoint = serializers.CharField(
+    checkpoint = fields.CharField(
         max_length=rg.READER_ID_LENGTH_MAX, required=False, allow_null=True
     )
     checkpointPositions = serializers.DictField(
@@ -107,7 +108,7 @@ class SyncSerializer(serializers.Serializer):
 
 
 class CheckpointSerializer(serializers.Serializer):
-    checkpointName = serializers.CharField(max_length=rg.READER_ID_LENGTH_MAX)
+    checkpointName = fields.CharField(max_length=rg.READER_ID_LENGTH_MAX)
 
 
 class SubscriberCutsSerializer(serializers.Serializer):

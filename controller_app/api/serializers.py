@@ -12,6 +12,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controller_app.api import fields
 from controller_app.choices import RetentionPolicyType, ScalingPolicyType
 from controller_app.models import Stream
 from controller_app.models.stream import RETENTION_MAX_DEFAULT
@@ -23,11 +24,11 @@ INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 class ScopeCreateSerializer(serializers.Serializer):
-    scopeName = serializers.CharField(max_length=250)
+    scopeName = fields.CharField(max_length=250)
 
 
 class ScopeSerializer(serializers.Serializer):
-    scopeName = serializers.CharField()
+    scopeName = fields.CharField()
 
 
 class ScopesListSerializer(serializers.Serializer):
@@ -59,7 +60,7 @@ class StreamUpdateSerializer(serializers.Serializer):
     scalingPolicy = ScalingConfigSerializer(required=False)
     retentionPolicy = RetentionConfigSerializer(required=False, allow_null=True)
     streamTags = serializers.ListField(
-        child=serializers.CharField(max_length=TAG_LENGTH_MAX), required=False, max_length=128
+        child=fields.CharField(max_length=TAG_LENGTH_MAX), required=False, max_length=128
     )
     timestampAggregationTimeout = serializers.IntegerField(
         min_value=0, max_value=INT64_MAX, required=False
@@ -84,7 +85,7 @@ class StreamUpdateSerializer(serializers.Serializer):
 
 
 class StreamCreateSerializer(StreamUpdateSerializer):
-    streamName = serializers.CharField(max_length=250)
+    streamName = fields.CharField(max_length=250)
 
 
 def _duration_ms(value: dict[str, int] | None) -> int:
@@ -144,11 +145,11 @@ def scaling_from_stream(stream: Stream) -> dict[str, Any]:
 
 
 class StreamPropertySerializer(serializers.Serializer):
-    scopeName = serializers.CharField()
-    streamName = serializers.CharField()
+    scopeName = fields.CharField()
+    streamName = fields.CharField()
     scalingPolicy = ScalingConfigSerializer()
     retentionPolicy = RetentionConfigSerializer(allow_null=True)
-    tags = serializers.ListField(child=serializers.CharField())
+    tags = serializers.ListField(child=fields.CharField())
     timestampAggregationTimeout = serializers.IntegerField()
     rolloverSizeBytes = serializers.IntegerField()
 
@@ -194,7 +195,7 @@ class ScalingEventListSerializer(serializers.Serializer):
 
 
 class ReaderGroupNameSerializer(serializers.Serializer):
-    readerGroupName = serializers.CharField()
+    readerGroupName = fields.CharField()
 
 
 class ReaderGroupsListSerializer(serializers.Serializer):
@@ -205,7 +206,7 @@ class ReaderGroupsListSerializer(serializers.Serializer):
 
 
 class StreamInfoSerializer(StreamPropertySerializer):
-    state = serializers.CharField()
+    state = fields.CharField()
     currentEpoch = serializers.IntegerField()
 
 
@@ -213,7 +214,7 @@ class SegmentInfoSerializer(serializers.Serializer):
     segmentId = serializers.IntegerField(help_text="64 bits: creation epoch << 32 | number")
     number = serializers.IntegerField()
     epoch = serializers.IntegerField(help_text="The creation epoch.")
-    name = serializers.CharField(help_text="Qualified segment name.")
+    name = fields.CharField(help_text="Qualified segment name.")
     keyStart = serializers.FloatField()
     keyEnd = serializers.FloatField()
     offset = serializers.IntegerField(required=False, help_text="Start offset, in a position.")
@@ -240,8 +241,8 @@ class SuccessorsSerializer(serializers.Serializer):
 
 
 class SegmentUriSerializer(serializers.Serializer):
-    segment = serializers.CharField()
-    host = serializers.CharField()
+    segment = fields.CharField()
+    host = fields.CharField()
     port = serializers.IntegerField()
 
 
@@ -277,7 +278,7 @@ class ScaleRequestSerializer(serializers.Serializer):
 
 
 class ScaleResultSerializer(serializers.Serializer):
-    status = serializers.CharField()
+    status = fields.CharField()
     epoch = serializers.IntegerField()
     segments = SegmentInfoSerializer(many=True)
 
@@ -311,7 +312,7 @@ class SizeSerializer(serializers.Serializer):
 
 class ValiditySerializer(serializers.Serializer):
     valid = serializers.BooleanField()
-    message = serializers.CharField(allow_blank=True)
+    message = fields.CharField(allow_blank=True)
 
 
 class TruncateResultSerializer(serializers.Serializer):
@@ -320,13 +321,13 @@ class TruncateResultSerializer(serializers.Serializer):
 
 class TransactionCreateSerializer(serializers.Serializer):
     leaseMs = serializers.IntegerField(min_value=1000, max_value=600_000, default=30_000)
-    writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
 class OpenTransactionSerializer(serializers.Serializer):
-    txnId = serializers.CharField()
-    state = serializers.CharField()
-    writerId = serializers.CharField()
+    txnId = fields.CharField()
+    state = fields.CharField()
+    writerId = fields.CharField()
 
 
 class OpenTransactionsSerializer(serializers.Serializer):
@@ -334,7 +335,7 @@ class OpenTransactionsSerializer(serializers.Serializer):
 
 
 class ShadowSegmentSerializer(serializers.Serializer):
-    name = serializers.CharField(help_text="The transaction segment to write to.")
+    name = fields.CharField(help_text="The transaction segment to write to.")
     parentId = serializers.IntegerField()
     keyStart = serializers.FloatField()
     keyEnd = serializers.FloatField()
@@ -346,9 +347,9 @@ COMMIT_AT_ONCE_MAX = 1000
 
 class TransactionSerializer(serializers.Serializer):
     txnId = serializers.UUIDField()
-    state = serializers.CharField()
+    state = fields.CharField()
     epoch = serializers.IntegerField(required=False)
-    segments = serializers.ListField(child=serializers.CharField(), required=False)
+    segments = serializers.ListField(child=fields.CharField(), required=False)
     shadowSegments = ShadowSegmentSerializer(many=True, required=False)
 
 
@@ -357,7 +358,7 @@ class PingSerializer(serializers.Serializer):
 
 
 class CommitSerializer(serializers.Serializer):
-    writerId = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
     timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
     wait = serializers.FloatField(min_value=0, max_value=60, required=False)
 
@@ -379,7 +380,7 @@ class AbortSerializer(serializers.Serializer):
 
 
 class WriterMarkSerializer(serializers.Serializer):
-    writerId = serializers.CharField(max_length=64)
+    writerId = fields.CharField(max_length=64)
     timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX)
     position = StreamCutField(required=False, default=dict)
 
@@ -388,7 +389,7 @@ class WriterMarkSerializer(serializers.Serializer):
 
 
 class WriterMarkResultSerializer(serializers.Serializer):
-    writerId = serializers.CharField()
+    writerId = fields.CharField()
     timestamp = serializers.IntegerField()
 
 
@@ -403,13 +404,13 @@ class WatermarkSerializer(serializers.Serializer):
 
 
 class DelegationTokenSerializer(serializers.Serializer):
-    token = serializers.CharField(help_text="Empty when authentication is off.")
+    token = fields.CharField(help_text="Empty when authentication is off.")
     expiresIn = serializers.IntegerField(help_text="Seconds the token is valid.")
 
 
 class SegmentRatesSerializer(serializers.Serializer):
     segmentId = serializers.IntegerField()
-    name = serializers.CharField()
+    name = fields.CharField()
     keyStart = serializers.FloatField()
     keyEnd = serializers.FloatField()
     eventsPerSecond = serializers.FloatField()

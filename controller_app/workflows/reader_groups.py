@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 
+from controller_app import outages
 from controller_app import selectors as sel
 from controller_app.choices import ReaderGroupState, StreamState
 from controller_app.errors import (
@@ -261,13 +262,14 @@ def _json_cut(cut: Mapping[int, int]) -> dict[str, int]:
 
 def _change(scope: str, name: str, apply: Callable[[ReaderGroup, GroupState], T]) -> T:
     """Apply ``apply`` to the group's state and store the result under a compare-and-swap,
-    re-reading and applying again after a lost race. Dead readers are expired first."""
+    re-reading and applying again after a lost race. Dead readers are expired first; syncs
+    missed while the database was away do not count (``outages.database_failed_at_ms``)."""
     for _ in range(CAS_ATTEMPTS):
         group = get_reader_group(scope, name)
         state = GroupState.load(group.sync_state)
         config = ReaderGroupConfig.from_json(group.configuration)
         before = _newest_checkpoint(state)
-        state.expire(now_ms(), config.reader_timeout_ms)
+        state.expire(now_ms(), config.reader_timeout_ms, outages.database_failed_at_ms())
         try:
             result = apply(group, state)
         except ReaderNotInGroup as exc:

@@ -78,6 +78,10 @@ def check_new_ranges(
     return ranges
 
 
+#: How many of a stream's newest scales a request is compared with to find a repeat of it.
+_REPEATS_LOOKED_AT = 16
+
+
 def scale_stream(
     scope: str,
     name: str,
@@ -93,6 +97,9 @@ def scale_stream(
         raise PreconditionFailedError(f"stream {scope}/{name} is {stream.state.lower()}")
     current = {s.id: s for s in sel.current_segments(stream)}
     wanted = list(dict.fromkeys(int(i) for i in sealed_segment_ids))
+    earlier = _same_scale(stream, wanted, new_ranges)
+    if earlier is not None:  # a repeat (the first answered 503, or its answer was lost)
+        return _repeated(earlier, wait, f"scale of stream {scope}/{name}")
     unknown = [i for i in wanted if i not in current]
     for segment_id in unknown:
         try:
@@ -141,6 +148,34 @@ def scale_stream(
         )
         or job
     )
+
+
+def _same_scale(
+    stream: Stream, wanted: Sequence[int], new_ranges: Sequence[tuple[float, float]]
+) -> EpochTransition | None:
+    """The scale recorded earlier that seals exactly ``wanted`` into ``new_ranges``, if any.
+    Segment ids are never reused, so such a scale is this very request made again."""
+    ranges = sorted((float(a), float(b)) for a, b in new_ranges)
+    for job in EpochTransition.objects.filter(stream=stream).order_by("-pk")[:_REPEATS_LOOKED_AT]:
+        theirs = sorted((float(a), float(b)) for a, b in job.new_ranges)
+        if (
+            sorted(job.segments_to_seal) == sorted(wanted)
+            and len(theirs) == len(ranges)
+            and all(
+                abs(a[0] - b[0]) <= _EPSILON and abs(a[1] - b[1]) <= _EPSILON
+                for a, b in zip(theirs, ranges, strict=True)
+            )
+        ):
+            return job
+    return None
+
+
+def _repeated(job: EpochTransition, wait: float | None, what: str) -> EpochTransition:
+    """A repeated scale: its first request's job, sent again while it is pending (the broker
+    may not have taken its task), never recorded twice."""
+    if job.state in EPOCH_TRANSITION_PENDING:
+        dispatch.send(dispatch.SCALE_STREAM, job.stream_id)
+    return wait_until(lambda: _finished(job.pk), wait, what) or job  # type: ignore[no-any-return]
 
 
 def _finished(transition_id: int) -> EpochTransition | None:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
 from channels.security.websocket import OriginValidator
+from django.db import InterfaceError, OperationalError
 
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:
@@ -44,6 +45,16 @@ class TokenAuthMiddleware(BaseMiddleware):
     """Sets ``scope["user"]`` from an API token when the session did not authenticate."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        try:
+            scope = await self._authenticated(scope)
+        except (OperationalError, InterfaceError):  # the database is away: come back later
+            message = "the metadata database is not answering; connect again shortly"
+            return await deny(
+                scope, receive, send, "database-unavailable", message, 503, CLOSE_TRY_AGAIN
+            )
+        return await super().__call__(scope, receive, send)
+
+    async def _authenticated(self, scope: dict[str, Any]) -> dict[str, Any]:
         user = scope.get("user")
         if user is not None and hasattr(user, "_wrapped"):  # Channels' lazy user: resolve it
             user = await database_sync_to_async(lambda: user.is_authenticated and user)()
@@ -52,10 +63,14 @@ class TokenAuthMiddleware(BaseMiddleware):
             found = await _user_for(key) if key else None
             if found is not None:
                 scope = dict(scope, user=found)
-        return await super().__call__(scope, receive, send)
+        return scope
 
 
 CLOSE_FORBIDDEN_ORIGIN = 4403
+#: RFC 6455's "Try Again Later": a service the subscription needs is away.
+CLOSE_TRY_AGAIN = 1013
+#: Seconds a refused handshake is asked to wait before it tries again.
+RETRY_AFTER_SECONDS = 5
 
 
 class OriginCheck(OriginValidator):
@@ -91,25 +106,28 @@ class OriginCheck(OriginValidator):
         return await deny(scope, receive, send, "forbidden-origin", message)
 
 
-async def deny(scope: dict[str, Any], receive: Any, send: Any, code: str, message: str) -> None:
-    """Refuse a WebSocket handshake saying why: an HTTP 403 with ``{code, message}`` when the
-    server supports the denial response extension, else accept, send an ``error`` and close."""
+async def deny(
+    scope: dict[str, Any], receive: Any, send: Any, code: str, message: str,
+    status: int = 403, close_code: int = CLOSE_FORBIDDEN_ORIGIN,
+) -> None:  # fmt: skip
+    """Refuse a WebSocket handshake saying why: an HTTP ``status`` with ``{code, message}``
+    when the server supports the denial response extension, else accept, send an ``error`` and
+    close with ``close_code``."""
     if (await receive())["type"] != "websocket.connect":
         return
     body = json.dumps({"code": code, "message": message}).encode()
     if "websocket.http.response" in scope.get("extensions", {}):
-        await send({
-            "type": "websocket.http.response.start",
-            "status": 403,
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())],
-        })  # fmt: skip
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode())]  # fmt: skip
+        if status == 503:
+            headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
         return
     await send({"type": "websocket.accept"})
     error = {"type": "error", "code": code, "message": message}
     await send({"type": "websocket.send", "text": json.dumps(error)})
-    await send({"type": "websocket.close", "code": CLOSE_FORBIDDEN_ORIGIN})
+    await send({"type": "websocket.close", "code": close_code})
 
 
 def origin_check(application: Any) -> OriginCheck:

@@ -40,6 +40,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import InterfaceError, OperationalError
 
 from millrace.client import segment_store as ssc
 from millrace.client.events import Event, EventFormatError
@@ -47,6 +48,7 @@ from millrace.client.follower import StreamFollower, Target
 from millrace.client.pool import SegmentStorePool
 from millrace.naming import parse_segment_name
 from millrace.tokens import delegation_token
+from segment_app.consumers.auth import CLOSE_TRY_AGAIN
 from segment_app.consumers.directory import NoNodeError, StreamDirectory, StreamNotFoundError
 
 #: Seconds between two looks at a stream's newest watermark (per stream, shared by the
@@ -54,6 +56,12 @@ from segment_app.consumers.directory import NoNodeError, StreamDirectory, Stream
 WATERMARK_POLL_SECONDS = 1.0
 _WATERMARKS: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
 _WATERMARKS_KEPT = 10_000
+
+#: Seconds between two tries of a subscription waiting for the metadata database.
+DATABASE_RETRY_SECONDS = 1.0
+#: The longest query string a subscription takes, and the largest segment id or offset.
+QUERY_BYTES_MAX = 8192
+INT64_MAX = 2**63 - 1
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +105,17 @@ class TailConsumer(AsyncWebsocketConsumer):
         self.runner: asyncio.Task[Any] | None = None
         try:
             await database_sync_to_async(self._check_user)()
-            query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-            self.params = {key: values[-1] for key, values in query.items()}
+            self.params = _params(self.scope.get("query_string", b""))
             self.encoding = self.params.get("encoding", "base64")
             if self.encoding not in ("base64", "utf-8"):
                 raise SubscriptionError("bad-request", "encoding must be base64 or utf-8")
             await self.subscribe()
         except SubscriptionError as exc:
             await self.fail(exc.code, str(exc), exc.close_code)
+            return
+        except (OperationalError, InterfaceError):
+            message = "the metadata database is not answering; subscribe again shortly"
+            await self.fail("database-unavailable", message, CLOSE_TRY_AGAIN)
             return
         self.runner = asyncio.create_task(self._run_guarded())
 
@@ -253,7 +264,7 @@ class StreamTailConsumer(TailConsumer):
             if kind in ("head", "tail") and not value:
                 parsed = None
             elif kind == "time":
-                parsed = int(value)
+                parsed = _int64(value, "time")
             elif kind in ("cut", "position"):
                 parsed = _parse_cut(value, allow_empty=kind == "position")
             else:
@@ -305,7 +316,10 @@ class StreamTailConsumer(TailConsumer):
         cached = _WATERMARKS.get(key)
         if cached is not None and now - cached[0] < WATERMARK_POLL_SECONDS:
             return cached[1]
-        newest = await database_sync_to_async(self.directory.watermark)(*key)
+        try:
+            newest = await database_sync_to_async(self.directory.watermark)(*key)
+        except (OperationalError, InterfaceError):  # the database is away: none for now
+            return cached[1] if cached is not None else None
         _WATERMARKS[key] = (time.monotonic(), newest)
         if len(_WATERMARKS) > _WATERMARKS_KEPT:  # forget the stalest (streams gone quiet)
             del _WATERMARKS[min(_WATERMARKS, key=lambda k: _WATERMARKS[k][0])]
@@ -319,10 +333,16 @@ class StreamTailConsumer(TailConsumer):
         await self.emit({"type": "position", "position": position})
 
     async def _successors(self, segment_id: int) -> tuple[dict[Target, list[int]], bool]:
-        """The successors of a segment read to its end, and whether the stream has ended."""
-        return await database_sync_to_async(self.directory.successors)(
-            self.scope_name, self.stream_name, segment_id
-        )
+        """The successors of a segment read to its end, and whether the stream has ended.
+        While the metadata database is away the subscription waits for it (asking every
+        ``DATABASE_RETRY_SECONDS``), then goes on."""
+        while True:
+            try:
+                return await database_sync_to_async(self.directory.successors)(
+                    self.scope_name, self.stream_name, segment_id
+                )
+            except (OperationalError, InterfaceError):
+                await asyncio.sleep(DATABASE_RETRY_SECONDS)
 
 
 class SegmentTailConsumer(TailConsumer):
@@ -355,10 +375,11 @@ class SegmentTailConsumer(TailConsumer):
             self.offset = info.start_offset
         elif start == "tail":
             self.offset = info.write_offset
-        elif start.isdigit():
-            self.offset = int(start)
         else:
-            raise SubscriptionError("bad-request", "offset must be head, tail or a number")
+            try:
+                self.offset = _int64(start, "offset (or head, tail)")
+            except ValueError as exc:
+                raise SubscriptionError("bad-request", str(exc)) from None
         await self.emit({"type": "subscribed", "segment": name, "offset": self.offset})
 
     async def run(self) -> None:
@@ -367,12 +388,29 @@ class SegmentTailConsumer(TailConsumer):
         await self.close()
 
 
+def _params(query_string: bytes) -> dict[str, str]:
+    """The query's parameters (the last of each name); ``SubscriptionError`` for one too long."""
+    if len(query_string) > QUERY_BYTES_MAX:
+        raise SubscriptionError(
+            "bad-request", f"the query string is {len(query_string)} bytes, over {QUERY_BYTES_MAX}"
+        )
+    query = parse_qs(query_string.decode("latin-1"))
+    return {key: values[-1] for key, values in query.items()}
+
+
+def _int64(text: str, what: str) -> int:
+    """``text`` as a number from 0 to 2**63-1 (ValueError naming ``what`` otherwise)."""
+    if not text.isascii() or not text.isdigit() or int(text) > INT64_MAX:
+        raise ValueError(f"{what} must be a whole number from 0 to {INT64_MAX}, not {text[:40]!r}")
+    return int(text)
+
+
 def _parse_cut(text: str, allow_empty: bool = False) -> dict[int, int]:
     """``<segment id>=<offset>,...`` as a dict (ValueError on anything else)."""
     cut = {}
     for part in filter(None, text.split(",")):
         segment, _, offset = part.partition("=")
-        cut[int(segment)] = int(offset)
+        cut[_int64(segment, "a segment id")] = _int64(offset, "an offset")
     if not cut and not allow_empty:
         raise ValueError("a stream cut names at least one segment")
     return cut

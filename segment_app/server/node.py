@@ -249,7 +249,10 @@ async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
     path = status_path(config.data_dir, port)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        report = {"pid": os.getpid(), "tier1": config.tier1, "tier2": config.tier2}
+        report = {
+            "pid": os.getpid(), "address": [config.host, port],
+            "tier1": config.tier1, "tier2": config.tier2,
+        }  # fmt: skip
         store.restart_failed()
         try:
             write_status(path, {**report, **store.health()})
