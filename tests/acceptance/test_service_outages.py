@@ -1,0 +1,272 @@
+"""Outages of the services around a node: its metadata database stopped for real.
+
+Whole processes: a private PostgreSQL server (``initdb`` and ``pg_ctl`` on a loopback port,
+run as the ``postgres`` user; skipped with a notice where the machine has none), a
+``millrace standalone`` node on it, a writer process and a reader-group reader process
+(``e2e_roles``) running throughout. PostgreSQL is stopped with ``pg_ctl stop -m immediate``
+for 30 s, then started again. Checked: appends go on being acknowledged; REST answers 503
+``database-unavailable`` with ``Retry-After``; health names the database alone and stays ready;
+no child of the node is restarted; the reader is not evicted; within 10 s of the database's
+return REST answers again; every event written is read exactly once. With the test-only
+switches ``no-service-503`` and ``no-sync-grace`` the same outage gives 500s and evicts the
+reader (its next sync is told it is no longer in the group): the guards are what pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.client.manager import StreamManager
+from tests.acceptance.e2e_roles import KEYS_PER_WRITER
+from tests.acceptance.standalone_node import (
+    READY_LINE,
+    Standalone,
+    eventually,
+    free_ports,
+    request,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTAGE_SECONDS = 30.0
+WRITE_RATE = 300.0
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own in ``where``, on a loopback port."""
+
+    def __init__(self, where: Path, bin_dir: Path, port: int) -> None:
+        self.where, self.bin, self.port = where, bin_dir, port
+        self.data = where / "pgdata"
+        self.url = f"postgres://postgres@127.0.0.1:{port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self.where.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.where, user.pw_uid, user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.where} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
+                  str(self.where / "postgres.log"), "-w", "start")  # fmt: skip
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("pg_ctl")
+    return Path(on_path).parent if on_path else None
+
+
+@pytest.fixture
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries (pg_ctl) on this machine")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no postgres user to run PostgreSQL as")
+    where = Path(tempfile_dir()) / f"pg-{uuid.uuid4().hex[:8]}"
+    server = PrivatePostgres(where, bin_dir, free_ports(1)[0])
+    server.init()
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            server.stop()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    """A folder the postgres user can reach (pytest's own may sit under a private home)."""
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def _get(base: str, path: str, token: str) -> tuple[int, Any, Any]:
+    """(status, headers, JSON body) of a GET, as a program with a token makes it."""
+    req = urllib.request.Request(base + path, headers={"Authorization": f"Token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.status, response.headers, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode(errors="replace")
+        return exc.code, exc.headers, body
+
+
+class Roles:
+    """The writer and reader processes of one run."""
+
+    def __init__(self, node: Standalone, scope: str, where: Path) -> None:
+        self.node, self.scope, self.where = node, scope, where
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        log = open(self.where / f"{name}.stderr", "wb")  # noqa: SIM115 - kept by the process
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "tests.acceptance.e2e_roles", *args],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def written(self) -> int:
+        try:
+            return int((self.where / "w.json.progress").read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def read_lines(self) -> list[str]:
+        try:
+            return (self.where / "r.log").read_text().splitlines()
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def _outage(node: Standalone, postgres: PrivatePostgres) -> dict[str, Any]:
+    """Stop the database for ``OUTAGE_SECONDS`` while REST and health are watched; what was
+    seen."""
+    seen: dict[str, Any] = {"statuses": Counter(), "retry_after": set(), "codes": set(),
+                            "health_down": set(), "ready": set()}  # fmt: skip
+    postgres.stop()
+    stopped = time.monotonic()
+    while time.monotonic() - stopped < OUTAGE_SECONDS:
+        status, headers, body = _get(node.base, "/v1/scopes", node.token)
+        seen["statuses"][status] += 1
+        if isinstance(body, dict):
+            seen["codes"].add(body.get("code"))
+        seen["retry_after"].add(headers.get("Retry-After"))
+        _, health = node.health()
+        if isinstance(health, dict):
+            seen["health_down"].add(health["details"].get("down", ""))
+        ready, _, _ = _get(node.base, "/health/readiness", node.token)
+        seen["ready"].add(ready)
+        time.sleep(1.0)
+    postgres.start()
+    returned = time.monotonic()
+    eventually(lambda: _get(node.base, "/v1/scopes", node.token)[0] == 200, 10.0,
+               "REST answering again after the database returned")  # fmt: skip
+    seen["back_after"] = time.monotonic() - returned
+    return seen
+
+
+def _run(tmp_path: Path, postgres: PrivatePostgres, unsafe: str = "") -> dict[str, Any]:
+    env = {"MILLRACE_TEST_UNSAFE": unsafe} if unsafe else {}
+    node = Standalone(tmp_path / "data", *free_ports(2), services={"DATABASE_URL": postgres.url},
+                      env=env)  # fmt: skip
+    roles: Roles | None = None
+    try:
+        node.wait_for(READY_LINE)
+        scope = f"o{uuid.uuid4().hex[:8]}"
+        manager = StreamManager(node.base, token=node.token)
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+        manager.create_reader_group(
+            scope, "rg", [f"{scope}/st"], reader_timeout_ms=10_000, group_refresh_time_ms=500
+        )
+        count = int(WRITE_RATE * (OUTAGE_SECONDS + 40))
+        roles = Roles(node, scope, tmp_path)
+        base, token = node.base, node.token
+        roles.start("w", "writer", base, token, scope, "0", str(count), str(WRITE_RATE),
+                    str(tmp_path / "w.json"))  # fmt: skip
+        roles.start("r", "reader", base, token, scope, "rg", "r0", str(tmp_path / "r.log"))
+        eventually(lambda: len(roles.read_lines()) >= 1000, 60.0, "the reader reading")
+        restarts = {name: child["restarts"] for name, child in node.supervisor_state().items()}
+        before = roles.written()
+        seen = _outage(node, postgres)
+        seen["written_in_outage"] = roles.written() - before
+        seen["restarts"] = {
+            name: child["restarts"] - restarts[name]
+            for name, child in node.supervisor_state().items()
+        }
+        assert roles.procs["w"].wait(180) == 0, (tmp_path / "w.stderr").read_text()[-3000:]
+        status, answer = request(base, "PUT", f"/v1/scopes/{scope}/streams/st/state", token,
+                                 {"streamState": "SEALED"})  # fmt: skip
+        assert status == 200, answer
+        seen["reader_exit"] = roles.procs["r"].wait(120)
+        seen["reader_said"] = (tmp_path / "r.stderr").read_text()[-3000:]
+        counts = json.loads((tmp_path / "w.json").read_text())
+        written = {f"{key}:{i}" for key, n in counts.items() for i in range(n)}
+        assert len(counts) == KEYS_PER_WRITER
+        read = Counter(line.split(" ", 3)[3] for line in roles.read_lines() if line[:1] != "#")
+        seen["lost"] = len(written - set(read))
+        seen["read_twice"] = sum(n - 1 for n in read.values() if n > 1)
+        seen["written"] = len(written)
+        manager.close()
+        return seen
+    finally:
+        if roles is not None:
+            roles.kill_all()
+        (tmp_path / "standalone.log").write_text(node.output())
+        node.kill()
+
+
+def test_a_database_outage_is_503_names_the_database_and_costs_nothing(
+    tmp_path: Path, postgres: PrivatePostgres
+) -> None:
+    seen = _run(tmp_path, postgres)
+    assert seen["statuses"][503] >= OUTAGE_SECONDS / 3, seen
+    assert seen["statuses"][500] == 0, seen
+    assert "database-unavailable" in seen["codes"], seen
+    assert "5" in seen["retry_after"], seen
+    assert seen["health_down"] <= {"database", ""}, seen  # the database alone ("" before/after)
+    assert "database" in seen["health_down"], seen
+    assert seen["ready"] == {200}, seen  # appends go on: the node stays ready
+    assert seen["written_in_outage"] >= WRITE_RATE * OUTAGE_SECONDS / 2, seen
+    assert not any(seen["restarts"].values()), seen
+    assert seen["back_after"] < 10.0, seen
+    assert seen["reader_exit"] == 0, seen["reader_said"]
+    assert seen["lost"] == 0 and seen["read_twice"] == 0, seen
+
+
+def test_without_the_guards_the_same_outage_gives_500s_and_evicts_the_reader(
+    tmp_path: Path, postgres: PrivatePostgres
+) -> None:
+    seen = _run(tmp_path, postgres, unsafe="no-service-503,no-sync-grace")
+    assert seen["statuses"][500] > 0, seen
+    assert seen["statuses"][503] == 0, seen
+    # Its missed syncs counted: the reader was declared dead, and told so at its next sync.
+    assert seen["reader_exit"] != 0, seen
+    assert "ReaderNotInGroupError" in seen["reader_said"], seen["reader_said"]
