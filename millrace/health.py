@@ -205,30 +205,28 @@ def tier_health(reports: dict[tuple[str, int], dict[str, Any]]) -> Health:
 
 
 def heartbeat_health(role: str, child: dict[str, Any] | None) -> Health:
-    """The newest heartbeat of ``role`` (worker or beat) is fresh: its file on this host, or
-    its row in the database (a process on another host). The file comes first, so that a
-    database outage does not make live processes look dead."""
+    """The newest heartbeat of ``role`` (worker or beat) is fresh: its row in the database,
+    or, while the database is away, its file on this host (so that an outage of the database
+    does not make live processes look dead)."""
     from controller_app import heartbeats
 
     details: dict[str, str] = {}
     up = _with_supervisor(details, child)
-    age = heartbeats.local_age_seconds(role)
-    if age is not None and age < heartbeats.HEARTBEAT_STALE_SECONDS:
-        details["lastHeartbeat"] = f"{age:.1f} s ago (this host)"
-        return Health.of(role, up, details)
     try:
         latest = heartbeats.latest(role)
     except DatabaseError as exc:
-        details["error"] = f"cannot read heartbeats: {type(exc).__name__}"
-        if age is not None:
-            details["lastHeartbeat"] = f"{age:.1f} s ago (this host)"
-        return Health.of(role, False, details)
+        age = heartbeats.local_age_seconds(role)
+        if age is None:
+            details["error"] = f"cannot read heartbeats: {type(exc).__name__}"
+            return Health.of(role, False, details)
+        details["lastHeartbeat"] = f"{age:.1f} s ago (this host's file)"
+        return Health.of(role, up and age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
     if latest is None:
-        details["lastHeartbeat"] = "never" if age is None else f"{age:.1f} s ago (this host)"
+        details["lastHeartbeat"] = "never"
         return Health.of(role, False, details)
-    db_age = heartbeats.age_seconds(latest)
-    details["lastHeartbeat"] = f"{db_age:.1f} s ago ({latest.process})"
-    return Health.of(role, up and db_age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
+    age = heartbeats.age_seconds(latest)
+    details["lastHeartbeat"] = f"{age:.1f} s ago ({latest.process})"
+    return Health.of(role, up and age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
 
 
 def broker_health() -> Health:

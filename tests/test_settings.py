@@ -86,7 +86,7 @@ def test_settings_module_follows_environment(data_dir: Path) -> None:
     assert switched["db"]["ENGINE"] == "django.db.backends.postgresql"
     assert switched["layer"] == {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS]},
+        "CONFIG": {"hosts": [{"address": REDIS, **millrace_settings.redis_options()}]},
     }
     assert switched["broker"] == REDIS
     assert switched["permissions"] == ["controller_app.api.permissions.RolePermission"]
@@ -109,7 +109,10 @@ def test_channel_layers_switch_on_redis_url() -> None:
     assert memory["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     redis = millrace_settings.channel_layers(REDIS)["default"]
     assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
-    assert redis["CONFIG"]["hosts"] == [REDIS]
+    (host,) = redis["CONFIG"]["hosts"]
+    assert host["address"] == REDIS
+    # Above channels_redis's 5 s blocking pop: redis-py's default (5 s) dropped idle tails.
+    assert host["socket_timeout"] > 5 * 2
 
 
 async def test_configured_channel_layer_delivers_a_message() -> None:

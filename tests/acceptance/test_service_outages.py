@@ -270,3 +270,81 @@ def test_without_the_guards_the_same_outage_gives_500s_and_evicts_the_reader(
     # Its missed syncs counted: the reader was declared dead, and told so at its next sync.
     assert seen["reader_exit"] != 0, seen
     assert "ReaderNotInGroupError" in seen["reader_said"], seen["reader_said"]
+
+
+# -- Redis as the broker and the channel layer ---------------------------------------------------
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[str]:
+    """A ``redis-server`` of the test's own on a loopback port (its URL)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server on this machine")
+    port = free_ports(1)[0]
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        eventually(lambda: _answers(port), 10.0, "redis-server answering")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(16).startswith(b"+PONG")
+    return False
+
+
+def test_on_redis_an_idle_tail_stays_connected_and_gets_what_is_written(
+    tmp_path: Path, redis_server: str
+) -> None:
+    """The channel layer's blocking pop (5 s) against redis-py's socket timeout (5 s by
+    default) dropped every tail after 5 s; a tail now stays for 40 s, idle between writes."""
+    import asyncio
+
+    import websockets
+
+    node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server})
+    try:
+        node.wait_for(READY_LINE)
+        scope = f"r{uuid.uuid4().hex[:8]}"
+        manager = StreamManager(node.base, token=node.token)
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=1)
+        url = node.base.replace("http", "ws", 1) + f"/ws/streams/{scope}/st?from=tail"
+
+        def write(text: str) -> None:
+            writer = manager.create_writer(scope, "st")
+            writer.write_event(text)
+            writer.flush()
+            writer.close()
+
+        async def tail() -> list[str]:
+            got: list[str] = []
+            headers = {"Authorization": f"Token {node.token}"}
+            async with websockets.connect(url, additional_headers=headers) as ws:
+                assert json.loads(await ws.recv())["type"] == "subscribed"
+                started = time.monotonic()
+                for at, text in ((12.0, "first"), (40.0, "second")):
+                    await asyncio.sleep(at - (time.monotonic() - started))
+                    await asyncio.to_thread(write, text)
+                    while text not in got:
+                        message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                        got += [e["text"] for e in message.get("events", [])]
+            return got
+
+        url += "&encoding=utf-8"
+        assert asyncio.run(tail()) == ["first", "second"]
+        manager.close()
+    finally:
+        (tmp_path / "standalone.log").write_text(node.output())
+        node.kill()
