@@ -68,9 +68,10 @@ def record(role: str) -> None:
     the database away) is logged, never raised: a heartbeat must not stop the process that
     sends it."""
     now = timezone.now()
+    path = heartbeat_file(role, os.getpid())
     try:
-        heartbeat_file(role, os.getpid()).parent.mkdir(parents=True, exist_ok=True)
-        write_status(heartbeat_file(role, os.getpid()), {"role": role, "pid": os.getpid()})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_status(path, {"role": role, "pid": os.getpid()})
     except OSError as exc:
         log.warning("%s heartbeat file not written: %s", role, exc)
     try:

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,17 @@ from millrace.client.reader_group import TruncatedDataError
 
 KEYS_PER_WRITER = 8
 TXN_EVENTS = 10
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(where: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """Start ``python -m tests.acceptance.e2e_roles *args`` (a role and its arguments) with its
+    output in ``<where>/<name>.stderr``: how the acceptance tests start these processes."""
+    log = open(where / f"{name}.stderr", "wb")  # noqa: SIM115 - kept by the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.acceptance.e2e_roles", *args],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
 
 
 def dump_on_sigusr1(manager: StreamManager, *inspected: Any) -> None:

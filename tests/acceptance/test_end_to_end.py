@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -33,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from millrace.client.manager import StreamManager
-from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS
+from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
 RUN_TIMEOUT_SECONDS = 600.0
@@ -60,13 +59,7 @@ class Run:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str) -> None:
-        log = open(self.where / f"{name}.stderr", "wb")  # noqa: SIM115 - kept by the process
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.acceptance.e2e_roles", *args],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self.procs[name] = spawn(self.where, name, *args)
 
     def written(self) -> int:
         total = 0

@@ -34,6 +34,7 @@ import pytest
 
 from millrace import standalone as supervision
 from millrace.client.manager import StreamManager
+from tests.acceptance.e2e_roles import spawn
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -331,11 +332,7 @@ class Workload:
         self.tail = Program("resume", node, f"{self.scope}/st", where)
 
     def _role(self, name: str, *args: str) -> None:
-        log = open(self.where / f"{name}.stderr", "wb")  # noqa: SIM115 - kept by the process
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.acceptance.e2e_roles", *args],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.procs[name] = spawn(self.where, name, *args)
 
     def written(self) -> int:
         total = 0

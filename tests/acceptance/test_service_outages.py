@@ -21,7 +21,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 
 from millrace.client.manager import StreamManager
-from tests.acceptance.e2e_roles import KEYS_PER_WRITER
+from tests.acceptance.e2e_roles import KEYS_PER_WRITER, spawn
 from tests.acceptance.standalone_node import (
     READY_LINE,
     Standalone,
@@ -132,6 +131,15 @@ def _get(base: str, path: str, token: str) -> tuple[int, Any, Any]:
         return exc.code, exc.headers, body
 
 
+def _new_stream(node: Standalone, segments: int) -> tuple[StreamManager, str]:
+    """A client of ``node`` and a new scope holding the stream ``st``."""
+    scope = f"s{uuid.uuid4().hex[:8]}"
+    manager = StreamManager(node.base, token=node.token)
+    manager.create_scope(scope)
+    manager.create_stream(scope, "st", initial_segments=segments)
+    return manager, scope
+
+
 class Roles:
     """The writer and reader processes of one run."""
 
@@ -140,11 +148,7 @@ class Roles:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str) -> None:
-        log = open(self.where / f"{name}.stderr", "wb")  # noqa: SIM115 - kept by the process
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.acceptance.e2e_roles", *args],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.procs[name] = spawn(self.where, name, *args)
 
     def written(self) -> int:
         try:
@@ -199,10 +203,7 @@ def _run(tmp_path: Path, postgres: PrivatePostgres, unsafe: str = "") -> dict[st
     roles: Roles | None = None
     try:
         node.wait_for(READY_LINE)
-        scope = f"o{uuid.uuid4().hex[:8]}"
-        manager = StreamManager(node.base, token=node.token)
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=2)
+        manager, scope = _new_stream(node, segments=2)
         manager.create_reader_group(
             scope, "rg", [f"{scope}/st"], reader_timeout_ms=10_000, group_refresh_time_ms=500
         )
@@ -316,10 +317,7 @@ def test_on_redis_an_idle_tail_stays_connected_and_gets_what_is_written(
     node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server})
     try:
         node.wait_for(READY_LINE)
-        scope = f"r{uuid.uuid4().hex[:8]}"
-        manager = StreamManager(node.base, token=node.token)
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=1)
+        manager, scope = _new_stream(node, segments=1)
         url = node.base.replace("http", "ws", 1) + f"/ws/streams/{scope}/st?from=tail"
 
         def write(text: str) -> None:

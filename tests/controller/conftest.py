@@ -52,6 +52,7 @@ class NodeProcess:
             "PYTHONUNBUFFERED": "1",
         }
         env.pop("DATABASE_URL", None)
+        self.data_dir = data_dir
         self.log = data_dir.with_suffix(".log")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(

@@ -175,10 +175,14 @@ def test_beat_that_never_ticked_is_down(client: Client, healthy: Any) -> None:
     assert_down(client, "beat", "never", writes_stop=False)
 
 
-def test_database_down_means_not_ready_but_live(
-    client: Client, healthy: Any, database_down: None
+def test_database_down_is_named_alone_and_the_node_stays_ready(
+    client: Client, healthy: Any, database_down: None, settings: Any
 ) -> None:
-    body = assert_down(client, "database", "OperationalError", writes_stop=True)
+    """Running writers append without the database: it is DOWN, the node stays ready, and the
+    segment store is found through its status file on this host (not the node registry)."""
+    settings.MILLRACE = dataclasses.replace(settings.MILLRACE, data_dir=healthy.data_dir)
+    body = assert_down(client, "database", "OperationalError", writes_stop=False)
+    assert body["children"]["segmentstore"]["status"] == "UP", body["children"]["segmentstore"]
     assert body["liveness"] is True
     liveness = client.get("/health/liveness")
     assert (liveness.status_code, liveness.json()) == (200, True)
