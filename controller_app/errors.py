@@ -40,6 +40,11 @@ class SegmentStoreUnavailableError(ControllerError):
     the operation may succeed if tried again."""
 
 
+class Tier1UnavailableError(SegmentStoreUnavailableError):
+    """The segment store refuses appends: its tier-1 cannot write, or its disk is nearly full
+    (the message says which). Retriable once space is freed or tier-1 returns."""
+
+
 class SegmentTruncatedError(ControllerError):
     """A read below the segment's start offset: those bytes were truncated away."""
 

@@ -55,6 +55,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-health-contributors": "health checks only the metadata database (says UP with parts down)",
     "no-service-503": "a metadata database or broker that is away answers 500, not 503",
     "no-sync-grace": "reader-group syncs missed while the database was away count (evictions)",
+    "no-disk-threshold": "the segment store takes appends until its disk is full (ENOSPC)",
 }
 
 
@@ -231,6 +232,10 @@ class SegmentStoreSettings:
     #: Appends held back that long (the cache full of data waiting for tier-2) are refused
     #: with a retriable error (MILLRACE_BACKLOG_REFUSE_MS).
     backlog_refuse_ms: int = 10_000
+    #: Appends are refused (retriable) while the data directory's filesystem is this full, in
+    #: percent of its size (MILLRACE_DISK_FULL_PERCENT; 100: never): tier-1, the metadata
+    #: database and the status files keep room, and nothing hits ENOSPC.
+    disk_full_percent: int = 95
     #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); never set in production.
     unsafe: frozenset[str] = frozenset()
     #: Port of the node's metrics endpoint (MILLRACE_SEGMENTSTORE_METRICS_PORT; 0: none).
@@ -280,6 +285,9 @@ class SegmentStoreSettings:
             ),
             backlog_refuse_ms=parse_int(
                 env, "MILLRACE_BACKLOG_REFUSE_MS", cls.backlog_refuse_ms, low=100, high=3_600_000
+            ),
+            disk_full_percent=parse_int(
+                env, "MILLRACE_DISK_FULL_PERCENT", cls.disk_full_percent, low=50, high=100
             ),
             unsafe=parse_unsafe_flags(env),
             metrics_port=parse_int(

@@ -189,6 +189,8 @@ def tier_health(reports: dict[tuple[str, int], dict[str, Any]]) -> Health:
                 up = False
                 continue
             details["backend"] = str(report.get(tier))
+            if tier == "tier1" and not _disk_ok(report.get("disk"), details):
+                up = False
             for number, container in report.get("containers", {}).items():
                 error = container.get(f"{tier}_error")
                 if tier == "tier1" and container["state"] == "failed" and not error:
@@ -202,6 +204,22 @@ def tier_health(reports: dict[tuple[str, int], dict[str, Any]]) -> Health:
     details = {"down": ", ".join(down)} if down else {}
     ready = children["tier1"].readiness  # tier-2 trouble delays flushing, not writes
     return Health("tiers", UP if up else DOWN, ready, True, details, children)
+
+
+def _disk_ok(disk: dict[str, Any] | None, details: dict[str, str]) -> bool:
+    """Adds the data directory's disk to ``details``; False while appends are refused for it."""
+    if not disk:
+        return True
+    if "error" in disk:
+        details["disk"] = f"{disk['path']}: {disk['error']}"
+        return True
+    details["disk"] = (
+        f"{disk['path']}: {disk['usedPercent']}% full, {disk['freeBytes'] // 2**20} MiB free"
+        f" (the limit is {disk['limitPercent']}%)"
+    )
+    if disk["refusing"]:
+        details["disk"] = "DOWN: appends refused, " + details["disk"]
+    return not disk["refusing"]
 
 
 def heartbeat_health(role: str, child: dict[str, Any] | None) -> Health:

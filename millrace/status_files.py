@@ -3,12 +3,17 @@
 A writer replaces its file atomically with JSON that carries the time it was written
 (``updated``, Unix seconds), every second or so; a reader believes a file only while it is
 fresh, so a process that died or hangs stops being believed within seconds. Used by the
-segment store node (its containers and tiers) and the standalone supervisor (its children),
-read by the health check.
+segment store node (its containers and tiers), the standalone supervisor (its children) and
+the Celery worker and beat (their heartbeats), read by the health check and the supervisor.
+
+On a full disk a new file cannot be made: the report then overwrites the old file in place
+(its blocks are the file's already), so a process on a full disk still says it is alive; a
+reader that catches it half-written takes it for a stale one, once.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -21,9 +26,26 @@ __all__ = ["read_fresh", "write_status"]
 def write_status(path: Path, report: dict[str, Any]) -> None:
     """Replace ``path`` atomically with ``report`` and the time now (``updated``). Raises
     OSError (the caller decides whether a full disk matters)."""
+    text = json.dumps({**report, "updated": time.time()}).encode()
     scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps({**report, "updated": time.time()}))
-    os.replace(scratch, path)
+    try:
+        scratch.write_bytes(text)
+        os.replace(scratch, path)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not path.exists():
+            raise
+        scratch.unlink(missing_ok=True)
+        _overwrite(path, text)
+
+
+def _overwrite(path: Path, text: bytes) -> None:
+    """Write ``text`` over ``path`` in place (no new blocks while it fits in the file's)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, text, 0)
+        os.ftruncate(fd, len(text))
+    finally:
+        os.close(fd)
 
 
 def read_fresh(path: Path, max_age_seconds: float) -> dict[str, Any] | None:

@@ -49,6 +49,7 @@ _CONTROLLER = [
     (ce.InvalidArgumentError, 400, "invalid-argument"),
     (ce.WorkflowTimeoutError, 504, "workflow-timeout"),
     (ce.NoNodeForSegmentError, 503, "no-segment-store"),
+    (ce.Tier1UnavailableError, 503, "tier1-unavailable"),
     (ce.SegmentStoreUnavailableError, 503, "segment-store-unavailable"),
 ]
 _DRF = [

@@ -32,7 +32,7 @@ from rest_framework.views import APIView
 
 from controller_app import selectors as sel
 from controller_app.api import fields
-from controller_app.errors import InvalidArgumentError
+from controller_app.errors import InvalidArgumentError, Tier1UnavailableError
 from controller_app.segment_client import segment_store
 from controller_app.stream_reads import read_page, start_cut
 from controller_app.workflows import marks
@@ -136,7 +136,14 @@ class _Writers:
     def append(self, scope: str, stream: str, events: list[tuple[bytes, str | None]]) -> None:
         loop = self._ensure_loop()
         future = asyncio.run_coroutine_threadsafe(self._append(scope, stream, events), loop)
-        future.result(APPEND_TIMEOUT_SECONDS)
+        try:
+            future.result(APPEND_TIMEOUT_SECONDS)
+        except TimeoutError:
+            writer = self._writers.get((scope, stream))
+            why = writer.refusal() if writer is not None else None
+            if why is not None:  # refused all along, not slow: say why
+                raise Tier1UnavailableError(f"the segment store refuses appends: {why}") from None
+            raise
 
     async def _append(
         self, scope: str, stream: str, events: list[tuple[bytes, str | None]]

@@ -56,6 +56,9 @@ class WriterOptions:
     pending_events_max: int = 200_000
     #: Bytes likewise.
     pending_bytes_max: int = 64 * 1024 * 1024
+    #: Seconds events may be refused by the segment store (its tier-1 cannot write, its disk
+    #: is nearly full) before they fail: ``flush`` then raises ``DeliveryTimeoutError``.
+    delivery_timeout_s: float = 120.0
 
     def validate(self) -> None:
         for name in ("batch_events", "batch_bytes", "pending_events_max", "pending_bytes_max"):

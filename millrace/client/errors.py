@@ -19,6 +19,7 @@ __all__ = [
     "BadOffsetError",
     "ConnectionLostError",
     "ContainerOfflineError",
+    "DeliveryTimeoutError",
     "InvalidArgumentError",
     "OperationUnsupportedError",
     "SegmentExistsError",
@@ -66,6 +67,11 @@ class BadOffsetError(SegmentStoreError):
 
 class BadEventNumberError(SegmentStoreError):
     """InvalidEventNumber."""
+
+
+class DeliveryTimeoutError(SegmentStoreError):
+    """A writer's events were refused for longer than its delivery timeout (a tier-1 that
+    cannot write, a disk nearly full): they are not durable. The message says why."""
 
 
 class ContainerOfflineError(SegmentStoreError):

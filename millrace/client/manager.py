@@ -388,7 +388,8 @@ class StreamManager(_Closing):
     def create_writer(self, scope: str, stream: str, **options: Any) -> EventWriter:
         """A blocking writer of ``scope/stream``; options: the fields of ``WriterOptions``
         (batching: ``batch_events``, ``batch_bytes``, ``linger_ms``; the memory bound:
-        ``pending_events_max``, ``pending_bytes_max``)."""
+        ``pending_events_max``, ``pending_bytes_max``; ``delivery_timeout_s``, how long events
+        the segment store refuses are sent again before they fail, default 120)."""
         fields = {f.name for f in dataclasses.fields(WriterOptions)}
         unknown = sorted(set(options) - fields)
         if unknown:
@@ -396,7 +397,10 @@ class StreamManager(_Closing):
         chosen = WriterOptions(**options)
         chosen.validate()
         writer = self._async.create_writer(
-            scope, stream, pending_events_max=chosen.pending_events_max
+            scope,
+            stream,
+            pending_events_max=chosen.pending_events_max,
+            delivery_timeout_s=chosen.delivery_timeout_s,
         )
         return EventWriter(self._loop, writer, chosen)
 

@@ -34,11 +34,13 @@ from millrace.client.controller import AsyncControllerClient
 from millrace.client.pool import SegmentStorePool
 from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_sealed
 
-#: How long a writer keeps trying to reach a segment store that went away before its
-#: unacknowledged events fail.
-RECONNECT_SECONDS_MAX = 120.0
 #: Pause before a writer whose appends were answered "not served here" sets up again.
 OFFLINE_RETRY_PAUSE_S = 0.5
+#: How long a writer goes on sending events the segment store keeps refusing (a container
+#: that cannot write its tier-1, appends refused on a nearly full disk) before they fail with
+#: ``DeliveryTimeoutError`` naming the last refusal (Kafka's ``delivery.timeout.ms``), and
+#: keeps trying to reach a segment store that went away before its events fail.
+DELIVERY_TIMEOUT_S_DEFAULT = 120.0
 #: ``write_event`` yields to the event loop after queuing this many events, so that batches
 #: are shipped while the producer goes on.
 YIELD_EVERY = 512
@@ -85,6 +87,10 @@ class _SegmentWriter:
     next_number: int = 1
     #: The segment's length after this writer's last acknowledged append (its position).
     acked_offset: int = 0
+    #: Since when (loop time) the segment store refuses this writer's appends, and why: set
+    #: at the first refusal, cleared by the next acknowledgement.
+    refused_since: float | None = None
+    refused_why: str = ""
 
 
 class AsyncEventWriter:
@@ -98,10 +104,17 @@ class AsyncEventWriter:
         *,
         pending_events_max: int = 100_000,
         limits: ssc.AppendLimits | None = None,
+        delivery_timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT,
     ) -> None:
+        if not 0 < delivery_timeout_s <= 86_400:
+            raise ValueError(
+                f"delivery_timeout_s must be within (0, 86400], not {delivery_timeout_s}"
+            )
         self.controller = controller
         self.scope, self.stream = scope, stream
         self.pending_events_max = pending_events_max
+        #: Events refused this long (seconds) fail with ``DeliveryTimeoutError``.
+        self.delivery_timeout_s = delivery_timeout_s
         #: How the segment store client batches this writer's appends into blocks
         #: (``None``: its defaults).
         self.limits = limits
@@ -126,6 +139,12 @@ class AsyncEventWriter:
         #: Whether each ``flush`` reports a mark by itself: the stream sets
         #: ``timestampAggregationTimeout`` (read when the writer starts).
         self.automatic_marks = False
+
+    def refusal(self) -> str | None:
+        """Why the segment store refuses this writer's appends now (its last answer), if it
+        does: the writer sends them again until its delivery timeout."""
+        refused = (w.refused_why for w in self._writers.values() if w.refused_since is not None)
+        return next(refused, None)
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -158,9 +177,9 @@ class AsyncEventWriter:
         self, host: str, port: int, segment: str, writer_id: uuid.UUID
     ) -> tuple[ssc.SegmentStoreClient, int]:
         """Connect and set up appends of ``writer_id``, retrying while the segment store is
-        away (restarting) for up to RECONNECT_SECONDS_MAX."""
+        away (restarting) for up to the delivery timeout."""
         assert self._pool is not None
-        delay, deadline = 0.1, asyncio.get_running_loop().time() + RECONNECT_SECONDS_MAX
+        delay, deadline = 0.1, asyncio.get_running_loop().time() + self.delivery_timeout_s
         while True:
             try:
                 client = await self._pool.get(host, port)
@@ -411,6 +430,7 @@ class AsyncEventWriter:
     ) -> None:
         error = asyncio.CancelledError() if ack.cancelled() else ack.exception()
         if error is None:
+            writer.refused_since = None
             offset = ack.result().segment_write_offset
             if offset > writer.acked_offset:
                 writer.acked_offset = offset
@@ -429,7 +449,11 @@ class AsyncEventWriter:
                 self._schedule_reconnect(writer)
         elif isinstance(error, ssc.ContainerOfflineError):
             # Not served now (a container restarting, appends refused while tier-2 is far
-            # behind): set the writer up again after a pause and send what is not persisted.
+            # behind or the disk is nearly full): set the writer up again after a pause and send
+            # what is not persisted, until the delivery timeout.
+            if writer.refused_since is None:
+                writer.refused_since = asyncio.get_running_loop().time()
+            writer.refused_why = str(error)
             self._schedule_reconnect(writer, pause=OFFLINE_RETRY_PAUSE_S)
         else:
             for item in batch:
@@ -449,6 +473,17 @@ class AsyncEventWriter:
         order (never twice: the numbers are the same)."""
         if pause:
             await asyncio.sleep(pause)
+        refused = writer.refused_since
+        if refused is not None and asyncio.get_running_loop().time() - refused > (
+            self.delivery_timeout_s
+        ):
+            writer.reconnecting, writer.refused_since = False, None
+            self._fail_all(writer, ssc.DeliveryTimeoutError(
+                f"events to {writer.segment.name} not acknowledged within the delivery timeout"
+                f" of {self.delivery_timeout_s:g} s; the segment store refuses them:"
+                f" {writer.refused_why}"
+            ))  # fmt: skip
+            return
         try:
             client, last = await self._setup(*writer.node, writer.segment.name, writer.writer_id)
         except ssc.SegmentSealedError:

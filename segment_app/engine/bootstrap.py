@@ -37,12 +37,16 @@ class StoreSettings:
     store: SegmentStoreConfig = dataclasses.field(default_factory=SegmentStoreConfig)
 
 
+def tier2_options(settings: StoreSettings) -> dict[str, Any]:
+    """The tier-2 backend's options: its defaults for this node, the user's over them."""
+    defaults = resolve_tier2(settings.tier2).default_options(settings.data_dir)
+    return {**defaults, **settings.tier2_options}
+
+
 def build_segment_store(settings: StoreSettings) -> SegmentStore:
     """The store of ``settings``: each backend gets its own defaults for this node
     (``default_options``), then the user's tier options over them."""
-    tier2 = resolve_tier2(settings.tier2)
-    tier2_options = {**tier2.default_options(settings.data_dir), **settings.tier2_options}
-    storage = load_tier2(settings.tier2, **tier2_options)
+    storage = load_tier2(settings.tier2, **tier2_options(settings))
     tier1 = resolve_tier1(settings.tier1)
     frame_bytes_max = settings.store.container.durable_log.frame_bytes_max
 

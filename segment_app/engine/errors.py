@@ -93,6 +93,12 @@ class TierBackloggedError(ContainerOfflineError):
     them again later (on the wire it is a WrongHost, as for a container that is not served)."""
 
 
+class AppendsRefusedError(ContainerOfflineError):
+    """Appends refused by the store as a whole (``SegmentStore.refuse_appends``), e.g. while
+    the node's disk is nearly full: the message says why. Retriable, as a WrongHost: the client
+    sends them again later, until its delivery timeout."""
+
+
 class TierUnavailableError(ContainerOfflineError):
     """A read needed tier-2, which failed or did not answer in time. Retriable: never wrong
     data, and the same read works once tier-2 answers again."""

@@ -24,7 +24,7 @@ from segment_app.engine.api import (
 )
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import ContainerState, SegmentContainer
-from segment_app.engine.errors import ContainerOfflineError
+from segment_app.engine.errors import AppendsRefusedError, ContainerOfflineError
 from tiers.base import DataLogFencedError
 
 __all__ = ["SegmentStore"]
@@ -48,6 +48,15 @@ class SegmentStore:
         #: ``container_for`` of the segments appended to lately (a plain dict is the cheapest
         #: lookup for every append of a group).
         self._routes: dict[str, int] = {}
+        #: Why every append is refused now (``refuse_appends``), or None.
+        self.refusal: str | None = None
+
+    def refuse_appends(self, reason: str | None) -> None:
+        """Refuse every append from now on with ``AppendsRefusedError(reason)`` (retriable),
+        or take them again (``None``). Reads, seals and the containers' own bookkeeping go on.
+        The node calls it while its disk is nearly full, so that tier-1, the metadata and the
+        status files keep room to recover."""
+        self.refusal = reason
 
     async def start(self) -> None:
         for container_id in range(self.config.container_count):
@@ -185,6 +194,8 @@ class SegmentStore:
         expected_offset: int | None = None,
     ) -> asyncio.Future[AppendResult]:
         try:
+            if self.refusal is not None:
+                raise AppendsRefusedError(self.refusal)
             container = self.container(name)
             return container.append_nowait(
                 name,
@@ -215,6 +226,8 @@ class SegmentStore:
         out: list[tuple[list[AppendItem], asyncio.Future[object]]] = []
         for part in parts.values():
             try:
+                if self.refusal is not None:
+                    raise AppendsRefusedError(self.refusal)
                 future = self.container(part[0].segment).append_group_nowait(part)
             except ContainerOfflineError as error:
                 future = asyncio.get_running_loop().create_future()
