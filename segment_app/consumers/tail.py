@@ -91,6 +91,11 @@ class TailConsumer(AsyncWebsocketConsumer):
     ``directory`` (given to ``as_asgi``) answers their questions about streams."""
 
     encoding = "base64"
+    #: A tail is sent nothing through the channel layer, so it takes none: an alias that is
+    #: not configured gives none (``channels.layers.get_channel_layer``). With Redis as the
+    #: layer, each consumer would otherwise hold a blocking pop on Redis for nothing, and
+    #: drop with it when Redis times out or goes away.
+    channel_layer_alias = "none: tails use no channel layer"
 
     def __init__(self, *args: Any, directory: StreamDirectory, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -9,7 +9,8 @@ within its delivery timeout, a REST append answers 503 ``tier1-unavailable``, he
 tier-1 and the disk, no process of the node dies or is restarted; once the test's file is
 deleted, writes are acknowledged again within 30 s with nothing restarted by hand, and every
 acknowledged event reads back exactly once. With the test-only switch ``no-disk-threshold``
-the same writes run the disk to ENOSPC: tier-1 fails (the guard is what keeps it from that).
+the same writes run the disk to ENOSPC: tier-1 fails (the guard is what keeps it from that),
+and still no process dies of it.
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def test_without_the_threshold_the_same_writes_run_tier1_out_of_space(small_disk
         assert "No space left on device" in str(_tier1(node)) or any(
             "No space left on device" in line for line in node.lines
         ), _tier1(node)
+        # Even run out of space, no process of the node dies of it (no SIGBUS: exit -7).
+        assert node.process.poll() is None
+        assert "exit status -7" not in node.output(), node.output()[-3000:]
         filler.unlink()
         manager.close()
     finally:

@@ -276,24 +276,40 @@ def test_without_the_guards_the_same_outage_gives_500s_and_evicts_the_reader(
 # -- Redis as the broker and the channel layer ---------------------------------------------------
 
 
+class PrivateRedis:
+    """A ``redis-server`` of the test's own on a loopback port, to kill and start again."""
+
+    def __init__(self, binary: str, where: Path) -> None:
+        self.binary, self.where = binary, where
+        self.port = free_ports(1)[0]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.where)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        eventually(lambda: _answers(self.port), 10.0, "redis-server answering")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[str]:
-    """A ``redis-server`` of the test's own on a loopback port (its URL)."""
+def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("no redis-server on this machine")
-    port = free_ports(1)[0]
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    server = PrivateRedis(binary, tmp_path)
+    server.start()
     try:
-        eventually(lambda: _answers(port), 10.0, "redis-server answering")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server
     finally:
-        process.kill()
-        process.wait(10)
+        server.kill()
 
 
 def _answers(port: int) -> bool:
@@ -305,43 +321,98 @@ def _answers(port: int) -> bool:
     return False
 
 
-def test_on_redis_an_idle_tail_stays_connected_and_gets_what_is_written(
-    tmp_path: Path, redis_server: str
+class Tail:
+    """A WebSocket tail of a stream, as a program subscribes (a token header, no Origin), on
+    a thread of its own: every event's text, and how the connection ended."""
+
+    def __init__(self, node: Standalone, scope: str) -> None:
+        import threading
+
+        self.url = node.base.replace("http", "ws", 1) + f"/ws/streams/{scope}/st?from=head"
+        self.url += "&encoding=utf-8"
+        self.token = node.token
+        self.events: list[str] = []
+        self.subscribed = threading.Event()
+        self.ended: str | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.subscribed.wait(30), self.ended
+
+    def _run(self) -> None:
+        import asyncio
+
+        import websockets
+
+        async def follow() -> None:
+            headers = {"Authorization": f"Token {self.token}"}
+            async with websockets.connect(self.url, additional_headers=headers) as ws:
+                async for raw in ws:
+                    message = json.loads(raw)
+                    self.subscribed.set()
+                    self.events += [e["text"] for e in message.get("events", [])]
+                    if message["type"] == "end":
+                        return
+
+        try:
+            asyncio.run(follow())
+            self.ended = "end"
+        except Exception as exc:
+            self.ended = f"{type(exc).__name__}: {exc}"
+
+
+def test_on_redis_a_tail_stays_through_its_outage_and_a_scale_asked_meanwhile_runs_once(
+    tmp_path: Path, redis_server: PrivateRedis
 ) -> None:
-    """The channel layer's blocking pop (5 s) against redis-py's socket timeout (5 s by
-    default) dropped every tail after 5 s; a tail now stays for 40 s, idle between writes."""
-    import asyncio
-
-    import websockets
-
-    node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server})
+    """Redis as broker and channel layer: a tail is connected for the whole run (about 60 s),
+    idle for the first 25 s (redis-py's 5 s socket timeout against the channel layer's 5 s
+    blocking pop once dropped every tail after 5 s; tails now take no channel layer); Redis is SIGKILLed for 20 s while events are written
+    and a scale is asked (503 ``broker-unavailable``, the scale recorded); once Redis is back
+    the node is UP within 15 s, the scale runs exactly once (a repeat of it is answered with
+    the same scale), and the tail has every event exactly once."""
+    node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server.url})
     try:
         node.wait_for(READY_LINE)
         manager, scope = _new_stream(node, segments=1)
-        url = node.base.replace("http", "ws", 1) + f"/ws/streams/{scope}/st?from=tail"
+        tail = Tail(node, scope)
+        path = f"/v1/scopes/{scope}/streams/st"
 
-        def write(text: str) -> None:
-            writer = manager.create_writer(scope, "st")
-            writer.write_event(text)
-            writer.flush()
-            writer.close()
+        def write(name: str) -> list[str]:
+            events = [f"{name}{i}" for i in range(50)]
+            with manager.create_writer(scope, "st") as writer:
+                for event in events:
+                    writer.write_event(event)
+            return events
 
-        async def tail() -> list[str]:
-            got: list[str] = []
-            headers = {"Authorization": f"Token {node.token}"}
-            async with websockets.connect(url, additional_headers=headers) as ws:
-                assert json.loads(await ws.recv())["type"] == "subscribed"
-                started = time.monotonic()
-                for at, text in ((12.0, "first"), (40.0, "second")):
-                    await asyncio.sleep(at - (time.monotonic() - started))
-                    await asyncio.to_thread(write, text)
-                    while text not in got:
-                        message = json.loads(await asyncio.wait_for(ws.recv(), 30))
-                        got += [e["text"] for e in message.get("events", [])]
-            return got
+        written = write("a")
+        time.sleep(25)  # idle: past five of the channel layer's blocking pops
+        redis_server.kill()
+        killed = time.monotonic()
+        written += write("b")  # appends need no Redis
+        segment = request(node.base, "GET", f"{path}/segments", node.token)[1]["segments"][0]
+        scale = {"sealedSegments": [segment["segmentId"]], "newRanges": [[0, 0.5], [0.5, 1]]}
+        status, answer = request(node.base, "POST", f"{path}/scale", node.token, scale)
+        assert (status, answer["code"]) == (503, "broker-unavailable"), answer
+        node.wait_health(up=False, naming="broker", timeout=15)
+        time.sleep(max(0.0, 20 - (time.monotonic() - killed)))
+        redis_server.start()
+        back = time.monotonic()
+        node.wait_health(up=True, timeout=15)
+        assert time.monotonic() - back < 15
 
-        url += "&encoding=utf-8"
-        assert asyncio.run(tail()) == ["first", "second"]
+        def scaled() -> Any:
+            found = request(node.base, "GET", f"{path}/segments", node.token)[1]["segments"]
+            return found if len(found) == 2 else None
+
+        eventually(scaled, 30.0, "the scale asked while Redis was away")
+        status, again = request(node.base, "POST", f"{path}/scale", node.token, scale)
+        assert status == 200 and again["epoch"] == 1, again  # the same scale, not a second
+        written += write("c")
+        status, answer = request(node.base, "PUT", f"{path}/state", node.token,
+                                 {"streamState": "SEALED"})  # fmt: skip
+        assert status == 200, answer
+        tail.thread.join(60)
+        assert tail.ended == "end", tail.ended  # connected throughout, to the stream's end
+        assert sorted(tail.events) == sorted(written), "lost or repeated events"
         manager.close()
     finally:
         (tmp_path / "standalone.log").write_text(node.output())
