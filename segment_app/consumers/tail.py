@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -57,6 +58,11 @@ WATERMARK_POLL_SECONDS = 1.0
 _WATERMARKS: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
 _WATERMARKS_KEPT = 10_000
 
+#: The most a message of events takes (its JSON), below the 1 MiB a WebSocket client takes in
+#: one message by default (Python's ``websockets``); an event larger than ``PART_BYTES`` is
+#: sent in parts of that many bytes (base64: 512 KiB a message).
+MESSAGE_BYTES_MAX = 768 * 1024
+PART_BYTES = 384 * 1024
 #: Seconds between two tries of a subscription waiting for the metadata database.
 DATABASE_RETRY_SECONDS = 1.0
 #: The longest query string a subscription takes, and the largest segment id or offset.
@@ -207,7 +213,8 @@ class TailConsumer(AsyncWebsocketConsumer):
 
     async def _emit_events(self, target: Target, events: list[Event], next_offset: int) -> None:
         self.reading[target.segment_id] = next_offset
-        await self.emit(self._batch(target, events, next_offset))
+        for message in self._messages(target, events, next_offset):
+            await self.emit(message)
 
     async def _truncated(self, target: Target, start_offset: int) -> None:
         await self.emit({"type": "truncated", "segment": target.name, "startOffset": start_offset})
@@ -218,18 +225,51 @@ class TailConsumer(AsyncWebsocketConsumer):
         except EventFormatError as exc:
             raise SubscriptionError("not-events", str(exc), CLOSE_FAILED) from exc
 
-    def _batch(self, target: Target, events: list[Any], next_offset: int) -> dict[str, Any]:
-        items = []
+    def _messages(
+        self, target: Target, events: list[Event], next_offset: int
+    ) -> Iterator[dict[str, Any]]:
+        """The ``events`` messages of a read: as many events each as fit in
+        ``MESSAGE_BYTES_MAX``, and an event too large for one message in parts of
+        ``PART_BYTES`` (base64), each in a message of its own. A message's ``next`` is where
+        a resume starts: the offset after its last whole event."""
+        items: list[dict[str, Any]] = []
+        size = 0
         for event in events:
-            item: dict[str, Any] = {"offset": event.offset}
-            if self.encoding == "utf-8":
-                try:
-                    item["text"] = event.data.decode("utf-8")
-                except UnicodeDecodeError:
-                    item["data"] = base64.b64encode(event.data).decode("ascii")
-            else:
-                item["data"] = base64.b64encode(event.data).decode("ascii")
+            item = self._item(event) if len(event.data) <= PART_BYTES else None
+            item_size = _encoded_size(item) if item is not None else 0
+            if item is None or item_size > MESSAGE_BYTES_MAX:  # (text escaped to over it)
+                if items:
+                    yield self._events(target, items, event.offset)
+                    items, size = [], 0
+                yield from self._parts(target, event)
+                continue
+            if items and size + item_size > MESSAGE_BYTES_MAX:
+                yield self._events(target, items, event.offset)
+                items, size = [], 0
             items.append(item)
+            size += item_size
+        if items or not events:
+            yield self._events(target, items, next_offset)
+
+    def _parts(self, target: Target, event: Event) -> Iterator[dict[str, Any]]:
+        data, count = event.data, -(-len(event.data) // PART_BYTES)
+        for number in range(count):
+            piece = data[number * PART_BYTES : (number + 1) * PART_BYTES]
+            item = {"offset": event.offset, "size": len(data), "part": number, "parts": count,
+                    "data": base64.b64encode(piece).decode("ascii")}  # fmt: skip
+            last = number == count - 1
+            yield self._events(target, [item], event.next_offset if last else event.offset)
+
+    def _item(self, event: Event) -> dict[str, Any]:
+        if self.encoding == "utf-8":
+            try:
+                return {"offset": event.offset, "text": event.data.decode("utf-8")}
+            except UnicodeDecodeError:
+                pass
+        return {"offset": event.offset, "data": base64.b64encode(event.data).decode("ascii")}
+
+    @staticmethod
+    def _events(target: Target, items: list[dict[str, Any]], next_offset: int) -> dict[str, Any]:
         return {
             "type": "events",
             "segment": target.name,
@@ -237,6 +277,16 @@ class TailConsumer(AsyncWebsocketConsumer):
             "events": items,
             "next": next_offset,
         }
+
+
+def _encoded_size(item: dict[str, Any]) -> int:
+    """About the bytes ``item`` takes in a message's JSON: exact for base64; for text, its
+    length, or its escaped length where escaping may count (``MESSAGE_BYTES_MAX`` is kept
+    well below the clients' limit for the rest)."""
+    if "text" not in item:
+        return len(item["data"]) + 32
+    text = item["text"]
+    return (len(json.dumps(text)) if len(text) > 4096 else 6 * len(text)) + 32
 
 
 class StreamTailConsumer(TailConsumer):

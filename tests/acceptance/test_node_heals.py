@@ -172,11 +172,14 @@ def test_readme_tail_readers_follow_without_an_origin(node: Standalone, tmp_path
     resume = Program("resume", node, f"{scope}/st", tmp_path)
     try:
         first, second, third = batch("a", 300), batch("b", 300), batch("c", 300)
+        # An event of 2 MiB: it comes in parts (a message over 1 MiB would close the
+        # programs' connections: websockets' default limit).
+        first.insert(100, ("k0:big:" + "z" * (2 * 1024 * 1024), "k0"))
         write(manager, scope, first)
         scale(node, scope, up=True)
         write(manager, scope, second)
-        in_order_once(tail.wait_lines(600), first + second)
-        in_order_once(resume.wait_lines(600), first + second)
+        in_order_once(tail.wait_lines(601), first + second)
+        in_order_once(resume.wait_lines(601), first + second)
 
         os.kill(node.pid_of("controller"), signal.SIGKILL)
         assert tail.wait(60) != 0  # the plain reader ends with the connection

@@ -365,8 +365,9 @@ def test_on_redis_a_tail_stays_through_its_outage_and_a_scale_asked_meanwhile_ru
 ) -> None:
     """Redis as broker and channel layer: a tail is connected for the whole run (about 60 s),
     idle for the first 25 s (redis-py's 5 s socket timeout against the channel layer's 5 s
-    blocking pop once dropped every tail after 5 s; tails now take no channel layer); Redis is SIGKILLed for 20 s while events are written
-    and a scale is asked (503 ``broker-unavailable``, the scale recorded); once Redis is back
+    blocking pop once dropped every tail after 5 s; tails now take no channel layer); Redis
+    is SIGKILLed for 20 s while events are written and a scale is asked (503
+    ``broker-unavailable``, the scale recorded); once Redis is back
     the node is UP within 15 s, the scale runs exactly once (a repeat of it is answered with
     the same scale), and the tail has every event exactly once."""
     node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server.url})

@@ -331,3 +331,49 @@ async def test_a_dropped_subscription_resumes_from_its_position(client, history,
     assert resumed[0]["position"] == position
     assert sorted(data for _, data in _events(resumed)) == [b"a3", b"b1"]
     await again.disconnect()
+
+
+def _whole_events(messages: list[dict[str, Any]]) -> list[bytes]:
+    """The events of ``messages``, an event sent in parts put back together (as a client
+    does: the parts of one offset, in order)."""
+    whole, pieces = [], []
+    for message in messages:
+        for item in message["events"]:
+            if "parts" not in item:
+                whole.append(
+                    item["text"].encode() if "text" in item else base64.b64decode(item["data"])
+                )
+                continue
+            pieces.append(base64.b64decode(item["data"]))
+            if item["part"] == item["parts"] - 1:
+                whole.append(b"".join(pieces))
+                assert len(whole[-1]) == item["size"]
+                pieces = []
+    return whole
+
+
+async def test_no_message_is_larger_than_a_default_websocket_client_takes(
+    client, history, token
+) -> None:
+    """Python's ``websockets`` takes messages of at most 1 MiB by default: a 2 MiB event comes
+    in parts, many small ones in several messages; every event arrives whole and in order, and
+    a part's ``next`` never passes an event not yet whole (a resume starts at its beginning)."""
+    await _create_current(client, history)
+    low = _name(history, history.current[0].id)
+    small = [f"s{i}:".encode() + b"y" * 2000 for i in range(700)]  # 1.4 MB in all
+    big = b"b" * (2 * 1024 * 1024)
+    ws = await _open("/ws/streams/sc/st?from=head&encoding=utf-8", token)
+    assert json.loads(await ws.receive_from(10))["type"] == "subscribed"
+    await _append(client, low, [b"first", big, *small])
+    raw: list[str] = []
+    while len(_whole_events([json.loads(r) for r in raw if '"events"' in r])) < 2 + len(small):
+        raw.append(await ws.receive_from(10))
+    assert max(len(r.encode()) for r in raw) <= 1024 * 1024
+    messages = [json.loads(r) for r in raw]
+    assert _whole_events(messages) == [b"first", big, *small]
+    parts = [m for m in messages if m["events"] and "parts" in m["events"][0]]
+    assert len(parts) == 6  # 2 MiB in parts of 384 KiB
+    big_offset = parts[0]["events"][0]["offset"]
+    assert [m["next"] for m in parts[:-1]] == [big_offset] * 5
+    assert parts[-1]["next"] == big_offset + 8 + len(big)
+    await ws.disconnect()

@@ -18,6 +18,10 @@
   var windowStart = performance.now(), windowCount = 0;
 
   function shown(event) {
+    if (event.parts !== undefined) {
+      return "(an event of " + event.size.toLocaleString() + " bytes, too large for one message: " +
+        "see it in the event browser)";
+    }
     if (event.text === undefined) return "(binary) " + event.data;
     if (view === "hex") {
       return Array.from(new TextEncoder().encode(event.text), function (b) {
@@ -59,10 +63,12 @@
   function onMessage(message) {
     var data = JSON.parse(message.data);
     if (data.type === "events") {
-      for (var i = 0; i < data.events.length; i++) pending.push([data.segmentId, data.events[i]]);
+      // An event too large for one message comes in parts: one row (and count) for its first.
+      var events = data.events.filter(function (e) { return !e.part; });
+      for (var i = 0; i < events.length; i++) pending.push([data.segmentId, events[i]]);
       if (pending.length > 4 * MAX_ROWS) pending = pending.slice(pending.length - MAX_ROWS);
-      received += data.events.length;
-      windowCount += data.events.length;
+      received += events.length;
+      windowCount += events.length;
       if (paused) countEl.textContent = received.toLocaleString();
       schedule();
     } else if (data.type === "subscribed") {
