@@ -8,7 +8,9 @@ except events the killed reader handed out after its last position report, each 
 read once more by another reader from that position on (a suffix of what the dead reader read
 of that segment); per routing key, in the order written (the last hand-out of each event is
 no earlier than that of the event before it, across readers and scaling); committed
-transactions whole, aborted ones absent, unknown outcomes all-or-nothing.
+transactions whole, aborted ones absent, unknown outcomes all-or-nothing. The README's
+``resume.py`` follows the stream over a WebSocket for the whole run and has every writer's
+event exactly once.
 
 ``MILLRACE_E2E_EVENTS`` changes the event count (default 200,000). With ``DATABASE_URL`` and
 ``REDIS_URL`` set to PostgreSQL and Redis (CI's second pass runs this module so), the node's
@@ -34,6 +36,7 @@ import pytest
 from millrace.client.manager import StreamManager
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
+from tests.acceptance.test_node_heals import Program
 
 RUN_TIMEOUT_SECONDS = 600.0
 #: Writers that write nothing for this long are stuck: the test fails with what they show.
@@ -168,6 +171,10 @@ def run(standalone: Standalone, tmp_path: Path) -> Iterator[Run]:
 
 def test_writers_readers_scaling_transactions_and_kills(run: Run) -> None:
     base, token, scope, where = run.node.base, run.token, run.scope, run.where
+    # The README's resume.py follows the stream over a WebSocket for the whole run (in CI's
+    # second pass on the Redis channel layer), across the scales and the segment store's kill.
+    tail = Program("resume", run.node, f"{scope}/st", where)
+    run.procs["tail"] = tail.process  # killed with the others if the run fails
     for i in range(READERS):
         run.start(f"r{i}", "reader", base, token, scope, "rg", f"r{i}", str(where / f"r{i}.log"))
     per_writer = EVENTS // WRITERS
@@ -216,7 +223,8 @@ def test_writers_readers_scaling_transactions_and_kills(run: Run) -> None:
     for i in (0, 2):
         run.wait(f"r{i}", timeout=max(deadline - time.monotonic(), 1))
     assert done == [a for _, a, _ in steps]
-    check(where)
+    assert tail.wait(max(deadline - time.monotonic(), 1)) == 0, tail.err.read_text()[-3000:]
+    check(where, tail.lines())
 
 
 def _scale(node: Standalone, token: str, scope: str, up: bool) -> None:
@@ -251,12 +259,15 @@ def _read_log(path: Path) -> list[tuple[int, str, int, str]]:
     return out
 
 
-def check(where: Path) -> None:
+def check(where: Path, tailed: list[str]) -> None:
     written: dict[str, int] = {}
     for i in range(WRITERS):
         written.update(json.loads((where / f"w{i}.json").read_text()))
     assert len(written) == WRITERS * KEYS_PER_WRITER
     assert sum(written.values()) == EVENTS // WRITERS * WRITERS
+    # The WebSocket tail has every writer's event exactly once.
+    tailed_writes = sorted(line for line in tailed if line.startswith("w"))
+    assert tailed_writes == sorted(f"{k}:{n}" for k, c in written.items() for n in range(c))
 
     logs = {f"r{i}": _read_log(where / f"r{i}.log") for i in range(READERS)}
     assert all(logs.values()), {k: len(v) for k, v in logs.items()}  # every reader took part
