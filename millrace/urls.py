@@ -28,5 +28,6 @@ urlpatterns = [
     path("", include("admin_ui.urls")),
 ]
 
+handler400 = "controller_app.api.errors.bad_request"
 handler404 = "controller_app.api.errors.not_found"
 handler500 = "controller_app.api.errors.server_error"

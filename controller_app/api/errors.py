@@ -6,9 +6,10 @@ status with a stable code, segment store failures and timeouts are 503 with ``Re
 (the segment store is away or restarting: ask again), and so is a metadata database or broker
 that is away (``database-unavailable``, ``broker-unavailable``: ``controller_app.outages``);
 anything else is 500 with a short message (the traceback goes to the log, never to the client).
-``not_found`` and ``server_error`` are Django's 404/500 handlers for paths outside DRF views
-(JSON for the API paths); ``server_error`` answers 503 too when a service is away (the
-console's pages, a middleware that reads the session).
+``bad_request``, ``not_found`` and ``server_error`` are Django's 400/404/500 handlers for
+paths outside DRF views (JSON for the API paths); ``bad_request`` answers a body over the
+size limit with 413, ``server_error`` a service that is away with 503 (the console's pages, a
+middleware that reads the session).
 """
 
 from __future__ import annotations
@@ -136,15 +137,22 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.page_not_found(request, exception)
 
 
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 handler: a body over the size limit (which Django takes for a suspicious
+    request) is 413 naming the limit; anything else is Django's 400."""
+    if isinstance(exception, RequestDataTooBig):
+        body = {"code": "request-too-large", "message": body_limit_message()}
+        if _is_api(request):
+            return JsonResponse(body, status=413)
+        return HttpResponse(f"413 {body['message']}", status=413, content_type="text/plain")
+    return defaults.bad_request(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     # Django calls this handler while it handles the exception: sys.exc_info() names it.
-    exc = sys.exc_info()[1] or Exception()
-    down = outages.service_down(exc)
+    down = outages.service_down(sys.exc_info()[1] or Exception())
     if down is not None:
         return service_down_response(request, *down)
-    if isinstance(exc, RequestDataTooBig):
-        body = {"code": "request-too-large", "message": body_limit_message()}
-        return JsonResponse(body, status=413)
     if _is_api(request):
         body = {"code": "internal-error", "message": "internal error; see the log"}
         return JsonResponse(body, status=500)

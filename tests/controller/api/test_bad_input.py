@@ -80,3 +80,12 @@ def test_a_service_that_is_away_is_503_with_retry_after(exc, code, monkeypatch) 
     unsafe = dataclasses.replace(settings.MILLRACE, unsafe=frozenset({"no-service-503"}))
     monkeypatch.setattr(settings, "MILLRACE", unsafe)
     assert exception_handler(exc, {}).status_code == 500
+
+
+def test_a_console_form_over_the_limit_is_413_naming_it(client) -> None:
+    """Django answers a form body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 400 by itself (a
+    ``SuspiciousOperation``); Millrace's 400 handler says 413 and names the limit."""
+    big = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)
+    response = client.post("/login/", {"username": big, "password": "p"})
+    assert response.status_code == 413, response.content[:300]
+    assert str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE).encode() in response.content
