@@ -27,6 +27,8 @@ from millrace.admin_cli import AdminError
 from millrace.config import ConfigError, SegmentStoreSettings
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: The longest WebSocket handshake request line the controller reads (and answers).
+WEBSOCKET_REQUEST_LINE_BYTES_MAX = 1024 * 1024
 
 Handler = Callable[[argparse.Namespace, list[str]], int]
 
@@ -98,6 +100,10 @@ def cmd_standalone(args: argparse.Namespace, rest: list[str]) -> int:
 
 def cmd_controller(args: argparse.Namespace, rest: list[str]) -> int:
     """The ASGI app (REST API, console, WebSockets) under uvicorn."""
+    # The websockets library (uvicorn's WebSocket protocol) drops a handshake whose request
+    # line is over 8 KiB without a word; at 1 MiB the tail consumer gets it and answers why
+    # it is refused (a query string over its limit). Read when websockets is imported.
+    os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", str(WEBSOCKET_REQUEST_LINE_BYTES_MAX))
     _setup_django()
     import gc
 

@@ -199,6 +199,28 @@ def test_readme_tail_readers_follow_without_an_origin(node: Standalone, tmp_path
         manager.close()
 
 
+def test_a_handshake_with_a_huge_query_is_answered_with_the_reason(node: Standalone) -> None:
+    """A ``from=`` of 100 KB once got no answer at all (the WebSocket library dropped a request
+    line over 8 KiB): now the tail answers 4400 saying why."""
+    import asyncio
+
+    import websockets
+
+    url = node.base.replace("http", "ws", 1) + "/ws/streams/sc/st?from=position:" + "0=1," * 25_000
+
+    async def refused() -> tuple[dict[str, Any], int | None]:
+        headers = {"Authorization": f"Token {node.token}"}
+        async with websockets.connect(url, additional_headers=headers, open_timeout=10) as ws:
+            error = json.loads(await ws.recv())
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+            return error, closed.value.rcvd.code if closed.value.rcvd else None
+
+    error, code = asyncio.run(refused())
+    assert (error["code"], code) == ("bad-request", 4400), error
+    assert "query string" in error["message"]
+
+
 def test_a_foreign_origin_is_refused_with_its_reason(node: Standalone) -> None:
     import asyncio
 
