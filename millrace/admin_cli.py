@@ -67,22 +67,28 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """One REST call through the Python client's controller calls: a controller restarting
+    or a service it needs that is away (503) is waited for, within the client's patience
+    (``millrace.client.controller.PATIENCE_SECONDS``)."""
+    import asyncio
+
     import httpx
 
-    headers = {"Authorization": f"Token {_token(args)}", "User-Agent": CLI_AGENT}
+    from millrace.client.controller import AsyncControllerClient, ControllerError
+
+    async def call() -> Any:
+        client = AsyncControllerClient(_url(args), _token(args), timeout=90, user_agent=CLI_AGENT)
+        try:
+            return await client.call(method, path, body)
+        finally:
+            await client.close()
+
     try:
-        response = httpx.request(
-            method, f"{_url(args)}/v1{path}", json=body, headers=headers, timeout=90
-        )
+        return asyncio.run(call())
     except httpx.HTTPError as exc:
         raise AdminError(f"cannot reach {_url(args)}: {exc}") from None
-    if response.status_code >= 400:
-        try:
-            error = response.json()
-            raise AdminError(f"{error['code']}: {error['message']}")
-        except (ValueError, KeyError, TypeError):
-            raise AdminError(f"HTTP {response.status_code}: {response.text[:200]}") from None
-    return response.json() if response.content else None
+    except ControllerError as exc:
+        raise AdminError(f"{exc.code}: {exc.message}") from None
 
 
 def _out(args: argparse.Namespace, value: Any, text: str) -> None:

@@ -206,3 +206,46 @@ def test_user_create_makes_a_user_with_its_role_and_audits_it(data_dir: Path) ->
     assert again.returncode == 2 and "exists already" in again.stderr
     bad = run_millrace("user", "create", "walt", "--role", "boss", data_dir=data_dir)
     assert bad.returncode == 2 and "invalid choice: 'boss'" in bad.stderr
+
+
+def test_the_cli_waits_through_a_service_that_is_away(tmp_path: Path) -> None:
+    """A controller whose database or broker is away answers 503 with ``Retry-After``: the
+    CLI asks again (the Python client's patience), as a user would want, and then prints the
+    answer. A loopback HTTP server plays the controller: two 503s, then the scopes."""
+    import http.server
+    import json
+    import threading
+
+    answers = [(503, {"code": "database-unavailable", "message": "away"})] * 2
+    answers.append((200, {"scopes": [{"scopeName": "kept"}]}))
+    agents: list[str] = []
+
+    class Controller(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            agents.append(self.headers.get("User-Agent", ""))
+            status, body = answers.pop(0)
+            raw = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            if status == 503:
+                self.send_header("Retry-After", "0")
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Controller)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "millrace.cli", "scope", "list", "--token", "t",
+             "--url", f"http://127.0.0.1:{server.server_port}"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert "kept" in done.stdout
+    assert len(agents) == 3 and set(agents) == {"millrace-cli"}  # the audit log's source: CLI

@@ -53,8 +53,17 @@ def _tls() -> ssl.SSLContext:
 class AsyncControllerClient:
     """REST calls to one controller (``http://host:9091``), authenticated by an API token."""
 
-    def __init__(self, uri: str, token: str = "", *, timeout: float = REQUEST_TIMEOUT_SECONDS):
+    def __init__(
+        self,
+        uri: str,
+        token: str = "",
+        *,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+        user_agent: str | None = None,
+    ):
         headers = {"Authorization": f"Token {token}"} if token else {}
+        if user_agent is not None:
+            headers["User-Agent"] = user_agent
         self._http = httpx.AsyncClient(
             base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout, verify=_tls()
         )
