@@ -1,11 +1,12 @@
-"""Outages of the services around a node: its metadata database stopped for real.
+"""Outages of the services around a node, made for real: its metadata database and Redis.
 
 Whole processes: a private PostgreSQL server (``initdb`` and ``pg_ctl`` on a loopback port,
 run as the ``postgres`` user; skipped with a notice where the machine has none), a
 ``millrace standalone`` node on it, a writer process and a reader-group reader process
 (``e2e_roles``) running throughout. PostgreSQL is stopped with ``pg_ctl stop -m immediate``
-for 30 s, then started again. Checked: appends go on being acknowledged; REST answers 503
-``database-unavailable`` with ``Retry-After``; health names the database alone and stays ready;
+for 30 s, then started again. Checked: appends go on being acknowledged; REST, a signed-in
+console page and a WebSocket handshake answer 503 ``database-unavailable`` with
+``Retry-After``; health names the database alone and stays ready;
 no child of the node is restarted; the reader is not evicted; within 10 s of the database's
 return REST answers again; every event written is read exactly once. With the test-only
 switches ``no-service-503`` and ``no-sync-grace`` the same outage gives 500s and evicts the
@@ -169,13 +170,56 @@ class Roles:
                 proc.wait(10)
 
 
+def _console_session(node: Standalone) -> Any:
+    """An HTTP client signed in to the console as the administrator, as a browser is (the
+    login form with its CSRF token, then the session cookie)."""
+    import re
+
+    import httpx
+
+    browser = httpx.Client(base_url=node.base, follow_redirects=True, timeout=30)
+    form = browser.get("/login/").text
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert token is not None, form[:500]
+    password = (node.data_dir / "admin-password").read_text().strip()
+    signed_in = browser.post("/login/", data={"username": "admin", "password": password,
+                                              "csrfmiddlewaretoken": token.group(1)})  # fmt: skip
+    assert signed_in.status_code == 200 and "/login/" not in str(signed_in.url), signed_in.url
+    return browser
+
+
+def _tail_handshake(node: Standalone) -> int:
+    """The HTTP status a WebSocket handshake with a token gets (101: it got in)."""
+    import asyncio
+
+    import websockets
+
+    url = node.base.replace("http", "ws", 1) + "/ws/streams/sc/st?from=tail"
+
+    async def connect() -> int:
+        headers = {"Authorization": f"Token {node.token}"}
+        try:
+            async with websockets.connect(url, additional_headers=headers, open_timeout=10):
+                return 101
+        except websockets.InvalidStatus as exc:
+            return int(exc.response.status_code)
+
+    return asyncio.run(connect())
+
+
 def _outage(node: Standalone, postgres: PrivatePostgres) -> dict[str, Any]:
-    """Stop the database for ``OUTAGE_SECONDS`` while REST and health are watched; what was
-    seen."""
+    """Stop the database for ``OUTAGE_SECONDS`` while REST and health are watched, and the
+    console and a WebSocket handshake tried once; what was seen."""
     seen: dict[str, Any] = {"statuses": Counter(), "retry_after": set(), "codes": set(),
                             "health_down": set(), "ready": set()}  # fmt: skip
+    browser = _console_session(node)
+    assert browser.get("/").status_code == 200
     postgres.stop()
     stopped = time.monotonic()
+    page = browser.get("/")
+    seen["console"] = (page.status_code, page.headers.get("Retry-After"),
+                       "database-unavailable" in page.text)  # fmt: skip
+    seen["websocket"] = _tail_handshake(node)
     while time.monotonic() - stopped < OUTAGE_SECONDS:
         status, headers, body = _get(node.base, "/v1/scopes", node.token)
         seen["statuses"][status] += 1
@@ -255,6 +299,8 @@ def test_a_database_outage_is_503_names_the_database_and_costs_nothing(
     assert seen["health_down"] <= {"database", ""}, seen  # the database alone ("" before/after)
     assert "database" in seen["health_down"], seen
     assert seen["ready"] == {200}, seen  # appends go on: the node stays ready
+    assert seen["console"] == (503, "5", True), seen  # a signed-in console page
+    assert seen["websocket"] == 503, seen  # a tail's handshake: come back later
     assert seen["written_in_outage"] >= WRITE_RATE * OUTAGE_SECONDS / 2, seen
     assert not any(seen["restarts"].values()), seen
     assert seen["back_after"] < 10.0, seen

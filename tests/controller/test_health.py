@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import json
 import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from controller_app.models import ProcessHeartbeat
 from millrace import health
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig
+from segment_app.server.node import status_path
 from tiers.memory.faults import FaultInjector
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -262,3 +265,18 @@ async def test_a_failing_tier2_is_named_and_writes_go_on(tmp_path: Any) -> None:
 def tiers_of(store: Any) -> health.Health:
     report = {"tier1": "memory", "tier2": "memory", **store.health()}
     return health.tier_health({("127.0.0.1", 1): report})
+
+
+def test_a_status_report_gone_stale_is_down_never_up(
+    client: Client, healthy: Any, settings: Any, tmp_path: Path
+) -> None:
+    """A node of this host that stopped writing its status file (a full disk, a hang) is not
+    believed: tier-1 is DOWN naming it. It once went back to UP ("no fresh report")."""
+    settings.MILLRACE = dataclasses.replace(settings.MILLRACE, data_dir=tmp_path)
+    path = status_path(tmp_path, healthy.port)
+    path.parent.mkdir(parents=True)
+    old = time.time() - 60
+    path.write_text(json.dumps({"pid": healthy.process.pid, "containers": {}, "updated": old}))
+    os.utime(path, (old, old))
+    body = assert_down(client, "tiers", "tier1", writes_stop=True)
+    assert "no fresh report" in str(body["children"]["tiers"]["children"]["tier1"]), body
