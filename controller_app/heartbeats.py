@@ -3,11 +3,12 @@ the metadata database.
 
 Responsibility: a worker (from its ``worker_ready`` signal) and beat (from its scheduler's
 tick, see ``millrace.celery.HeartbeatScheduler``) each keep a status file
-``<data dir>/run/heartbeat-<role>-<pid>.json`` and a ``ProcessHeartbeat`` row fresh. The file
-is what the supervisor and the health check of the same host believe: it does not depend on
-the database, so an outage of the database (which the worker needs, and waits for) does not
-make a live process look dead and get it killed. The row tells other hosts. Either way a
-process that is stopped (SIGSTOP) or hung goes stale as surely as one that died.
+``<data dir>/run/heartbeat-<role>-<pid>.json`` and a ``ProcessHeartbeat`` row fresh. The
+supervisor believes the file, and so does the health check while the database is away: it
+does not depend on the database, so an outage of it (which the worker needs, and waits for)
+does not make a live process look dead and get it killed. The row tells the health check (and
+other hosts) otherwise. Either way a process that is stopped (SIGSTOP) or hung goes stale as
+surely as one that died.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def record(role: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_status(path, {"role": role, "pid": os.getpid()})
+        if role not in _cleaned:  # once per process: files of processes long gone
+            for old in path.parent.glob(f"heartbeat-{role}-*.json"):
+                if time.time() - old.stat().st_mtime > HEARTBEAT_FORGET_SECONDS:
+                    old.unlink(missing_ok=True)
     except OSError as exc:
         log.warning("%s heartbeat file not written: %s", role, exc)
     try:
