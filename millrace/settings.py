@@ -27,10 +27,13 @@ def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
             "NAME": str(data_dir / "millrace.sqlite3"),
             # IMMEDIATE: writers take the lock up front instead of failing on upgrade; WAL lets
             # readers run beside the one writer (ASGI app, Celery worker and beat share it).
+            # mmap_size=0: the database file is read and written, never memory-mapped, so a
+            # full disk is an error ("database or disk is full": database-unavailable), never
+            # a SIGBUS (the WAL index SQLite maps is allocated byte by byte before it is used).
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL;",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA mmap_size=0;",
             },
         }
     try:
