@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from millrace.client.manager import StreamManager
+
 READY_LINE = "Millrace is running"
 START_TIMEOUT_SECONDS = 120.0
 
@@ -165,6 +167,17 @@ def request(
             return exc.code, json.loads(raw) if raw else None
         except ValueError:
             return exc.code, raw.decode(errors="replace")
+
+
+def new_stream(node: Standalone, segments: int) -> tuple[StreamManager, str]:
+    """A client of ``node`` and a new scope of its own holding the stream ``st``."""
+    import uuid
+
+    scope = f"s{uuid.uuid4().hex[:8]}"
+    manager = StreamManager(node.base, token=node.token)
+    manager.create_scope(scope)
+    manager.create_stream(scope, "st", initial_segments=segments)
+    return manager, scope
 
 
 def free_ports(count: int) -> list[int]:

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.acceptance.standalone_node import (
     Standalone,
     eventually,
     free_ports,
+    new_stream,
     request,
 )
 
@@ -120,11 +120,7 @@ def _read_back(node: Standalone, manager: StreamManager, scope: str) -> Counter[
 def _node(disk: Path, env: dict[str, str] | None = None) -> tuple[Standalone, StreamManager, str]:
     node = Standalone(disk / "data", *free_ports(2), env=env)
     node.wait_for(READY_LINE)
-    scope = f"d{uuid.uuid4().hex[:8]}"
-    manager = StreamManager(node.base, token=node.token)
-    manager.create_scope(scope)
-    manager.create_stream(scope, "st", initial_segments=1)
-    return node, manager, scope
+    return node, *new_stream(node, segments=1)
 
 
 def _after_freeing(manager: StreamManager, scope: str, filler: Path) -> float:

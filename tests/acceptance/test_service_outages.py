@@ -33,13 +33,13 @@ from typing import Any
 
 import pytest
 
-from millrace.client.manager import StreamManager
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, spawn
 from tests.acceptance.standalone_node import (
     READY_LINE,
     Standalone,
     eventually,
     free_ports,
+    new_stream,
     request,
 )
 
@@ -130,15 +130,6 @@ def _get(base: str, path: str, token: str) -> tuple[int, Any, Any]:
         except ValueError:
             body = raw.decode(errors="replace")
         return exc.code, exc.headers, body
-
-
-def _new_stream(node: Standalone, segments: int) -> tuple[StreamManager, str]:
-    """A client of ``node`` and a new scope holding the stream ``st``."""
-    scope = f"s{uuid.uuid4().hex[:8]}"
-    manager = StreamManager(node.base, token=node.token)
-    manager.create_scope(scope)
-    manager.create_stream(scope, "st", initial_segments=segments)
-    return manager, scope
 
 
 class Roles:
@@ -247,7 +238,7 @@ def _run(tmp_path: Path, postgres: PrivatePostgres, unsafe: str = "") -> dict[st
     roles: Roles | None = None
     try:
         node.wait_for(READY_LINE)
-        manager, scope = _new_stream(node, segments=2)
+        manager, scope = new_stream(node, segments=2)
         manager.create_reader_group(
             scope, "rg", [f"{scope}/st"], reader_timeout_ms=10_000, group_refresh_time_ms=500
         )
@@ -419,7 +410,7 @@ def test_on_redis_a_tail_stays_through_its_outage_and_a_scale_asked_meanwhile_ru
     node = Standalone(tmp_path / "data", *free_ports(2), services={"REDIS_URL": redis_server.url})
     try:
         node.wait_for(READY_LINE)
-        manager, scope = _new_stream(node, segments=1)
+        manager, scope = new_stream(node, segments=1)
         tail = Tail(node, scope)
         path = f"/v1/scopes/{scope}/streams/st"
 
