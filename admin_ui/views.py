@@ -3,7 +3,7 @@
 
 Every page keeps its browsing state in its URL (filters, sort, page, tab, start position), so
 a view can be bookmarked and shared. Lists paginate; each page makes a fixed number of queries
-whatever the number of streams or epochs (``tests/console/test_query_budget.py``).
+whatever the number of streams or epochs (``tests/console/test_pages.py``).
 """
 
 from __future__ import annotations

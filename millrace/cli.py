@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -120,10 +121,36 @@ def cmd_controller(args: argparse.Namespace, rest: list[str]) -> int:
         host=args.host,
         port=args.http_port,
         log_level="info",
+        log_config=_uvicorn_log_config(),
         lifespan="off",
         proxy_headers=False,
     )
     return EXIT_OK
+
+
+class QuietProbes(logging.Filter):
+    """Health probes answered OK are logged at DEBUG, not INFO: the supervisor asks
+    ``/health/liveness`` every second, which filled the node's output with one line a second."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        probe = len(args) >= 5 and str(args[2]).startswith(("/health", "/v1/health"))
+        if probe and isinstance(args[4], int) and args[4] < 400:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging, with ``QuietProbes`` on its access log."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["quiet_probes"] = {"()": QuietProbes}
+    config["loggers"]["uvicorn.access"]["filters"] = ["quiet_probes"]
+    return config
 
 
 def _celery(command: str, extra: list[str]) -> int:

@@ -194,8 +194,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = MILLRACE.data_dir / "static"
-# Served straight from the apps' static folders: no collectstatic step before a node starts.
+# Served straight from the apps' static folders: no collectstatic step before a node starts,
+# and no STATIC_ROOT (WhiteNoise warned "No directory at: <data dir>/static/" on every start).
+STATIC_ROOT = None
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 # The console signs in with Django's authentication form.

@@ -249,3 +249,25 @@ def test_the_cli_waits_through_a_service_that_is_away(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "kept" in done.stdout
     assert len(agents) == 3 and set(agents) == {"millrace-cli"}  # the audit log's source: CLI
+
+
+def test_health_probes_answered_ok_are_not_logged_at_info() -> None:
+    """The supervisor's liveness probe every second once filled the controller's output; a
+    probe that fails, and every other request, is still logged."""
+    import logging
+
+    def record(path: str, status: int) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1,
+                                 '%s - "%s %s HTTP/%s" %d',
+                                 ("127.0.0.1:1", "GET", path, "1.1", status), None)  # fmt: skip
+
+    quiet = cli.QuietProbes()
+    logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    assert not quiet.filter(record("/health/liveness", 200))
+    assert not quiet.filter(record("/v1/health/readiness", 200))
+    assert quiet.filter(record("/health", 503))  # a probe that fails: shown
+    assert quiet.filter(record("/v1/scopes", 200))
+    logging.getLogger("uvicorn.access").setLevel(logging.DEBUG)
+    shown = record("/health/liveness", 200)
+    assert quiet.filter(shown) and shown.levelname == "DEBUG"
+    logging.getLogger("uvicorn.access").setLevel(logging.NOTSET)
