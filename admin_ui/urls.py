@@ -1,4 +1,4 @@
-"""Paths of the console (mounted at the site root by ``millrace.urls``)."""
+"""Paths of the console (mounted at the site root by ``millrace.project.urls``)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
 from controller_app import selectors as sel
 from controller_app.errors import ControllerError, NoWatermarkError
+from controller_app.health import node_health
 from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream
 from controller_app.reader_group_state import GroupState, split_key
 from controller_app.segment_client import read_node_metrics, read_traffic, segment_store
@@ -32,7 +33,6 @@ from controller_app.workflows import marks, transactions
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows.scopes import get_scope
 from millrace.client.streamcut import StreamCut
-from millrace.health import node_health
 
 #: Epochs per page of a stream's history chart.
 EPOCHS_PER_PAGE = 50

@@ -53,7 +53,7 @@ LONG_TASK_BUDGET_MS = 200.0
 #: Run in a child process with Django set up on the node's data directory: streams as rows.
 POPULATE = """
 import django, os, sys, time
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
 django.setup()
 from controller_app.models import Epoch, Scope, Stream, StreamTag
 from controller_app.segments import Segment, encode_segments

@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
             slow_cpu_ms[name] += (time.thread_time() - c0) * 1e3
 
     asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
-    from millrace.cli import main as millrace_main
+    from millrace.ops.cli import main as millrace_main
 
     try:
         return millrace_main(args)

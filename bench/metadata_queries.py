@@ -49,7 +49,7 @@ CUT_EPOCHS_BACK = 5
 
 def _child(epochs: int, rounds: int, calls: int) -> None:
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
     import django
 
     django.setup()

@@ -40,7 +40,7 @@ PERIODS_S = {"retention": 300.0, "watermark": 10.0}
 
 def _child(count: int) -> None:
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
     import django
 
     django.setup()

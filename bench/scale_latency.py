@@ -44,7 +44,7 @@ def main() -> int:
         http, wire = _free_port(), _free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
         node = subprocess.Popen(
-            [sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+            [sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
              "--http-port", str(http), "--segmentstore-port", str(wire)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,

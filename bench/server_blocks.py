@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import services  # a sibling module: bench/ is not a package
 
-from millrace import wire as wire
+from millrace.kernel import wire as wire
 
 _HEADER = struct.Struct(">ii")
 EVENT = wire.EVENT_HEADER.pack(0, 100) + bytes(100)

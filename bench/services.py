@@ -65,7 +65,7 @@ def py_spy_command(out: Path) -> list[str]:
 
 
 def node_command(data_dir: Path, profile: str | None, profile_out: Path | None) -> list[str]:
-    node = [sys.executable, "-m", "millrace.cli", "segmentstore", "--data-dir", str(data_dir)]
+    node = [sys.executable, "-m", "millrace.ops.cli", "segmentstore", "--data-dir", str(data_dir)]
     node += ["--port", "0"]
     if profile == "py-spy":
         assert profile_out is not None
@@ -172,7 +172,7 @@ def standalone_node(
     }
     log = open(work_dir / "standalone.log", "w+b")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+        [sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
          "--http-port", str(http), "--segmentstore-port", str(wire)],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip

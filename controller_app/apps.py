@@ -12,7 +12,7 @@ class ControllerAppConfig(AppConfig):
         # Tasks must be sent through Millrace's Celery app (its broker), not Celery's default.
         from django.db.models.signals import post_migrate
 
-        import millrace.celery  # noqa: F401
+        import millrace.project.celery  # noqa: F401
         from controller_app.roles import ensure_roles
 
         post_migrate.connect(ensure_roles, sender=self)

@@ -2,7 +2,7 @@
 the metadata database.
 
 Responsibility: a worker (from its ``worker_ready`` signal) and beat (from its scheduler's
-tick, see ``millrace.celery.HeartbeatScheduler``) each keep a status file
+tick, see ``millrace.project.celery.HeartbeatScheduler``) each keep a status file
 ``<data dir>/run/heartbeat-<role>-<pid>.json`` and a ``ProcessHeartbeat`` row fresh. The
 supervisor believes the file, and so does the health check while the database is away: it
 does not depend on the database, so an outage of it (which the worker needs, and waits for)
@@ -26,7 +26,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from controller_app.models import ProcessHeartbeat
-from millrace.status_files import read_fresh, write_status
+from millrace.kernel.status_files import heartbeat_path, heartbeat_paths, read_fresh, write_status
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,14 @@ def process_name() -> str:
 
 
 def heartbeat_file(role: str, pid: int) -> Path:
-    return Path(settings.MILLRACE.data_dir) / "run" / f"heartbeat-{role}-{pid}.json"
+    return heartbeat_path(settings.MILLRACE.data_dir, role, pid)
 
 
 def local_age_seconds(role: str, pid: int | None = None) -> float | None:
     """Seconds since a process of ``role`` on this host (``pid``, or any) last beat, from its
     file; None when none beat in the last ``HEARTBEAT_FORGET_SECONDS``."""
-    run = Path(settings.MILLRACE.data_dir) / "run"
-    paths = [heartbeat_file(role, pid)] if pid else run.glob(f"heartbeat-{role}-*.json")
+    data_dir = settings.MILLRACE.data_dir
+    paths = [heartbeat_file(role, pid)] if pid else heartbeat_paths(data_dir, role)
     ages = [
         time.time() - found["updated"]
         for found in (read_fresh(path, HEARTBEAT_FORGET_SECONDS) for path in paths)
@@ -74,7 +74,7 @@ def record(role: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_status(path, {"role": role, "pid": os.getpid()})
         if role not in _cleaned:  # once per process: files of processes long gone
-            for old in path.parent.glob(f"heartbeat-{role}-*.json"):
+            for old in heartbeat_paths(settings.MILLRACE.data_dir, role):
                 if time.time() - old.stat().st_mtime > HEARTBEAT_FORGET_SECONDS:
                     old.unlink(missing_ok=True)
     except OSError as exc:

@@ -34,10 +34,10 @@ from controller_app import selectors as sel
 from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
 from controller_app.models import Container, ContainerAssignment, Node
 from controller_app.ports import SegmentState, SegmentTraffic, Traffic
-from millrace.claims import READ
+from controller_app.tokens import delegation_token
 from millrace.client import segment_store as ssc
 from millrace.client.sync import SyncSegmentStoreClient
-from millrace.tokens import delegation_token
+from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -84,10 +84,8 @@ def register_node(
 
 
 def _token(segment: str) -> str:
-    from millrace.claims import READ_UPDATE
-
     scope, stream, _ = segment.split("/", 2)
-    return delegation_token(f"{scope}/{stream}/", READ_UPDATE)
+    return delegation_token(stream_resource(scope, stream), READ_UPDATE)
 
 
 class SegmentStorePort:

@@ -3,7 +3,7 @@
 No database access here (selectors fetch rows, then call these), so every rule is testable on
 plain values. Vocabulary of DESIGN.md section 1:
 
-* segment ids and qualified names: ``millrace.naming`` (the kernel), imported here;
+* segment ids and qualified names: ``millrace.kernel.naming`` (the kernel), imported here;
 * key ranges ``[key_start, key_end)`` of one epoch cover ``[0, 1)`` exactly, disjointly; the
   last upper bound is exactly ``1.0`` (clients check it);
 * two overlapping segments of a stream are ordered by id: the one created in a later epoch
@@ -20,7 +20,7 @@ from typing import Any
 
 import crc32c
 
-from millrace.naming import (  # noqa: F401 - the segment id and name facts, re-exported
+from millrace.kernel.naming import (  # noqa: F401 - the segment id and name facts, re-exported
     EPOCH_MAX,
     SEGMENT_NUMBER_BITS,
     parse_segment_name,

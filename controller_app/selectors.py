@@ -54,7 +54,7 @@ from controller_app.segments import (
     splits_and_merges,
     successors_with_predecessors,
 )
-from millrace.naming import container_for
+from millrace.kernel.naming import container_for
 
 StreamCut = Mapping[int, int]  # segment id -> offset
 

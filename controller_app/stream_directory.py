@@ -1,4 +1,4 @@
-"""The controller's side of ``segment_app.consumers.directory.StreamDirectory``.
+"""The controller's side of ``controller_app.tails.directory.StreamDirectory``.
 
 Answers the WebSocket tail consumers' questions about streams from the controller's metadata
 (selectors only; no writes), so the consumers need not import the controller (ADR 0004).
@@ -13,9 +13,9 @@ from controller_app.choices import StreamState
 from controller_app.errors import ControllerError, NoNodeForSegmentError
 from controller_app.models import Stream, Watermark
 from controller_app.roles import may
+from controller_app.tails.directory import NoNodeError, StreamNotFoundError
 from millrace.client.follower import Target
-from millrace.naming import parse_segment_name
-from segment_app.consumers.directory import NoNodeError, StreamNotFoundError
+from millrace.kernel.naming import parse_segment_name
 
 #: Stream states in which no successor will ever be added.
 _ENDED = (StreamState.SEALED, StreamState.SEALING, StreamState.DELETING)

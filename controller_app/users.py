@@ -11,7 +11,7 @@ from rest_framework.authtoken.models import Token
 
 from controller_app.audit import record
 from controller_app.roles import ROLES, grant
-from millrace.tokens import token_for
+from controller_app.tokens import token_for
 
 
 def create_user_token(

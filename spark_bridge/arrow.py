@@ -19,7 +19,7 @@ from millrace.client.batch import SegmentRange
 from millrace.client.events import EVENT_BYTES_MAX, EVENT_TYPE, EventFormatError
 from millrace.client.events import EVENT_HEADER as HEADER
 from millrace.client.routing import key_point
-from millrace.memory import keep_freed_memory
+from millrace.kernel.memory import keep_freed_memory
 
 #: Routing keys a writing task remembers the segment of (past that, a batch's new keys are
 #: hashed for that batch only).
@@ -31,7 +31,7 @@ READ_COLUMNS = ["event", "scope", "stream", "segment_id", "offset", "routing_key
 @functools.cache
 def reuse_freed_memory() -> None:
     """Once per Python worker: Arrow's buffers from glibc's heap, kept when freed
-    (``millrace.memory``), not from its own allocator, which hands freed pages back at once.
+    (``millrace.kernel.memory``), not from its own allocator, which hands freed pages back at once.
     A task's batches then reuse the same memory: a 1 GB write took a worker's page faults
     from ~350,000 to ~10,000 and its system time from 1.6 s to 0.8 (docs/BENCHMARKS.md)."""
     keep_freed_memory()

@@ -66,7 +66,7 @@ def _drain(folder: Path, transport: str) -> tuple[list[int], list[str]]:
 
 
 def test_every_message_arrives_whole_and_once(tmp_path: Path) -> None:
-    received, errors = _drain(tmp_path, "millrace.broker:FileSystemTransport")
+    received, errors = _drain(tmp_path, "millrace.project.broker:FileSystemTransport")
     assert errors == []
     assert sorted(received) == list(range(MESSAGES))
 
@@ -77,7 +77,7 @@ def _visible_during_put(folder: Path, transport: str, monkeypatch: pytest.Monkey
 
     from kombu.transport import filesystem
 
-    from millrace import broker
+    from millrace.project import broker
 
     seen: list[tuple[str, int]] = []
 
@@ -105,7 +105,10 @@ def _visible_during_put(folder: Path, transport: str, monkeypatch: pytest.Monkey
 
 
 def test_a_message_is_invisible_until_written(tmp_path: Path, monkeypatch) -> None:
-    assert _visible_during_put(tmp_path, "millrace.broker:FileSystemTransport", monkeypatch) == []
+    assert (
+        _visible_during_put(tmp_path, "millrace.project.broker:FileSystemTransport", monkeypatch)
+        == []
+    )
 
 
 def test_kombus_own_transport_shows_an_empty_message_file(tmp_path: Path, monkeypatch) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from millrace import cli
-from millrace.config import ConfigError
+from millrace.kernel.config import ConfigError
+from millrace.ops import cli
 
 MILLRACE = Path(sys.executable).with_name("millrace")  # the installed console script
 
@@ -240,7 +240,7 @@ def test_the_cli_waits_through_a_service_that_is_away(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "millrace.cli", "scope", "list", "--token", "t",
+            [sys.executable, "-m", "millrace.ops.cli", "scope", "list", "--token", "t",
              "--url", f"http://127.0.0.1:{server.server_port}"],
             capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )  # fmt: skip

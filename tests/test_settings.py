@@ -16,8 +16,8 @@ import pytest
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from millrace import settings as millrace_settings
-from millrace.config import ConfigError, SegmentStoreSettings, WebSettings, persisted_secret
+from millrace.kernel.config import ConfigError, SegmentStoreSettings, WebSettings, persisted_secret
+from millrace.project import settings as millrace_settings
 
 PG_URL = "postgres://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -32,7 +32,7 @@ def django_settings_in_subprocess(data_dir: Path, **env: str) -> dict:
         " 'permissions': s.REST_FRAMEWORK['DEFAULT_PERMISSION_CLASSES'],"
         " 'secret': s.SECRET_KEY}))"
     )
-    base = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "millrace.settings"}
+    base = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "millrace.project.settings"}
     full_env = base | {"MILLRACE_DATA_DIR": str(data_dir)} | env
     done = subprocess.run(
         [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=60
@@ -138,7 +138,7 @@ def test_configured_broker_round_trips_a_message(data_dir: Path) -> None:
 def test_filesystem_broker_is_shared_between_processes(data_dir: Path) -> None:
     """A message published by another process (using the settings module) reaches this one."""
     script = (
-        "import kombu; from millrace import settings as s; "
+        "import kombu; from millrace.project import settings as s; "
         "c = kombu.Connection(s.CELERY_BROKER_URL,"
         " transport_options=s.CELERY_BROKER_TRANSPORT_OPTIONS); "
         "c.SimpleQueue('millrace-shared').put({'from': 'producer'}); c.release()"

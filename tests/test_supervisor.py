@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from millrace import standalone
-from millrace.standalone import Child, ChildState, StandaloneError, Supervisor
+from millrace.ops import standalone
+from millrace.ops.standalone import Child, ChildState, StandaloneError, Supervisor
 
 #: The child program: start number N (from the count file) does what ``plan`` says for N:
 #: "ready" (prints ready, serves), "crash" (exits 3 before ready), "hang" (ready, then stops

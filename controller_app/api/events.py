@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -35,12 +36,14 @@ from controller_app.api import fields
 from controller_app.errors import InvalidArgumentError, Tier1UnavailableError
 from controller_app.segment_client import segment_store
 from controller_app.stream_reads import read_page, start_cut
+from controller_app.tokens import delegation_token
 from controller_app.workflows import marks
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
 from millrace.client.routing import SegmentRange
 from millrace.client.streamcut import StreamCut
 from millrace.client.writer import AsyncEventWriter
+from millrace.kernel.claims import READ_UPDATE, stream_resource
 
 #: Events one request may carry, and how long it waits for them to be durable: long enough to
 #: ride through a segment store restart, short enough for HTTP clients' own timeouts. After it
@@ -55,8 +58,6 @@ def _in_thread(function: Any) -> Any:
     would hold the database, e.g. against a test database's teardown)."""
 
     def closing(*args: Any) -> Any:
-        from django.db import connections
-
         try:
             return function(*args)
         finally:
@@ -69,10 +70,8 @@ class LocalController:
     """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
 
     async def delegation_token(self, scope: str, stream: str) -> str:
-        from millrace.claims import READ_UPDATE
-        from millrace.tokens import delegation_token
-
-        return await _in_thread(delegation_token)(f"{scope}/{stream}/", READ_UPDATE)
+        resource = stream_resource(scope, stream)
+        return await _in_thread(delegation_token)(resource, READ_UPDATE)
 
     async def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
         def read() -> list[SegmentRange]:

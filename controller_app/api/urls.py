@@ -1,4 +1,4 @@
-"""Paths of the REST API (mounted at ``/v1/`` by ``millrace.urls``)."""
+"""Paths of the REST API (mounted at ``/v1/`` by ``millrace.project.urls``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.urls import path, register_converter
 from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.events import EventsView
-from millrace.naming import EPOCH_MAX, segment_epoch
+from millrace.kernel.naming import EPOCH_MAX, segment_epoch
 
 
 class SegmentIdConverter:

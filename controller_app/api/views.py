@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse
 from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.types import OpenApiTypes
@@ -27,8 +28,10 @@ from controller_app.models import Scope, Stream
 from controller_app.roles import may
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
+from controller_app.tokens import delegation_token
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
 from controller_app.workflows.common import get_stream
+from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
 
 #: How long a request workflow is waited for before the answer is 504 (it goes on).
 WORKFLOW_WAIT_SECONDS = 30.0
@@ -595,14 +598,9 @@ class DelegationTokenView(APIView):
     def post(self, request: Request, scope: str, stream: str) -> Response:
         """A segment store delegation token for the stream's segments: read and update for an
         operator, read only for a viewer."""
-        from django.conf import settings
-
-        from millrace.claims import READ, READ_UPDATE
-        from millrace.tokens import delegation_token
-
         get_stream(scope, stream)
         access = READ_UPDATE if may(request.user, "operate") else READ
-        token = delegation_token(f"{scope}/{stream}/", access)
+        token = delegation_token(stream_resource(scope, stream), access)
         ttl = settings.MILLRACE.token_ttl_seconds
         return Response({"token": token, "expiresIn": ttl if token else 0})
 

@@ -31,7 +31,7 @@ from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
 from controller_app.workflows.streams import start_when_active
-from millrace.naming import segment_epoch, segment_number
+from millrace.kernel.naming import segment_epoch, segment_number
 
 _EPSILON = 1e-9
 _S, _E = StreamState, EpochTransitionState

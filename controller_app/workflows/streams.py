@@ -42,7 +42,7 @@ from controller_app.segments import Segment, bucket_for, encode_segments, unifor
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.scopes import get_scope
-from millrace.naming import transaction_segment_name
+from millrace.kernel.naming import transaction_segment_name
 
 #: Buckets the periodic services spread streams over (Pravega's default is 100).
 BUCKET_COUNT = 100

@@ -47,7 +47,7 @@ from controller_app.models import (
 from controller_app.ports import SegmentStore
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
-from millrace.naming import (
+from millrace.kernel.naming import (
     SEGMENT_NUMBER_BITS,
     segment_epoch,
     segment_number,

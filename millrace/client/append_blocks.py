@@ -16,8 +16,8 @@ import functools
 import uuid
 from typing import TYPE_CHECKING, Final
 
-from millrace import wire
 from millrace.client.errors import SegmentStoreError
+from millrace.kernel import wire
 
 if TYPE_CHECKING:
     from millrace.client.appends import AppendSessions

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from millrace import wire
 from millrace.client.append_blocks import (
     BLOCK_LAST,
     BLOCK_RID,
@@ -47,6 +46,7 @@ from millrace.client.errors import (
     SegmentStoreError,
     error_from_reply,
 )
+from millrace.kernel import wire
 
 __all__ = ["BUSY_SWEEP_S", "BUSY_WINDOW_S", "OPEN_BYTES_MAX", "AppendSessions"]
 

@@ -26,7 +26,7 @@ from millrace.client.events import EventRead
 from millrace.client.io_loop import IoLoop
 from millrace.client.reader import AsyncEventReader
 from millrace.client.reader_group import AsyncGroupReader, SegmentSlice, TimeWindow
-from millrace.naming import parse_segment_name
+from millrace.kernel.naming import parse_segment_name
 
 __all__ = ["BATCH_EVENTS", "EventReader", "GroupReader"]
 

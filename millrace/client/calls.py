@@ -15,9 +15,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from millrace import wire
 from millrace.client.connection import Connection
 from millrace.client.errors import AuthTokenCheckFailedError, error_from_reply
+from millrace.kernel import wire
 
 __all__ = [
     "NULL_ATTRIBUTE_VALUE",

@@ -18,8 +18,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from millrace import wire
 from millrace.client.errors import ConnectionLostError, SegmentStoreError
+from millrace.kernel import wire
 
 __all__ = ["SEND_BUFFER_BYTES", "WRITE_CHUNK_BYTES", "AppendListener", "Connection"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from millrace import wire
+from millrace.kernel import wire
 
 __all__ = [
     "AppendsLostError",

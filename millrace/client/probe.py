@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-from millrace import wire as wire
+from millrace.kernel import wire as wire
 
 __all__ = ["ProbeError", "probe_segment_store"]
 

@@ -45,7 +45,7 @@ from millrace.client.follower import (
 )
 from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
-from millrace.naming import parse_segment_name, segment_epoch
+from millrace.kernel.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
 SEGMENT_BUFFER_BYTES = 4 * 1024 * 1024

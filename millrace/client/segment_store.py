@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from millrace import wire
 from millrace.client.append_blocks import AppendAck, AppendLimits, WriterHandle
 from millrace.client.append_many import AppendMany
 from millrace.client.calls import NULL_ATTRIBUTE_VALUE, ReadResult, SegmentInfo
@@ -47,6 +46,7 @@ from millrace.client.errors import (
     ServerError,
     error_from_reply,
 )
+from millrace.kernel import wire
 
 __all__ = [
     "NO_EVENT_NUMBER",

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from millrace.naming import container_for
+from millrace.kernel.naming import container_for
 from segment_app.engine.api import (
     AppendItem,
     AppendResult,

@@ -1,9 +1,9 @@
 """The segment store's side of delegation tokens: who may do what on the wire.
 
 Responsibility: the ``Authorizer`` a wire server checks every request with (``TokenVerifier``
-from ``millrace.claims`` when authentication is on, ``AllowAll`` when it is off), and the
+from ``millrace.kernel.claims`` when authentication is on, ``AllowAll`` when it is off), and the
 ``millrace mint-token`` command. The claims themselves (``mint_token``, ``TokenVerifier``) live
-in the kernel, ``millrace.claims``. The server classes never read the environment;
+in the kernel, ``millrace.kernel.claims``. The server classes never read the environment;
 ``main_mint_token`` (the CLI) and ``segment_app.server.node`` do, at the edge.
 """
 
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from millrace.claims import ACCESS_LEVELS, READ, mint_token
+from millrace.kernel.claims import ACCESS_LEVELS, READ, mint_token
 
 __all__ = [
     "AllowAll",
@@ -61,7 +61,7 @@ def main_mint_token(argv: Sequence[str] | None = None) -> int:
 
 
 def _secret_from_env(data_dir: str | None) -> str:
-    from millrace.config import SegmentStoreSettings
+    from millrace.kernel.config import SegmentStoreSettings
 
     env = dict(os.environ)
     if data_dir:

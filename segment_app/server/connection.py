@@ -38,9 +38,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from millrace import wire as wire
-from millrace.claims import READ_UPDATE, AuthError
-from millrace.wire.fastpath import (
+from millrace.kernel import wire as wire
+from millrace.kernel.claims import READ_UPDATE, AuthError
+from millrace.kernel.wire.fastpath import (
     APPEND_BLOCK_END_DATA_START,
     data_appended_frame,
     split_append_block_end,

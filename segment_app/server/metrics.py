@@ -30,7 +30,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from millrace.claims import READ, AuthError
+from millrace.kernel.claims import READ, AuthError
 from segment_app.server.auth import Authorizer
 from segment_app.server.traffic import LATENCY_BOUNDS_S, TrafficMonitor
 

@@ -1,7 +1,7 @@
 """A segment store node: the engine plus the wire server, run until SIGTERM or SIGINT.
 
 Responsibility: the composition of one ``millrace segmentstore`` process. ``main(argv)`` reads
-the environment once (``millrace.config.SegmentStoreSettings``: ``MILLRACE_*`` variables, the
+the environment once (``millrace.kernel.config.SegmentStoreSettings``: ``MILLRACE_*`` variables, the
 token secret persisted in the data directory), applies the command-line overrides, and runs
 ``run_node``, which builds the store with ``segment_app.engine.bootstrap``, starts it and the
 server, prints where it listens, and on a signal stops the server first (no new requests), then
@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from millrace.memory import keep_freed_memory
-from millrace.status_files import write_status
+from millrace.kernel.memory import keep_freed_memory
+from millrace.kernel.status_files import node_status_path, write_status
 from segment_app.engine.errors import EngineError
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
 
-__all__ = ["NodeConfig", "main", "run_node", "status_path"]
+__all__ = ["NodeConfig", "main", "run_node"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class NodeConfig:
     backlog_refuse_ms: int = 10_000
     #: Appends are refused while ``data_dir``'s filesystem is this full (percent; 100: never).
     disk_full_percent: int = 95
-    #: TEST-ONLY protections switched off (``millrace.config.UNSAFE_TEST_FLAGS``); see
+    #: TEST-ONLY protections switched off (``millrace.kernel.config.UNSAFE_TEST_FLAGS``); see
     #: ``_unsafe_settings``. Never set in production.
     unsafe: frozenset[str] = frozenset()
     #: Port of the metrics endpoint (``/metrics``, ``/traffic``); 0: none.
@@ -239,16 +239,11 @@ def _start_metrics(
 STATUS_INTERVAL_SECONDS = 1.0
 
 
-def status_path(data_dir: str | os.PathLike[str], port: int) -> Path:
-    """Where the node serving ``port`` writes its status (see ``_report_status``)."""
-    return Path(data_dir) / "run" / f"segmentstore-{port}.json"
-
-
 async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
     """Every ``STATUS_INTERVAL_SECONDS``: the containers' states and epochs and the tiers'
-    trouble (``SegmentStore.health``) as JSON in ``status_path``, replaced atomically. A health
+    trouble (``SegmentStore.health``) as JSON in ``node_status_path``, replaced atomically. A health
     check on the same host reads it; its ``updated`` time tells a stale file from a live one."""
-    path = status_path(config.data_dir, port)
+    path = node_status_path(config.data_dir, port)
     path.parent.mkdir(parents=True, exist_ok=True)
     guard = DiskGuard(config.data_dir, config.disk_full_percent, config.unsafe)
     if _tier2_on_data_disk(config):  # flushing copies what waits for tier-2 onto this disk
@@ -378,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeConfig:
     """The node configuration: environment first, command-line options over it."""
-    from millrace.config import SegmentStoreSettings
+    from millrace.kernel.config import SegmentStoreSettings
 
     env = dict(environ)
     if args.data_dir:

@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import uuid
 
-from millrace import wire as wire
-from millrace.claims import AuthError
+from millrace.kernel import wire as wire
+from millrace.kernel.claims import AuthError
 from segment_app.engine.errors import (
     BadAttributeUpdateError,
     BadEventNumberError,

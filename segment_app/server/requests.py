@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from millrace import wire as wire
-from millrace.claims import READ, READ_UPDATE
+from millrace.kernel import wire as wire
+from millrace.kernel.claims import READ, READ_UPDATE
 from segment_app.engine.api import AttributeUpdate, SegmentStoreAPI
 from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentError
 from segment_app.server.auth import Authorizer

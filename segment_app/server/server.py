@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from millrace.claims import TokenVerifier
+from millrace.kernel.claims import TokenVerifier
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection

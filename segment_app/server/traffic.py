@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from millrace.naming import parent_name
+from millrace.kernel.naming import parent_name
 
 #: Pravega's traffic windows (seconds), beside the decision window.
 PRAVEGA_WINDOWS_S = (120, 300, 600, 1200)

@@ -1,7 +1,7 @@
 """Segment store nodes as real processes: start, kill -9, stop/continue, read their stderr.
 
-Responsibility: run ``millrace segmentstore`` (``python -m millrace.cli segmentstore``) in its own
-process group on a free port of 127.0.0.1 with ``MILLRACE_AUTH=off``, learn its port from the
+Responsibility: run ``millrace segmentstore`` (``python -m millrace.ops.cli segmentstore``) in its
+own process group on a free port of 127.0.0.1 with ``MILLRACE_AUTH=off``, learn its port from the
 "listening on" line it prints, and make sure it is gone when the test ends (``NodeFactory.close``
 kills every process group it started). Nothing here knows about the workload.
 """
@@ -135,7 +135,7 @@ class NodeFactory:
         stderr_path = self.workdir / f"{name}.stderr"
         with open(stderr_path, "wb") as stderr:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "millrace.cli", "segmentstore",
+                sys.executable, "-m", "millrace.ops.cli", "segmentstore",
                 "--data-dir", str(data_dir), "--port", "0", "--containers", str(containers),
                 env=env, stdout=asyncio.subprocess.PIPE, stderr=stderr, cwd=_REPOSITORY,
                 start_new_session=True,

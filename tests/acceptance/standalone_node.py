@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from millrace.client.manager import StreamManager
+from millrace.kernel.status_files import supervisor_state_path
 
 READY_LINE = "Millrace is running"
 START_TIMEOUT_SECONDS = 120.0
@@ -45,7 +46,7 @@ class Standalone:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+                sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
                 "--http-port", str(http_port), "--segmentstore-port", str(wire_port),
                 "--worker-concurrency", "1",
             ],
@@ -102,7 +103,7 @@ class Standalone:
 
     def supervisor_state(self) -> dict[str, Any]:
         """The supervisor's state file: each child's state, pid, restarts and last exit."""
-        path = self.data_dir / "run" / "standalone.json"
+        path = supervisor_state_path(self.data_dir)
         for _ in range(50):  # replaced atomically, but may not exist yet
             try:
                 return dict(json.loads(path.read_text())["children"])

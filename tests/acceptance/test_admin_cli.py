@@ -21,7 +21,7 @@ def millrace(standalone: Standalone, *args: str, stdin: str = "", token: bool = 
     env["MILLRACE_URL"] = standalone.base
     env["MILLRACE_DATA_DIR"] = str(standalone.data_dir) if token else "/nonexistent"
     return subprocess.run(
-        [sys.executable, "-m", "millrace.cli", *args], input=stdin, env=env,
+        [sys.executable, "-m", "millrace.ops.cli", *args], input=stdin, env=env,
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

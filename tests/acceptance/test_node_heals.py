@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from millrace import standalone as supervision
 from millrace.client.manager import StreamManager
+from millrace.ops import standalone as supervision
 from tests.acceptance.e2e_roles import spawn
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports, request
 
@@ -315,7 +315,7 @@ def test_closed_subscriptions_leave_no_connection_behind(node: Standalone) -> No
 def test_millrace_status_prints_the_tree(node: Standalone) -> None:
     for extra in ([], ["--json"]):
         done = subprocess.run(
-            [sys.executable, "-m", "millrace.cli", "status", "--url", node.base, *extra],
+            [sys.executable, "-m", "millrace.ops.cli", "status", "--url", node.base, *extra],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -549,7 +549,7 @@ def first_start(tmp_path: Path, data_dir: Path, env: dict[str, str]) -> tuple[in
     environ.pop("MILLRACE_DATA_DIR", None)
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "millrace.cli", "standalone", "--data-dir", str(data_dir),
+        [sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
          "--http-port", str(http), "--segmentstore-port", str(wire)],
         env=environ | env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

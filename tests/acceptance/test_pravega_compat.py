@@ -1,4 +1,4 @@
-"""``millrace.pravega_compat`` against the official ``pravega`` client's API, and a program
+"""``millrace.client.pravega_compat`` against the official ``pravega`` client's API, and a program
 written for the official client running on Millrace through both names.
 
 The official package (``pravega`` 0.3.8, module ``pravega_client``) is installed with the test
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import millrace.pravega_compat as compat
+import millrace.client.pravega_compat as compat
 from tests.acceptance.standalone_node import Standalone
 
 official = pytest.importorskip("pravega_client")
@@ -161,18 +161,20 @@ def test_a_program_for_the_official_client_runs_on_millrace(
     standalone: Standalone, tmp_path: Path, how: str
 ) -> None:
     """The same program, once with ``pravega_client`` resolved to our module (a one-line
-    module ahead on the path: the drop-in way) and once importing ``millrace.pravega_compat``
+    module ahead on the path: the drop-in way) and once importing ``millrace.client.pravega_compat``
     under that name (the one-import change)."""
     source = textwrap.dedent(PROGRAM)
     path = [os.getcwd()]
     if how == "drop-in module":
         shim = tmp_path / "shim"
         shim.mkdir()
-        (shim / "pravega_client.py").write_text("from millrace.pravega_compat import *  # noqa\n")
+        (shim / "pravega_client.py").write_text(
+            "from millrace.client.pravega_compat import *  # noqa\n"
+        )
         path.insert(0, str(shim))
     else:
         source = source.replace(
-            "import pravega_client\n", "import millrace.pravega_compat as pravega_client\n"
+            "import pravega_client\n", "import millrace.client.pravega_compat as pravega_client\n"
         )
     program = tmp_path / "program.py"
     program.write_text(source)

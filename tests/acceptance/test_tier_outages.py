@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from millrace.claims import READ, mint_token
 from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.manager import StreamManager
+from millrace.kernel.claims import READ, mint_token
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.standalone_node import (
     READY_LINE,

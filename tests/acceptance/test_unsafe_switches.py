@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.config import ConfigError, SegmentStoreSettings
+from millrace.kernel.config import ConfigError, SegmentStoreSettings
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.server import node
 from tests.acceptance.disk import flip_bit, records, synced_lengths

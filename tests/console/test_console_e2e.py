@@ -198,7 +198,7 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
 
 def _make_viewer(node: Standalone) -> tuple[str, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "millrace.cli", "user", "create", "vic", "--role", "viewer",
+        [sys.executable, "-m", "millrace.ops.cli", "user", "create", "vic", "--role", "viewer",
          "--data-dir", str(node.data_dir)],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip

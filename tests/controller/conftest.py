@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
-from millrace.claims import READ_UPDATE, mint_token
 from millrace.client.sync import SyncSegmentStoreClient
+from millrace.kernel.claims import READ_UPDATE, mint_token
 
 TOKEN_SECRET = "controller-tests-token-secret-0123456789abcdef"
 CONTAINERS = 4
@@ -56,8 +56,8 @@ class NodeProcess:
         self.log = data_dir.with_suffix(".log")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "millrace.cli", "segmentstore", "--data-dir", str(data_dir),
-                 "--port", "0", "--containers", str(CONTAINERS)],
+                [sys.executable, "-m", "millrace.ops.cli", "segmentstore",
+                 "--data-dir", str(data_dir), "--port", "0", "--containers", str(CONTAINERS)],
                 env=env, stdout=subprocess.PIPE, stderr=log, cwd=_REPOSITORY,
                 start_new_session=True,
             )  # fmt: skip
@@ -131,8 +131,8 @@ def write_events(port: int, segment: str, *payloads: bytes) -> None:
     their acknowledgement."""
     import uuid
 
-    from millrace.claims import READ_UPDATE, mint_token
     from millrace.client.sync import SyncSegmentStoreClient
+    from millrace.kernel.claims import READ_UPDATE, mint_token
 
     token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)
     client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=token)
@@ -177,8 +177,8 @@ class LiveWorker:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "millrace.cli", "worker", "--data-dir", str(self.data_dir),
-                 "--concurrency", str(concurrency),
+                [sys.executable, "-m", "millrace.ops.cli", "worker",
+                 "--data-dir", str(self.data_dir), "--concurrency", str(concurrency),
                  "--pool", "solo" if concurrency == 1 else "threads"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=_REPOSITORY,
                 start_new_session=True,
@@ -208,7 +208,7 @@ class LiveWorker:
             self.process.wait(30)
 
     def purge(self) -> None:
-        from millrace.celery import app, worker_queues
+        from millrace.project.celery import app, worker_queues
 
         with app.connection_for_write() as conn:
             for queue in worker_queues():

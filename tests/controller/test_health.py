@@ -26,12 +26,11 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from controller_app import heartbeats
+from controller_app import health, heartbeats
 from controller_app.models import ProcessHeartbeat
-from millrace import health
+from millrace.kernel.status_files import node_status_path
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig
-from segment_app.server.node import status_path
 from tiers.memory.faults import FaultInjector
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -273,7 +272,7 @@ def test_a_status_report_gone_stale_is_down_never_up(
     """A node of this host that stopped writing its status file (a full disk, a hang) is not
     believed: tier-1 is DOWN naming it. It once went back to UP ("no fresh report")."""
     settings.MILLRACE = dataclasses.replace(settings.MILLRACE, data_dir=tmp_path)
-    path = status_path(tmp_path, healthy.port)
+    path = node_status_path(tmp_path, healthy.port)
     path.parent.mkdir(parents=True)
     old = time.time() - 60
     path.write_text(json.dumps({"pid": healthy.process.pid, "containers": {}, "updated": old}))

@@ -6,7 +6,7 @@ import pytest
 
 from controller_app import segments as sg
 from controller_app.segments import CutOrder, Segment
-from millrace.naming import container_for
+from millrace.kernel.naming import container_for
 
 A = Segment(0, 0, 0.0, 0.5)
 B = Segment(1, 0, 0.5, 1.0)

@@ -23,7 +23,7 @@ from controller_app.errors import (
 )
 from controller_app.models import Stream
 from controller_app.segments import CutOrder, Segment, qualified_segment_name
-from millrace.naming import container_for
+from millrace.kernel.naming import container_for
 from tests.controller import factories as f
 from tests.controller.history import START_TIME, History
 

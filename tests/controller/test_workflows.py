@@ -278,7 +278,7 @@ def test_a_transactions_merges_go_side_by_side_and_a_failed_one_again_alone(
     """``merge_all`` sends a commit's merges to the node together (all in flight at once);
     one merged already (a step run again) or failing that way is merged again one by one."""
     from millrace.client.calls import SegmentCalls
-    from millrace.naming import transaction_segment_name
+    from millrace.kernel.naming import transaction_segment_name
 
     store = segment_store()
     parents = [_name(stream, s.id) for s in sel.current_segments(stream)]

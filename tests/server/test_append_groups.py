@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from millrace import wire as wire
+from millrace.kernel import wire as wire
 
 SEGMENTS = [f"sc/st/{i}.#epoch.0" for i in range(6)]  # spread over the fixture's 2 containers
 

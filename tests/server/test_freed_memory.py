@@ -13,7 +13,7 @@ import pytest
 ROUNDS = textwrap.dedent(
     """
     import resource, sys
-    from millrace.memory import keep_freed_memory
+    from millrace.kernel.memory import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory()
     def faults():

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from millrace.claims import READ, TokenVerifier, mint_token
+from millrace.kernel.claims import READ, TokenVerifier, mint_token
 from segment_app.server.metrics import MetricsServer
 from segment_app.server.traffic import TrafficMonitor
 

@@ -8,10 +8,10 @@ import uuid
 import jwt
 import pytest
 
-from millrace import claims
-from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
+from millrace.kernel import claims
+from millrace.kernel import wire as wire
 from segment_app.engine import errors as engine_errors
 from segment_app.server import auth
 

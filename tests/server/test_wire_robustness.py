@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from millrace import wire as wire
 from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+from millrace.kernel import wire as wire
 
 SEG = "sc/st/0.#epoch.0"
 #: Garbage names a segment of its own, so that a frame surviving mutation harms nobody.

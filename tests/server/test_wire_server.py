@@ -9,12 +9,12 @@ import uuid
 
 import pytest
 
-from millrace import wire as wire
 from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
+from millrace.kernel import wire as wire
 from segment_app.engine.store import SegmentStore
 
-RawConnection = object  # the ``raw`` fixture's type (tests/server/conftest.py)
+RawConnection = object  # the ``raw`` fixture's type (tests/in_process_node.py)
 
 SEG = "sc/st/0.#epoch.0"
 

@@ -62,7 +62,7 @@ def test_ingest_without_an_event_column_writes_each_row_as_json(
 
 def test_the_commands_as_a_user_types_them(spark: Any, node: Standalone, tmp_path: Path) -> None:
     orders(spark, tmp_path / "orders", 500)
-    command = [sys.executable, "-m", "millrace.cli"]
+    command = [sys.executable, "-m", "millrace.ops.cli"]
     auth = ["--url", node.base, "--token", node.token]
     done = subprocess.run(
         [*command, "ingest", str(tmp_path / "orders"), "--stream", "sp/cli", "--create",

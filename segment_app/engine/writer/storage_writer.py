@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from millrace.naming import TRANSACTION_MARK
+from millrace.kernel.naming import TRANSACTION_MARK
 from segment_app.engine.config import StorageWriterConfig
 from segment_app.engine.containers.metadata import ContainerMetadata, SegmentMetadata
 from segment_app.engine.containers.updater import Request

@@ -15,10 +15,10 @@ from controller_app import selectors as sel
 from controller_app.segment_client import segment_store
 from controller_app.workflows import scopes, streams
 from controller_app.workflows.config import StreamConfig
-from millrace.claims import READ, mint_token
 from millrace.client.events import EventSplitter
 from millrace.client.routing import key_point
 from millrace.client.sync import SyncSegmentStoreClient
+from millrace.kernel.claims import READ, mint_token
 from tests.controller.conftest import TOKEN_SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)

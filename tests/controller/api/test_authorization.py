@@ -24,7 +24,7 @@ from controller_app.roles import grant
 from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups, scopes, streams, transactions
 from controller_app.workflows.config import StreamConfig
-from millrace.claims import READ
+from millrace.kernel.claims import READ
 
 pytestmark = pytest.mark.django_db
 

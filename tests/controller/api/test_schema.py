@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from rest_framework.authtoken.models import Token
 
 from controller_app.roles import grant
-from millrace.wsgi import application
+from millrace.project.wsgi import application
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 

@@ -1,0 +1,3 @@
+"""The node's operations: the ``millrace`` command line (``cli``) and the standalone
+supervisor (``standalone``). The top floor: it starts the project's processes and imports
+anything below it; nothing imports it."""

@@ -1,0 +1,86 @@
+"""The Celery application of Millrace (``celery -A millrace.project.celery worker|beat``).
+
+Broker and options come from Django settings (the ``CELERY_*`` names in
+``millrace.project.settings``): Redis when ``REDIS_URL`` is set, else kombu's filesystem
+transport under the data directory.
+Tasks are found in each installed app's ``tasks`` module. A Django process that sends tasks
+must have imported this module (e.g. from the ``AppConfig.ready`` of the app defining them), so
+that ``shared_task`` sends through this app and its broker, not Celery's default one.
+"""
+
+import os
+import time
+from typing import Any
+
+from celery import Celery, signals
+from celery.beat import PersistentScheduler
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
+
+app = Celery("millrace")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+def worker_queues() -> list[str]:
+    """Every queue a Millrace worker consumes: the default one and each one tasks are routed to."""
+    from django.conf import settings
+
+    queues = {getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")}
+    for route in (getattr(settings, "CELERY_TASK_ROUTES", None) or {}).values():
+        if isinstance(route, dict) and route.get("queue"):
+            queues.add(route["queue"])
+    return sorted(queues)
+
+
+def worker_arguments(concurrency: int) -> list[str]:
+    """``celery worker`` options of ``millrace worker`` (before the user's own)."""
+    return [
+        "--loglevel", "INFO",
+        "--concurrency", str(concurrency),
+        "--queues", ",".join(worker_queues()),
+        "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+
+
+# -- heartbeats (controller_app/heartbeats.py): what the health check knows of workers and beat
+
+_worker_heartbeat: list[Any] = []
+
+
+@signals.worker_ready.connect
+def _start_worker_heartbeat(**kwargs: Any) -> None:
+    from controller_app.heartbeats import HeartbeatThread
+
+    thread = HeartbeatThread("worker")
+    thread.start()
+    _worker_heartbeat.append(thread)
+
+
+@signals.worker_shutdown.connect
+def _stop_worker_heartbeat(**kwargs: Any) -> None:
+    while _worker_heartbeat:
+        _worker_heartbeat.pop().stop()
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery beat's scheduler that also records beat's heartbeat, at most every
+    ``HEARTBEAT_INTERVAL_SECONDS``, from its tick: beat is alive as long as it ticks."""
+
+    _last_heartbeat = 0.0
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        from controller_app import heartbeats
+
+        now = time.monotonic()
+        if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
+            heartbeats.record("beat")
+            self._last_heartbeat = now
+        interval: float = super().tick(*args, **kwargs)
+        return min(interval, heartbeats.HEARTBEAT_INTERVAL_SECONDS)
+
+    def close(self) -> None:
+        from controller_app import heartbeats
+
+        heartbeats.forget("beat")
+        super().close()

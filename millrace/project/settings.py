@@ -1,0 +1,297 @@
+"""Django settings of a Millrace node, built from environment variables with embedded defaults.
+
+Responsibility: translate ``millrace.kernel.config.WebSettings`` (read once, here) into Django, DRF,
+Channels and Celery settings. Embedded defaults need no system service: SQLite under the data
+directory, the in-memory channel layer and kombu's filesystem broker (shared by every process
+that uses the same data directory). ``DATABASE_URL`` switches to PostgreSQL (or any database
+dj-database-url knows) and ``REDIS_URL`` switches the channel layer and the broker to Redis.
+See README.md for the variables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+from millrace.kernel.config import ConfigError, WebSettings, mask_url_password
+
+
+def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
+    """The ``default`` database: ``database_url`` if given, else SQLite in ``data_dir``."""
+    if database_url is None:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(data_dir / "millrace.sqlite3"),
+            # IMMEDIATE: writers take the lock up front instead of failing on upgrade; WAL lets
+            # readers run beside the one writer (ASGI app, Celery worker and beat share it).
+            # mmap_size=0: the database file is read and written, never memory-mapped, so a
+            # full disk is an error ("database or disk is full": database-unavailable), never
+            # a SIGBUS (the WAL index SQLite maps is allocated byte by byte before it is used).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA mmap_size=0;",
+            },
+        }
+    try:
+        return dict(dj_database_url.parse(database_url, conn_health_checks=True))
+    except ValueError as exc:  # dj-database-url's UnknownSchemeError is a ValueError too
+        why = str(exc).split(". ")[0]  # its first sentence; the rest lists every scheme
+        raise ConfigError(f"DATABASE_URL={mask_url_password(database_url)!r}: {why}") from None
+
+
+#: Redis connections of the channel layer and the broker. The socket timeout must be well
+#: above the channel layer's blocking pop (channels_redis waits 5 s per BZPOPMIN): redis-py's
+#: default of 5 s is the same, so every idle WebSocket tail dropped with a TimeoutError after
+#: 5 s. The health check pings a connection idle for that long before using it again (a
+#: connection cut while Redis was away is replaced, not failed on).
+REDIS_SOCKET_TIMEOUT_SECONDS = 30.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
+REDIS_HEALTH_CHECK_SECONDS = 10
+
+
+def redis_options() -> dict[str, Any]:
+    """redis-py's connection options, for the channel layer and the broker alike."""
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+        "socket_keepalive": True,
+        "health_check_interval": REDIS_HEALTH_CHECK_SECONDS,
+        "retry_on_timeout": True,
+    }
+
+
+def channel_layers(redis_url: str | None) -> dict[str, Any]:
+    """Redis channel layer when ``redis_url`` is given (needed across processes), else in-memory."""
+    if redis_url is None:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": redis_url, **redis_options()}]},
+        }
+    }
+
+
+def celery_broker(redis_url: str | None, data_dir: Path) -> tuple[str, dict[str, Any]]:
+    """Broker URL and transport options: Redis if given, else kombu's filesystem transport.
+
+    The filesystem transport keeps messages as files under ``<data_dir>/celery/`` (its folders
+    are created here, as kombu requires), so a worker, beat and the ASGI app started as separate
+    processes on one host share one queue.
+    """
+    if redis_url is not None:
+        # A task sent while Redis is away fails after about 2 s (three tries), so that the
+        # request that sent it answers 503 broker-unavailable instead of hanging.
+        return redis_url, {
+            **redis_options(),
+            "max_retries": 3,
+            "interval_start": 0,
+            "interval_step": 0.5,
+            "interval_max": 1,
+        }
+    folder = data_dir / "celery"
+    for name in ("queue", "control"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return "filesystem://", {
+        "data_folder_in": str(folder / "queue"),
+        "data_folder_out": str(folder / "queue"),
+        "control_folder": str(folder / "control"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+        # Kombu polls the folder (default every 1 s): a workflow waited for by a REST call
+        # would take a second for nothing. A 50 ms poll of one folder costs next to no CPU.
+        "polling_interval": 0.05,
+    }
+
+
+MILLRACE = WebSettings.from_env()
+BASE_DIR = Path(__file__).resolve().parents[2]  # the repository: millrace/project/settings.py
+
+SECRET_KEY = MILLRACE.secret_key
+DEBUG = MILLRACE.debug
+ALLOWED_HOSTS = list(MILLRACE.allowed_hosts)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_prometheus",
+    "channels",
+    "django_htmx",
+    "controller_app",
+    "admin_ui",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    # The console's static files (admin_ui/static, vendored packages), served by the node.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controller_app.audit.AuditMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "millrace.project.urls"
+WSGI_APPLICATION = "millrace.project.wsgi.application"
+ASGI_APPLICATION = "millrace.project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_config(MILLRACE.database_url, MILLRACE.data_dir)}
+if MILLRACE.database_url is None:
+    # pytest-django's SQLite test database is a file, not memory, so that the worker and node
+    # processes a test starts can share it; such a process is told its name by the TEST-ONLY
+    # variable MILLRACE_TEST_SQLITE_NAME (tests/controller/conftest.py).
+    DATABASES["default"]["TEST"] = {"NAME": str(MILLRACE.data_dir / "test-millrace.sqlite3")}
+    if os.environ.get("MILLRACE_TEST_SQLITE_NAME"):
+        DATABASES["default"]["NAME"] = os.environ["MILLRACE_TEST_SQLITE_NAME"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The largest request body: one event of the largest size (8 MiB) in base64 fits, with room;
+# a larger body answers 413 naming this limit.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+# Served straight from the apps' static folders: no collectstatic step before a node starts,
+# and no STATIC_ROOT (WhiteNoise warned "No directory at: <data dir>/static/" on every start).
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+# The console signs in with Django's authentication form.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First: its "WWW-Authenticate: Token" makes a missing credential a 401, not a 403.
+        "controller_app.api.authentication.BearerOrTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    # The caller's role (viewer, operator, admin) must allow the call; all may when auth is off.
+    "DEFAULT_PERMISSION_CLASSES": ["controller_app.api.permissions.RolePermission"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # DRF's parser with the body size limit (413) and deep nesting a 400 (api/fields.py).
+    "DEFAULT_PARSER_CLASSES": ["controller_app.api.fields.JSONParser"],
+    "EXCEPTION_HANDLER": "controller_app.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Millrace REST API",
+    "DESCRIPTION": "Pravega's controller admin API under /v1/, and Millrace's additions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controller_app.api.errors.add_error_responses",
+    ],
+}
+
+CHANNEL_LAYERS = channel_layers(MILLRACE.redis_url)
+
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(
+    MILLRACE.redis_url, MILLRACE.data_dir
+)
+if MILLRACE.redis_url is None:
+    # kombu's filesystem transport with atomic message files (millrace/project/broker.py).
+    CELERY_BROKER_TRANSPORT = "millrace.project.broker:FileSystemTransport"
+# A worker whose broker goes away reconnects for as long as it takes (never exits for it).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
+# Workflows keep their state in the database; nobody waits on a task result.
+CELERY_TASK_IGNORE_RESULT = True
+# Tasks may run twice (every workflow step checks the state it expects), never zero times.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
+# Beat records a heartbeat from its tick (controller_app/heartbeats.py).
+CELERY_BEAT_SCHEDULER = "millrace.project.celery:HeartbeatScheduler"
+# Pravega's event-processor streams: requests serialized per stream (by its state), commits
+# serial per stream, aborts concurrent. `millrace worker` consumes every queue named here.
+CELERY_TASK_ROUTES = {
+    **{
+        f"millrace.{name}": {"queue": "controller.requests"}
+        for name in ("create_stream", "seal_stream", "delete_stream", "scale_stream",
+                     "truncate_stream")
+    },
+    "millrace.commit_transactions": {"queue": "controller.commits"},
+    "millrace.abort_transaction": {"queue": "controller.aborts"},
+}  # fmt: skip
+CELERY_BEAT_SCHEDULE = {
+    # Every 15 s: a workflow whose task the broker did not take (Redis away) runs soon after
+    # the broker is back, even when nobody repeats the request.
+    "sweep": {"task": "millrace.sweep", "schedule": 15.0},
+    "transaction-timeouts": {"task": "millrace.transaction_timeouts", "schedule": 10.0},
+    "completed-transaction-cleanup": {
+        "task": "millrace.completed_transaction_cleanup",
+        "schedule": 3600.0,
+    },
+    "retention": {"task": "millrace.retention", "schedule": float(MILLRACE.retention_period_s)},
+    "watermarks": {"task": "millrace.watermarks", "schedule": float(MILLRACE.watermark_period_s)},
+    # Auto-scaling decides four times per rate window (a hot segment splits within about
+    # one window and a quarter of crossing its target).
+    "autoscale": {
+        "task": "millrace.autoscale",
+        "schedule": max(1.0, MILLRACE.autoscale_window_s / 4),
+    },
+}
+CELERY_TIMEZONE = TIME_ZONE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}

@@ -1,9 +1,0 @@
-"""WSGI entry point (plain HTTP only; WebSockets need the ASGI app in ``millrace.asgi``)."""
-
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.settings")
-
-application = get_wsgi_application()

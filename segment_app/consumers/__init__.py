@@ -1,1 +1,0 @@
-"""Channels consumers of the segment store role: WebSocket tail reads (``tail``)."""
