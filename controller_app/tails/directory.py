@@ -2,10 +2,11 @@
 
 The consumers serve reads; the stream metadata (which segments a stream has, where each is
 served, what follows a sealed one) is the controller's. ``StreamDirectory`` is the small
-interface through which they ask for it (ADR 0004), so ``segment_app`` imports nothing of
-``controller_app``; the controller provides the implementation
+interface through which they ask for it (ADR 0004), so the consumers know nothing of the
+controller's models; the controller provides the implementation
 (``controller_app.stream_directory.ControllerStreamDirectory``) and ``millrace.project.asgi``
-wires it in. Its methods are blocking (they query a database); the consumers call them in a thread.
+wires it in. Its methods are blocking (they query a database); the consumers call them in a
+thread.
 """
 
 from __future__ import annotations
