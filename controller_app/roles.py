@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from django.conf import settings
 
-Role = Literal["admin", "operator", "viewer"]
-ROLES: tuple[Role, ...] = ("admin", "operator", "viewer")
+from millrace.kernel.claims import ROLES, Role
+
 #: What a request needs: ``read`` (viewer), ``operate`` (operator) or ``admin``.
 Need = Literal["read", "operate", "admin"]
 

@@ -8,10 +8,13 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from millrace.kernel.config import ConfigError
+from millrace.kernel.claims import TokenVerifier
+from millrace.kernel.config import ConfigError, SegmentStoreSettings
+from millrace.kernel.logs import QuietProbes
 from millrace.ops import cli
 
 MILLRACE = Path(sys.executable).with_name("millrace")  # the installed console script
@@ -98,11 +101,11 @@ def env_data_dir(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """Replace ``segment_app.server.node`` with a stub whose ``main`` records its argv."""
-    calls: list[list[str]] = []
+def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Replace ``segment_app.server.node`` with a stub whose ``serve`` records the settings."""
+    calls: list[Any] = []
     module = types.ModuleType("segment_app.server.node")
-    module.main = lambda argv: calls.append(list(argv))  # type: ignore[attr-defined]
+    module.serve = lambda settings: calls.append(settings) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "segment_app.server.node", module)
     return calls
 
@@ -128,9 +131,14 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
     assert "usage: millrace" in capsys.readouterr().err
 
 
-def test_segmentstore_passes_its_arguments_on(env_data_dir: Path, fake_node: list) -> None:
-    assert cli.main(["segmentstore", "--port", "5", "--help"]) == 0
-    assert fake_node == [["--port", "5", "--help"]]
+def test_segmentstore_options_go_over_the_environment(
+    env_data_dir: Path, fake_node: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MILLRACE_SEGMENTSTORE_HOST", "127.0.0.2")
+    monkeypatch.setenv("MILLRACE_CONTAINERS", "3")
+    assert cli.main(["segmentstore", "--port", "5", "--containers", "8"]) == 0
+    [settings] = fake_node
+    assert (settings.host, settings.port, settings.container_count) == ("127.0.0.2", 5, 8)
 
 
 def test_data_dir_option_reaches_the_environment(
@@ -138,15 +146,24 @@ def test_data_dir_option_reaches_the_environment(
 ) -> None:
     assert cli.main(["--data-dir", str(tmp_path / "elsewhere"), "segmentstore"]) == 0
     assert os.environ["MILLRACE_DATA_DIR"] == str(tmp_path / "elsewhere")
+    assert fake_node[0].data_dir == tmp_path / "elsewhere"
+
+
+def test_log_level_option_reaches_the_environment(
+    env_data_dir: Path, fake_node: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MILLRACE_LOG_LEVEL", raising=False)
+    assert cli.main(["segmentstore", "--log-level", "debug"]) == 0
+    assert os.environ.pop("MILLRACE_LOG_LEVEL") == "DEBUG"
 
 
 def test_configuration_error_inside_a_command_exits_2(
     env_data_dir: Path, fake_node: list, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    def failing(argv: list[str]) -> None:
+    def failing(settings: Any) -> None:
         raise ConfigError("MILLRACE_TIER1='x': unknown tier-1 backend")
 
-    monkeypatch.setattr(sys.modules["segment_app.server.node"], "main", failing)
+    monkeypatch.setattr(sys.modules["segment_app.server.node"], "serve", failing)
     assert cli.main(["segmentstore"]) == 2
     err = capsys.readouterr().err
     assert err == "millrace: configuration error: MILLRACE_TIER1='x': unknown tier-1 backend\n"
@@ -155,17 +172,51 @@ def test_configuration_error_inside_a_command_exits_2(
 def test_missing_component_is_a_clear_failure(
     env_data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "segment_app.server.auth", None)  # import now fails
-    assert cli.main(["mint-token"]) == 1
+    monkeypatch.setitem(sys.modules, "segment_app.server.node", None)  # import now fails
+    assert cli.main(["segmentstore"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("millrace mint-token: error: token minting is not available")
+    assert err.startswith("millrace segmentstore: error: the segment store is not installed")
+    assert "pip install 'millrace[server]'" in err
 
 
-def test_exit_status_of_the_delegate_is_returned(
+def test_exit_status_of_the_command_is_returned(
     env_data_dir: Path, fake_node: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys.modules["segment_app.server.node"], "main", lambda argv: 3)
+    monkeypatch.setattr(sys.modules["segment_app.server.node"], "serve", lambda settings: 3)
     assert cli.main(["segmentstore"]) == 3
+
+
+def test_mint_token_signs_with_the_nodes_secret(
+    env_data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["mint-token", "sc/st/", "--access", "READ_UPDATE"]) == 0
+    token = capsys.readouterr().out.strip()
+    secret = SegmentStoreSettings.from_env().token_secret  # persisted in the data directory
+    TokenVerifier(secret).check(token, "sc/st/0.#epoch.0", "READ_UPDATE")
+    assert cli.main(["mint-token", "*", "--ttl", "-1", "--secret", "x" * 40]) == 2
+    assert "ttl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["segmentstore"], ["MILLRACE_SEGMENTSTORE_PORT", "MILLRACE_TIER1", "MILLRACE_LOG_LEVEL"]),
+        (["controller"], ["DATABASE_URL", "REDIS_URL", "MILLRACE_LOG_FORMAT"]),
+        (["standalone"], ["MILLRACE_CONTAINERS", "DATABASE_URL", "MILLRACE_DISK_FULL_PERCENT"]),
+        (["mint-token"], ["MILLRACE_TOKEN_SECRET"]),
+        (["stream", "append"], ["MILLRACE_URL", "MILLRACE_TOKEN"]),
+        (["worker"], ["REDIS_URL"]),
+    ],
+)
+def test_help_lists_the_environment_variables(
+    argv: list[str], names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--help"])
+    out = capsys.readouterr().out
+    assert "environment variables:" in out
+    for name in names:
+        assert f"  {name}" in out
 
 
 def test_token_create_prints_a_working_token(data_dir: Path) -> None:
@@ -261,7 +312,7 @@ def test_health_probes_answered_ok_are_not_logged_at_info() -> None:
                                  '%s - "%s %s HTTP/%s" %d',
                                  ("127.0.0.1:1", "GET", path, "1.1", status), None)  # fmt: skip
 
-    quiet = cli.QuietProbes()
+    quiet = QuietProbes()
     logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     assert not quiet.filter(record("/health/liveness", 200))
     assert not quiet.filter(record("/v1/health/readiness", 200))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import jwt
 
@@ -25,6 +25,7 @@ __all__ = [
     "ACCESS_LEVELS",
     "READ",
     "READ_UPDATE",
+    "ROLES",
     "AuthError",
     "TokenVerifier",
     "mint_token",
@@ -36,6 +37,11 @@ READ = "READ"
 READ_UPDATE = "READ_UPDATE"
 #: Access levels, weakest first: a token grants its level and every weaker one.
 ACCESS_LEVELS = (READ, READ_UPDATE)
+
+#: The roles of the users of a node (``controller_app.roles`` gives them their permissions;
+#: the command line offers them without Django).
+Role = Literal["admin", "operator", "viewer"]
+ROLES: tuple[Role, ...] = ("admin", "operator", "viewer")
 _ALGORITHM = "HS256"
 #: Decoded tokens kept per verifier (the signature is checked once per distinct token).
 _CACHE_ENTRIES_MAX = 4096
@@ -63,6 +69,8 @@ def mint_token(
         raise ValueError(f"access must be one of {ACCESS_LEVELS}, not {access!r}")
     if not secret:
         raise ValueError("a token secret is required")
+    if not ttl_seconds > 0:
+        raise ValueError(f"the ttl must be positive seconds, not {ttl_seconds}")
     issued = time.time() if now is None else now
     claims = {
         "resource": resource,

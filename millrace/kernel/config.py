@@ -20,23 +20,30 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 __all__ = [
+    "DEFAULT_DATA_DIR",
     "UNSAFE_TEST_FLAGS",
+    "ClientSettings",
     "ConfigError",
+    "LogSettings",
     "SegmentStoreSettings",
+    "Variable",
     "WebSettings",
     "parse_bool",
     "parse_data_dir",
     "parse_unsafe_flags",
     "persisted_secret",
+    "read_settings",
+    "variables",
 ]
 
 Env = Mapping[str, str]
+_S = TypeVar("_S")
 
 DEFAULT_DATA_DIR = "./data"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -194,185 +201,339 @@ def _secret(env: Env, name: str, data_dir: Path, filename: str) -> str:
     return env.get(name, "").strip() or persisted_secret(data_dir, filename)
 
 
+# -- declared settings: each field names its variable, its default and its meaning, once ----------
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """How one setting is read from the environment: ``read(env, data_dir)`` parses the
+    variable ``name`` (a bad value raises ``ConfigError``); ``help`` says what it is."""
+
+    name: str
+    help: str
+    read: Callable[[Env, Path], Any]
+    #: What an unset variable means, as ``--help`` shows it.
+    default_text: str = ""
+
+
+def _declared(default: Any, variable: Variable, *, factory: bool = False) -> Any:
+    metadata = {"variable": variable}
+    if factory:
+        return dataclasses.field(default_factory=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def env_int(name: str, default: int, help: str, *, low: int, high: int) -> Any:
+    """An integer setting in ``[low, high]``."""
+    read = lambda env, data_dir: parse_int(env, name, default, low=low, high=high)  # noqa: E731
+    return _declared(default, Variable(name, help, read, str(default)))
+
+
+def env_bool(name: str, default: bool, help: str) -> Any:
+    """An on/off setting."""
+    read = lambda env, data_dir: parse_bool(env, name, default)  # noqa: E731
+    return _declared(default, Variable(name, help, read, "on" if default else "off"))
+
+
+def env_str(name: str, default: str, help: str) -> Any:
+    """A string setting (stripped; empty means the default)."""
+    read = lambda env, data_dir: env.get(name, "").strip() or default  # noqa: E731
+    return _declared(default, Variable(name, help, read, default))
+
+
+def env_optional(name: str, help: str, parse: Callable[[Env], str | None], unset: str) -> Any:
+    """A setting that may be absent (None): ``unset`` says what then happens."""
+    return _declared(None, Variable(name, help, lambda env, data_dir: parse(env), unset))
+
+
+def env_json(name: str, help: str) -> Any:
+    """A JSON object setting (unset: ``{}``)."""
+    read = lambda env, data_dir: parse_json_object(env, name)  # noqa: E731
+    return _declared(dict, Variable(name, help, read, "{}"), factory=True)
+
+
+def env_tier(name: str, default: str, tier: int, help: str) -> Any:
+    """A tier backend: entry-point name or dotted path, resolved now."""
+    read = lambda env, data_dir: parse_tier(env, name, default, tier)  # noqa: E731
+    return _declared(default, Variable(name, help, read, default))
+
+
+def env_secret(name: str, filename: str, help: str) -> Any:
+    """A secret: the variable, else one generated once into ``<data dir>/secrets/``."""
+    read = lambda env, data_dir: _secret(env, name, data_dir, filename)  # noqa: E731
+    unset = f"generated into <data dir>/secrets/{filename}"
+    return dataclasses.field(
+        default="", repr=False, metadata={"variable": Variable(name, help, read, unset)}
+    )
+
+
+def _data_dir() -> Any:
+    help = "root of all local state (tiers, metadata database, broker, secrets, status files)"
+    variable = Variable("MILLRACE_DATA_DIR", help, lambda env, data_dir: data_dir, DEFAULT_DATA_DIR)
+    return dataclasses.field(metadata={"variable": variable})
+
+
+def _unsafe() -> Any:
+    help = "TEST-ONLY: protections switched off (comma list); never set in production"
+    variable = Variable("MILLRACE_TEST_UNSAFE", help, lambda env, data_dir: parse_unsafe_flags(env))
+    return dataclasses.field(default=frozenset(), metadata={"variable": variable})
+
+
+def _auth() -> Any:
+    return env_bool(
+        "MILLRACE_AUTH", True, "requests must carry a valid token (REST, WebSocket, wire)"
+    )
+
+
+def _token_secret() -> Any:
+    return env_secret(
+        "MILLRACE_TOKEN_SECRET", "token-secret", "secret key signing the delegation tokens"
+    )
+
+
+def _autoscale_window() -> Any:
+    return env_int(
+        "MILLRACE_AUTOSCALE_WINDOW_S", 120, "the rate window auto-scaling decides by, seconds",
+        low=1, high=86400,
+    )  # fmt: skip
+
+
+def variables(settings_class: type) -> list[Variable]:
+    """The environment variables ``settings_class`` reads, in field order."""
+    return [
+        field.metadata["variable"]
+        for field in dataclasses.fields(settings_class)
+        if "variable" in field.metadata
+    ]
+
+
+def read_settings(settings_class: type[_S], env: Env | None = None) -> _S:
+    """An instance of ``settings_class`` from ``env`` (default ``os.environ``): each declared
+    field from its variable; a bad value raises ``ConfigError`` naming it."""
+    env = os.environ if env is None else env
+    data_dir = parse_data_dir(env)
+    values = {
+        field.name: field.metadata["variable"].read(env, data_dir)
+        for field in dataclasses.fields(settings_class)  # type: ignore[arg-type]
+        if "variable" in field.metadata
+    }
+    return settings_class(**values)
+
+
 @dataclasses.dataclass(frozen=True)
 class SegmentStoreSettings:
-    """Everything a segment store node needs to start (``millrace segmentstore``)."""
+    """Everything a segment store node is built from (``millrace segmentstore``); the wire
+    server and the engine each take their part (``segment_app.server.node``)."""
 
-    #: Root of all local state (tier-1 files, tier-2 chunks, secrets): MILLRACE_DATA_DIR.
-    data_dir: Path
-    #: Address the wire-protocol server listens on: MILLRACE_SEGMENTSTORE_HOST.
-    host: str = "127.0.0.1"
-    #: TCP port of the wire-protocol server (Pravega's 12345; 0 = any free port).
-    port: int = 12345
-    #: Number of segment containers (shards); fixed for the life of a cluster: MILLRACE_CONTAINERS.
-    container_count: int = 4
-    #: tier-1 (durable data log) backend: entry-point name of ``millrace.tier1`` or dotted path.
-    tier1: str = "file"
-    #: Keyword options for the tier-1 backend (MILLRACE_TIER1_OPTIONS, a JSON object).
-    tier1_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: tier-2 (chunk storage) backend: entry-point name of ``millrace.tier2`` or dotted path.
-    tier2: str = "filesystem"
-    #: Keyword options for the tier-2 backend (MILLRACE_TIER2_OPTIONS, a JSON object).
-    tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: Whether requests must carry a valid delegation token (MILLRACE_AUTH, default on).
-    auth_enabled: bool = True
-    #: Key that signs and verifies delegation tokens (MILLRACE_TOKEN_SECRET, else persisted).
-    token_secret: str = dataclasses.field(default="", repr=False)
-    #: A segment's data goes to tier-2 once this old (MILLRACE_TIER2_FLUSH_DELAY_MS, Pravega's
-    #: flushThresholdMillis) or this large (MILLRACE_TIER2_FLUSH_BYTES, flushThresholdBytes).
-    tier2_flush_delay_ms: int = 10_000
-    tier2_flush_bytes: int = 4 * 1024 * 1024
-    #: Bytes of segment data each container's cache holds (MILLRACE_CACHE_BYTES); data not yet
-    #: in tier-2 cannot be evicted, and appends are held back while it fills the cache.
-    cache_bytes: int = 512 * 1024 * 1024
-    #: Bytes of segment data each container keeps in its on-disk cache (LMDB, under
-    #: ``<data dir>/cache/``; MILLRACE_CACHE_DISK_BYTES; 0: none). Data evicted from memory
-    #: goes there, data not yet in tier-2 too, so the tier-1 backlog may grow past memory.
-    cache_disk_bytes: int = 0
-    #: Appends held back that long (the cache full of data waiting for tier-2) are refused
-    #: with a retriable error (MILLRACE_BACKLOG_REFUSE_MS).
-    backlog_refuse_ms: int = 10_000
-    #: Appends are refused (retriable) while the data directory's filesystem is this full, in
-    #: percent of its size (MILLRACE_DISK_FULL_PERCENT; 100: never): tier-1, the metadata
-    #: database and the status files keep room, and nothing hits ENOSPC.
-    disk_full_percent: int = 95
-    #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); never set in production.
-    unsafe: frozenset[str] = frozenset()
-    #: Port of the node's metrics endpoint (MILLRACE_SEGMENTSTORE_METRICS_PORT; 0: none).
-    metrics_port: int = 9092
-    #: The traffic monitor's decision window (MILLRACE_AUTOSCALE_WINDOW_S, seconds).
-    autoscale_window_s: int = 120
-    #: Whether the traffic monitor counts appends (MILLRACE_TRAFFIC_MONITOR, default on).
-    traffic_monitor: bool = True
+    data_dir: Path = _data_dir()  # noqa: RUF009 - a field specifier (it returns a field)
+    host: str = env_str(
+        "MILLRACE_SEGMENTSTORE_HOST", "127.0.0.1", "interface the wire-protocol server listens on"
+    )
+    port: int = env_int(
+        "MILLRACE_SEGMENTSTORE_PORT", 12345,
+        "wire-protocol port (Pravega's 12345; 0: any free port)", low=0, high=65535,
+    )  # fmt: skip
+    container_count: int = env_int(
+        "MILLRACE_CONTAINERS", 4, "segment containers (shards); fixed for the life of a cluster",
+        low=1, high=65536,
+    )  # fmt: skip
+    tier1: str = env_tier(
+        "MILLRACE_TIER1",
+        "file",
+        1,
+        "tier-1 (durable log) backend: entry-point name or pkg.mod:Class",
+    )
+    tier1_options: Mapping[str, Any] = env_json(
+        "MILLRACE_TIER1_OPTIONS", "keyword options of the tier-1 backend (a JSON object)"
+    )
+    tier2: str = env_tier(
+        "MILLRACE_TIER2",
+        "filesystem",
+        2,
+        "tier-2 (chunk storage) backend: entry-point name or pkg.mod:Class",
+    )
+    tier2_options: Mapping[str, Any] = env_json(
+        "MILLRACE_TIER2_OPTIONS", "keyword options of the tier-2 backend (a JSON object)"
+    )
+    auth_enabled: bool = _auth()
+    token_secret: str = _token_secret()
+    tier2_flush_delay_ms: int = env_int(
+        "MILLRACE_TIER2_FLUSH_DELAY_MS", 10_000,
+        "a segment's data goes to tier-2 once this old (ms; Pravega's flushThresholdMillis)",
+        low=10, high=3_600_000,
+    )  # fmt: skip
+    tier2_flush_bytes: int = env_int(
+        "MILLRACE_TIER2_FLUSH_BYTES", 4 * 1024 * 1024,
+        "... or this large (bytes; Pravega's flushThresholdBytes)", low=4096, high=1024**3,
+    )  # fmt: skip
+    cache_bytes: int = env_int(
+        "MILLRACE_CACHE_BYTES", 512 * 1024 * 1024,
+        "bytes of segment data each container's memory cache holds (data not yet in tier-2 "
+        "cannot be evicted; appends are held back while it fills the cache)",
+        low=16 * 1024**2, high=1024**4,
+    )  # fmt: skip
+    cache_disk_bytes: int = env_int(
+        "MILLRACE_CACHE_DISK_BYTES", 0,
+        "bytes each container keeps in its on-disk cache (LMDB under <data dir>/cache/; 0: none)",
+        low=0, high=1024**5,
+    )  # fmt: skip
+    backlog_refuse_ms: int = env_int(
+        "MILLRACE_BACKLOG_REFUSE_MS", 10_000,
+        "appends held back this long (the cache full of data waiting for tier-2) are refused",
+        low=100, high=3_600_000,
+    )  # fmt: skip
+    disk_full_percent: int = env_int(
+        "MILLRACE_DISK_FULL_PERCENT", 95,
+        "appends are refused (retriable) while the data directory's disk is this full (%)",
+        low=50, high=100,
+    )  # fmt: skip
+    unsafe: frozenset[str] = _unsafe()
+    metrics_port: int = env_int(
+        "MILLRACE_SEGMENTSTORE_METRICS_PORT", 9092,
+        "port of the node's /metrics and /traffic (0: none)", low=0, high=65535,
+    )  # fmt: skip
+    autoscale_window_s: int = _autoscale_window()
+    traffic_monitor: bool = env_bool(
+        "MILLRACE_TRAFFIC_MONITOR", True, "the traffic monitor counts appends (for auto-scaling)"
+    )
+    #: How long a read at the tail of an open segment waits for data, seconds (under 30; the
+    #: command line's ``--read-tail-wait``, no variable).
+    read_tail_wait_seconds: float = 5.0
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> SegmentStoreSettings:
         """Read the ``MILLRACE_*`` variables of ``env`` (default ``os.environ``)."""
-        env = os.environ if env is None else env
-        data_dir = parse_data_dir(env)
-        return cls(
-            data_dir=data_dir,
-            host=env.get("MILLRACE_SEGMENTSTORE_HOST", "").strip() or cls.host,
-            port=parse_int(env, "MILLRACE_SEGMENTSTORE_PORT", cls.port, low=0, high=65535),
-            container_count=parse_int(
-                env, "MILLRACE_CONTAINERS", cls.container_count, low=1, high=65536
-            ),
-            tier1=parse_tier(env, "MILLRACE_TIER1", cls.tier1, 1),
-            tier1_options=parse_json_object(env, "MILLRACE_TIER1_OPTIONS"),
-            tier2=parse_tier(env, "MILLRACE_TIER2", cls.tier2, 2),
-            tier2_options=parse_json_object(env, "MILLRACE_TIER2_OPTIONS"),
-            auth_enabled=parse_bool(env, "MILLRACE_AUTH", True),
-            token_secret=_secret(env, "MILLRACE_TOKEN_SECRET", data_dir, "token-secret"),
-            tier2_flush_delay_ms=parse_int(
-                env,
-                "MILLRACE_TIER2_FLUSH_DELAY_MS",
-                cls.tier2_flush_delay_ms,
-                low=10,
-                high=3_600_000,
-            ),
-            tier2_flush_bytes=parse_int(
-                env,
-                "MILLRACE_TIER2_FLUSH_BYTES",
-                cls.tier2_flush_bytes,
-                low=4096,
-                high=1024**3,
-            ),
-            cache_bytes=parse_int(
-                env, "MILLRACE_CACHE_BYTES", cls.cache_bytes, low=16 * 1024**2, high=1024**4
-            ),
-            cache_disk_bytes=parse_int(
-                env, "MILLRACE_CACHE_DISK_BYTES", cls.cache_disk_bytes, low=0, high=1024**5
-            ),
-            backlog_refuse_ms=parse_int(
-                env, "MILLRACE_BACKLOG_REFUSE_MS", cls.backlog_refuse_ms, low=100, high=3_600_000
-            ),
-            disk_full_percent=parse_int(
-                env, "MILLRACE_DISK_FULL_PERCENT", cls.disk_full_percent, low=50, high=100
-            ),
-            unsafe=parse_unsafe_flags(env),
-            metrics_port=parse_int(
-                env, "MILLRACE_SEGMENTSTORE_METRICS_PORT", cls.metrics_port, low=0, high=65535
-            ),
-            autoscale_window_s=_autoscale_window(env),
-            traffic_monitor=parse_bool(env, "MILLRACE_TRAFFIC_MONITOR", True),
-        )
+        return read_settings(cls, env)
 
 
-def _autoscale_window(env: Env) -> int:
-    """MILLRACE_AUTOSCALE_WINDOW_S: the rate window auto-scaling decides by (both roles)."""
-    return parse_int(env, "MILLRACE_AUTOSCALE_WINDOW_S", 120, low=1, high=86400)
+def _database_url(env: Env) -> str | None:
+    return env.get("DATABASE_URL", "").strip() or None
+
+
+def _allowed_hosts(env: Env, data_dir: Path) -> tuple[str, ...]:
+    hosts = env.get("MILLRACE_ALLOWED_HOSTS", "").strip()
+    return tuple(h.strip() for h in hosts.split(",") if h.strip()) or _ALLOWED_HOSTS
+
+
+_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclasses.dataclass(frozen=True)
 class WebSettings:
     """What the Django side of a node (ASGI app, Celery, management commands) is built from."""
 
-    #: Root of all local state (SQLite file, embedded broker folders, secrets): MILLRACE_DATA_DIR.
-    data_dir: Path
-    #: Metadata database URL (DATABASE_URL); None = SQLite file ``<data_dir>/millrace.sqlite3``.
-    database_url: str | None = None
-    #: Redis URL for the channel layer and the Celery broker (REDIS_URL); None = embedded ones.
-    redis_url: str | None = None
-    #: Django's SECRET_KEY (MILLRACE_SECRET_KEY, else generated and persisted in the data dir).
-    secret_key: str = dataclasses.field(default="", repr=False)
-    #: Whether REST endpoints require an authenticated user (MILLRACE_AUTH, default on).
-    auth_enabled: bool = True
-    #: Secret the delegation tokens this node mints are signed with (MILLRACE_TOKEN_SECRET, else
-    #: generated once into the data directory): the segment stores check them with the same one.
-    token_secret: str = dataclasses.field(default="", repr=False)
-    #: Lifetime of the segment store delegation tokens this node issues
-    #: (MILLRACE_TOKEN_TTL_SECONDS; Pravega's delegation token TTL is 600 s as well). Clients
-    #: ask for a new one when theirs expires.
-    token_ttl_seconds: int = 600
-    #: Django debug mode (MILLRACE_DEBUG, default off); never on in production.
-    debug: bool = False
-    #: Host names the HTTP server answers to (MILLRACE_ALLOWED_HOSTS, comma-separated).
-    allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
-    #: TEST-ONLY protections switched off (MILLRACE_TEST_UNSAFE); see ``UNSAFE_TEST_FLAGS``.
-    unsafe: frozenset[str] = frozenset()
-    #: Seconds between retention rounds (MILLRACE_RETENTION_PERIOD_S): each collects a stream
-    #: cut of every stream with a retention policy and truncates where the policy allows.
-    retention_period_s: int = 300
-    #: Seconds between watermark rounds (MILLRACE_WATERMARK_PERIOD_S).
-    watermark_period_s: int = 10
-    #: Auto-scaling: the rate window decisions use (MILLRACE_AUTOSCALE_WINDOW_S), the pause
-    #: after a scale before the next (MILLRACE_AUTOSCALE_COOLDOWN_S), and how long a new
-    #: segment is left alone (MILLRACE_AUTOSCALE_MUTE_S); seconds.
-    autoscale_window_s: int = 120
-    autoscale_cooldown_s: int = 600
-    autoscale_mute_s: int = 120
+    data_dir: Path = _data_dir()  # noqa: RUF009 - a field specifier (it returns a field)
+    database_url: str | None = env_optional(
+        "DATABASE_URL", "metadata database, e.g. postgres://user@host:5432/millrace",
+        _database_url, "SQLite <data dir>/millrace.sqlite3",
+    )  # fmt: skip
+    redis_url: str | None = env_optional(
+        "REDIS_URL", "Redis for the Celery broker and the channel layer (redis://host:port/db)",
+        parse_redis_url, "embedded (files under <data dir>/celery/, in-process channel layer)",
+    )  # fmt: skip
+    secret_key: str = env_secret(
+        "MILLRACE_SECRET_KEY", "django-secret-key", "Django's SECRET_KEY (sessions, CSRF)"
+    )
+    auth_enabled: bool = _auth()
+    token_secret: str = _token_secret()
+    token_ttl_seconds: int = env_int(
+        "MILLRACE_TOKEN_TTL_SECONDS", 600,
+        "lifetime of the delegation tokens this node issues (Pravega's is 600 s too)",
+        low=2, high=7 * 86400,
+    )  # fmt: skip
+    debug: bool = env_bool("MILLRACE_DEBUG", False, "Django's debug mode; never in production")
+    allowed_hosts: tuple[str, ...] = _declared(
+        _ALLOWED_HOSTS,
+        Variable(
+            "MILLRACE_ALLOWED_HOSTS", "host names the HTTP server answers to (comma-separated)",
+            _allowed_hosts, ",".join(_ALLOWED_HOSTS),
+        ),
+    )  # fmt: skip
+    unsafe: frozenset[str] = _unsafe()
+    retention_period_s: int = env_int(
+        "MILLRACE_RETENTION_PERIOD_S", 300,
+        "seconds between retention rounds (each truncates where a stream's policy allows)",
+        low=1, high=7 * 86400,
+    )  # fmt: skip
+    watermark_period_s: int = env_int(
+        "MILLRACE_WATERMARK_PERIOD_S", 10, "seconds between watermark rounds", low=1, high=86400
+    )
+    autoscale_window_s: int = _autoscale_window()
+    autoscale_cooldown_s: int = env_int(
+        "MILLRACE_AUTOSCALE_COOLDOWN_S", 600, "pause after a scale before the next, seconds",
+        low=0, high=86400,
+    )  # fmt: skip
+    autoscale_mute_s: int = env_int(
+        "MILLRACE_AUTOSCALE_MUTE_S", 120, "how long a new segment is left alone, seconds",
+        low=0, high=86400,
+    )  # fmt: skip
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WebSettings:
         """Read ``DATABASE_URL``, ``REDIS_URL`` and the ``MILLRACE_*`` variables of ``env``."""
-        env = os.environ if env is None else env
-        data_dir = parse_data_dir(env)
-        hosts = env.get("MILLRACE_ALLOWED_HOSTS", "").strip()
-        return cls(
-            data_dir=data_dir,
-            database_url=env.get("DATABASE_URL", "").strip() or None,
-            redis_url=parse_redis_url(env),
-            secret_key=_secret(env, "MILLRACE_SECRET_KEY", data_dir, "django-secret-key"),
-            auth_enabled=parse_bool(env, "MILLRACE_AUTH", True),
-            token_secret=_secret(env, "MILLRACE_TOKEN_SECRET", data_dir, "token-secret"),
-            token_ttl_seconds=parse_int(
-                env, "MILLRACE_TOKEN_TTL_SECONDS", cls.token_ttl_seconds, low=2, high=7 * 86400
-            ),
-            debug=parse_bool(env, "MILLRACE_DEBUG", False),
-            unsafe=parse_unsafe_flags(env),
-            retention_period_s=parse_int(
-                env, "MILLRACE_RETENTION_PERIOD_S", cls.retention_period_s, low=1, high=7 * 86400
-            ),
-            watermark_period_s=parse_int(
-                env, "MILLRACE_WATERMARK_PERIOD_S", cls.watermark_period_s, low=1, high=86400
-            ),
-            autoscale_window_s=_autoscale_window(env),
-            autoscale_cooldown_s=parse_int(
-                env, "MILLRACE_AUTOSCALE_COOLDOWN_S", cls.autoscale_cooldown_s, low=0, high=86400
-            ),
-            autoscale_mute_s=parse_int(
-                env, "MILLRACE_AUTOSCALE_MUTE_S", cls.autoscale_mute_s, low=0, high=86400
-            ),
-            allowed_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip())
-            or cls.allowed_hosts,
-        )
+        return read_settings(cls, env)
+
+
+def _log_level(env: Env, data_dir: Path) -> str:
+    raw = env.get("MILLRACE_LOG_LEVEL", "").strip().upper() or "INFO"
+    if raw not in LOG_LEVELS:
+        raise _bad("MILLRACE_LOG_LEVEL", raw, f"expected one of {', '.join(LOG_LEVELS)}")
+    return raw
+
+
+def _log_format(env: Env, data_dir: Path) -> str:
+    raw = env.get("MILLRACE_LOG_FORMAT", "").strip().lower() or "text"
+    if raw not in LOG_FORMATS:
+        raise _bad("MILLRACE_LOG_FORMAT", raw, f"expected one of {', '.join(LOG_FORMATS)}")
+    return raw
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSettings:
+    """How every process of a node logs (``millrace.kernel.logs``)."""
+
+    level: str = _declared(
+        "INFO",
+        Variable(
+            "MILLRACE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR (health probes and periodic "
+            "jobs log at DEBUG)", _log_level, "INFO",
+        ),
+    )  # fmt: skip
+    format: str = _declared(
+        "text",
+        Variable(
+            "MILLRACE_LOG_FORMAT", "text, or json: one JSON object per line, for machines",
+            _log_format, "text",
+        ),
+    )  # fmt: skip
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> LogSettings:
+        """Read ``MILLRACE_LOG_LEVEL`` and ``MILLRACE_LOG_FORMAT`` of ``env``."""
+        return read_settings(cls, env)
+
+
+def _token(env: Env) -> str | None:
+    return env.get("MILLRACE_TOKEN", "").strip() or None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSettings:
+    """Where the client's commands (``millrace stream …``) find a node and their credentials."""
+
+    data_dir: Path = _data_dir()  # noqa: RUF009 - a field specifier (it returns a field)
+    url: str = env_str(
+        "MILLRACE_URL", "http://127.0.0.1:9091", "the node's REST API (the controller's HTTP port)"
+    )
+    token: str | None = env_optional(
+        "MILLRACE_TOKEN", "API token of the commands", _token, "<data dir>/admin-token"
+    )
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> ClientSettings:
+        """Read ``MILLRACE_URL``, ``MILLRACE_TOKEN`` and ``MILLRACE_DATA_DIR`` of ``env``."""
+        return read_settings(cls, env)

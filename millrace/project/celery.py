@@ -15,6 +15,9 @@ from typing import Any
 from celery import Celery, signals
 from celery.beat import PersistentScheduler
 
+from millrace.kernel import logs
+from millrace.kernel.config import LogSettings
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
 
 app = Celery("millrace")
@@ -33,14 +36,29 @@ def worker_queues() -> list[str]:
     return sorted(queues)
 
 
-def worker_arguments(concurrency: int) -> list[str]:
+def worker_arguments(concurrency: int, log: LogSettings) -> list[str]:
     """``celery worker`` options of ``millrace worker`` (before the user's own)."""
     return [
-        "--loglevel", "INFO",
+        "--loglevel", log.level,
         "--concurrency", str(concurrency),
         "--queues", ",".join(worker_queues()),
         "--without-gossip", "--without-mingle",
     ]  # fmt: skip
+
+
+def beat_arguments(log: LogSettings) -> list[str]:
+    """``celery beat`` options of ``millrace beat`` (before the user's own)."""
+    from django.conf import settings
+
+    schedule = str(settings.CELERY_BEAT_SCHEDULE_FILENAME)
+    return ["--loglevel", log.level, "--schedule", schedule]
+
+
+@signals.setup_logging.connect
+def _setup_logging(**kwargs: Any) -> None:
+    """The node's logging (``millrace.kernel.logs``) instead of Celery's own: one format for
+    every process, and the routine task traffic at DEBUG."""
+    logs.configure(LogSettings.from_env())
 
 
 # -- heartbeats (controller_app/heartbeats.py): what the health check knows of workers and beat

@@ -11,6 +11,7 @@ import dataclasses
 import os
 from typing import Any
 
+from millrace.kernel.config import DEFAULT_DATA_DIR, SegmentStoreSettings
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import ContainerParts, SegmentContainer
 from segment_app.engine.store import SegmentStore
@@ -25,13 +26,13 @@ class StoreSettings:
     """Where and how a node stores data."""
 
     #: Directory for the file tier-1 and the filesystem tier-2 (when those are chosen).
-    data_dir: str = "./data"
+    data_dir: str = DEFAULT_DATA_DIR
     #: Tier-1 backend name (entry point in ``millrace.tier1``) or dotted path.
-    tier1: str = "file"
+    tier1: str = SegmentStoreSettings.tier1
     #: Extra keyword options for the tier-1 backend.
     tier1_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Tier-2 backend name (entry point in ``millrace.tier2``) or dotted path.
-    tier2: str = "filesystem"
+    tier2: str = SegmentStoreSettings.tier2
     #: Extra keyword options for the tier-2 backend.
     tier2_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     store: SegmentStoreConfig = dataclasses.field(default_factory=SegmentStoreConfig)

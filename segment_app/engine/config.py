@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from millrace.kernel.config import SegmentStoreSettings
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DurableLogConfig:
@@ -24,7 +26,7 @@ class DurableLogConfig:
     #: While tier-2 is behind and the cache is full, new operations are retried at this pace.
     throttle_delay_ms: int = 2
     #: Held back this long, appends are refused with a retriable error instead of waiting on.
-    refuse_after_ms: int = 10_000
+    refuse_after_ms: int = SegmentStoreSettings.backlog_refuse_ms
     #: Test-only: when False, frame CRCs are not verified on recovery (proves the CRC test).
     verify_crc: bool = True
 
@@ -32,7 +34,7 @@ class DurableLogConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReadIndexConfig:
     #: Bytes of segment data the cache keeps; only data already in tier-2 can be evicted.
-    cache_bytes_max: int = 512 * 1024 * 1024
+    cache_bytes_max: int = SegmentStoreSettings.cache_bytes
     #: Appends are coalesced into cache entries of at most this size.
     cache_entry_bytes_max: int = 1024 * 1024
     #: Bytes fetched from tier-2 per read at most.
@@ -41,13 +43,13 @@ class ReadIndexConfig:
     storage_read_timeout_ms: int = 10_000
     #: The on-disk cache (LMDB): its directory ('' = none) and how many bytes it holds.
     disk_cache_path: str = ""
-    disk_cache_bytes_max: int = 0
+    disk_cache_bytes_max: int = SegmentStoreSettings.cache_disk_bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StorageWriterConfig:
     #: A segment's unflushed data is written once it reaches this many bytes ...
-    flush_bytes_min: int = 4 * 1024 * 1024
+    flush_bytes_min: int = SegmentStoreSettings.tier2_flush_bytes
     #: ... or once its oldest unflushed byte is this old.
     flush_delay_ms: int = 1000
     #: Largest single write to tier-2.
@@ -77,7 +79,7 @@ class ContainerConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SegmentStoreConfig:
-    container_count: int = 4
+    container_count: int = SegmentStoreSettings.container_count
     container: ContainerConfig = ContainerConfig()
     #: Restart a failed (not fenced) container after this delay.
     restart_delay_ms: int = 500

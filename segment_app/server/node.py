@@ -1,16 +1,15 @@
 """A segment store node: the engine plus the wire server, run until SIGTERM or SIGINT.
 
-Responsibility: the composition of one ``millrace segmentstore`` process. ``main(argv)`` reads
-the environment once (``millrace.kernel.config.SegmentStoreSettings``: ``MILLRACE_*`` variables, the
-token secret persisted in the data directory), applies the command-line overrides, and runs
-``run_node``, which builds the store with ``segment_app.engine.bootstrap``, starts it and the
-server, prints where it listens, and on a signal stops the server first (no new requests), then
-the store.
+Responsibility: the composition of one ``millrace segmentstore`` process. It takes the node's
+settings, read once by the command line (``millrace.kernel.config.SegmentStoreSettings``: the
+``MILLRACE_*`` variables with the command-line options over them), and gives the wire server and
+the engine each their part (``server_config``, ``store_settings``). ``run_node`` builds the store
+with ``segment_app.engine.bootstrap``, starts it and the server, prints where it listens, and on
+a signal stops the server first (no new requests), then the store.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -19,113 +18,74 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from millrace.kernel.config import SegmentStoreSettings
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.status_files import node_status_path, write_status
+from segment_app.engine.bootstrap import StoreSettings, build_segment_store, tier2_options
+from segment_app.engine.config import (
+    ContainerConfig,
+    DurableLogConfig,
+    ReadIndexConfig,
+    SegmentStoreConfig,
+    StorageWriterConfig,
+)
 from segment_app.engine.errors import EngineError
+from segment_app.engine.store import SegmentStore
+from segment_app.server.metrics import MetricsServer
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
 
-__all__ = ["NodeConfig", "main", "run_node"]
+__all__ = ["run_node", "serve", "server_config", "store_settings"]
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """Everything one segment store node is built from."""
-
-    #: Interface the wire server listens on.
-    host: str = "127.0.0.1"
-    #: Wire server port (Pravega's 12345; 0 = any free port).
-    port: int = 12345
-    #: Root of the node's local state (file tier-1, filesystem tier-2).
-    data_dir: str = "./data"
-    #: Number of segment containers; fixed for the life of a cluster.
-    container_count: int = 4
-    #: Check delegation tokens on every request.
-    auth_enabled: bool = True
-    #: Secret the delegation tokens are signed with (required when ``auth_enabled``).
-    token_secret: str = dataclasses.field(default="", repr=False)
-    #: Tier-1 backend name (entry point of ``millrace.tier1``) or dotted path.
-    tier1: str = "file"
-    #: Keyword options of the tier-1 backend.
-    tier1_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: Tier-2 backend name (entry point of ``millrace.tier2``) or dotted path.
-    tier2: str = "filesystem"
-    #: Keyword options of the tier-2 backend.
-    tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    #: How long a read at the tail of an open segment waits for data (under 30 s).
-    read_tail_wait_seconds: float = 5.0
-    #: Tier-2 flush thresholds (age, size) and the per-container cache size.
-    tier2_flush_delay_ms: int = 10_000
-    tier2_flush_bytes: int = 4 * 1024 * 1024
-    cache_bytes: int = 512 * 1024 * 1024
-    #: Bytes of each container's on-disk cache (0: none).
-    cache_disk_bytes: int = 0
-    #: Appends held back this long (the cache full of data waiting for tier-2) are refused.
-    backlog_refuse_ms: int = 10_000
-    #: Appends are refused while ``data_dir``'s filesystem is this full (percent; 100: never).
-    disk_full_percent: int = 95
-    #: TEST-ONLY protections switched off (``millrace.kernel.config.UNSAFE_TEST_FLAGS``); see
-    #: ``_unsafe_settings``. Never set in production.
-    unsafe: frozenset[str] = frozenset()
-    #: Port of the metrics endpoint (``/metrics``, ``/traffic``); 0: none.
-    metrics_port: int = 9092
-    #: The traffic monitor's decision window (seconds).
-    traffic_window_s: float = 120.0
-    #: Whether the traffic monitor counts appends.
-    traffic_monitor: bool = True
-
-    def server_config(self) -> ServerConfig:
-        return ServerConfig(
-            host=self.host,
-            port=self.port,
-            auth_enabled=self.auth_enabled,
-            token_secret=self.token_secret,
-            read_tail_wait_seconds=self.read_tail_wait_seconds,
-            traffic_window_s=self.traffic_window_s,
-            traffic_monitor=self.traffic_monitor,
-        )
-
-
-def _build_store(config: NodeConfig) -> Any:
-    from segment_app.engine.bootstrap import StoreSettings, build_segment_store
-    from segment_app.engine.config import (
-        ContainerConfig,
-        DurableLogConfig,
-        ReadIndexConfig,
-        SegmentStoreConfig,
-        StorageWriterConfig,
+def server_config(settings: SegmentStoreSettings) -> ServerConfig:
+    """The wire server's part of the node's settings (a bad value raises ``ValueError``)."""
+    return ServerConfig(
+        host=settings.host,
+        port=settings.port,
+        auth_enabled=settings.auth_enabled,
+        token_secret=settings.token_secret,
+        read_tail_wait_seconds=settings.read_tail_wait_seconds,
+        autoscale_window_s=settings.autoscale_window_s,
+        traffic_monitor=settings.traffic_monitor,
     )
 
-    settings = StoreSettings(
-        data_dir=config.data_dir,
-        tier1=config.tier1,
-        tier1_options=dict(config.tier1_options),
-        tier2=config.tier2,
-        tier2_options=dict(config.tier2_options),
+
+def store_settings(settings: SegmentStoreSettings) -> StoreSettings:
+    """The engine's part of the node's settings: where and how it stores data."""
+    return StoreSettings(
+        data_dir=str(settings.data_dir),
+        tier1=settings.tier1,
+        tier1_options=dict(settings.tier1_options),
+        tier2=settings.tier2,
+        tier2_options=dict(settings.tier2_options),
         store=SegmentStoreConfig(
-            container_count=config.container_count,
+            container_count=settings.container_count,
             container=ContainerConfig(
-                durable_log=DurableLogConfig(refuse_after_ms=config.backlog_refuse_ms),
+                durable_log=DurableLogConfig(refuse_after_ms=settings.backlog_refuse_ms),
                 read_index=ReadIndexConfig(
-                    cache_bytes_max=config.cache_bytes,
-                    disk_cache_bytes_max=config.cache_disk_bytes,
+                    cache_bytes_max=settings.cache_bytes,
+                    disk_cache_bytes_max=settings.cache_disk_bytes,
                 ),
                 storage_writer=StorageWriterConfig(
-                    flush_bytes_min=config.tier2_flush_bytes,
-                    flush_delay_ms=config.tier2_flush_delay_ms,
+                    flush_bytes_min=settings.tier2_flush_bytes,
+                    flush_delay_ms=settings.tier2_flush_delay_ms,
                 ),
             ),
         ),
     )
-    return build_segment_store(_unsafe_settings(settings, config.unsafe))
+
+
+def _build_store(settings: SegmentStoreSettings) -> SegmentStore:
+    return build_segment_store(_unsafe_settings(store_settings(settings), settings.unsafe))
 
 
 #: TEST-ONLY: the file tier-1 option each unsafe flag sets.
@@ -136,7 +96,7 @@ _UNSAFE_FILE_TIER1 = {
 }
 
 
-def _unsafe_settings(settings: Any, unsafe: frozenset[str]) -> Any:
+def _unsafe_settings(settings: StoreSettings, unsafe: frozenset[str]) -> StoreSettings:
     """TEST-ONLY: ``settings`` with the protections named in ``unsafe`` switched off.
 
     The acceptance tests run each whole-process test once this way to prove the test can fail
@@ -166,7 +126,7 @@ def _unsafe_settings(settings: Any, unsafe: frozenset[str]) -> Any:
 
 
 async def run_node(
-    config: NodeConfig,
+    config: SegmentStoreSettings,
     *,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[SegmentStoreServer], None] | None = None,
@@ -174,7 +134,7 @@ async def run_node(
     """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server."""
     stop = stop or asyncio.Event()
     store = _build_store(config)
-    server = SegmentStoreServer(store, config.server_config())  # checks the config first
+    server = SegmentStoreServer(store, server_config(config))  # checks the config first
     await store.start()
     try:
         await server.start()
@@ -216,14 +176,12 @@ TRAFFIC_TICK_SECONDS = 1.0
 
 
 def _start_metrics(
-    config: NodeConfig, server: SegmentStoreServer, health: Callable[[], dict[str, Any]]
+    config: SegmentStoreSettings, server: SegmentStoreServer, health: Callable[[], dict[str, Any]]
 ) -> Any:
     """The metrics port, or ``None`` when it is off or cannot be bound (the node serves on;
     a warning says why)."""
     if not config.metrics_port:
         return None
-    from segment_app.server.metrics import MetricsServer
-
     try:
         metrics = MetricsServer(
             config.host, config.metrics_port, server.traffic, health, server.authorizer
@@ -239,13 +197,13 @@ def _start_metrics(
 STATUS_INTERVAL_SECONDS = 1.0
 
 
-async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
+async def _report_status(config: SegmentStoreSettings, store: Any, port: int) -> None:
     """Every ``STATUS_INTERVAL_SECONDS``: the containers' states and epochs and the tiers'
     trouble (``SegmentStore.health``) as JSON in ``node_status_path``, replaced atomically. A health
     check on the same host reads it; its ``updated`` time tells a stale file from a live one."""
     path = node_status_path(config.data_dir, port)
     path.parent.mkdir(parents=True, exist_ok=True)
-    guard = DiskGuard(config.data_dir, config.disk_full_percent, config.unsafe)
+    guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
     if _tier2_on_data_disk(config):  # flushing copies what waits for tier-2 onto this disk
         guard.waiting_bytes = lambda: int(
             sum(c["tier2_lag_bytes"] for c in store.metrics().values())
@@ -258,7 +216,7 @@ async def _report_status(config: NodeConfig, store: Any, port: int) -> None:
 
 
 async def _report_every_second(
-    config: NodeConfig, store: Any, port: int, path: Path, guard: DiskGuard
+    config: SegmentStoreSettings, store: Any, port: int, path: Path, guard: DiskGuard
 ) -> None:
     while True:
         report = {
@@ -278,13 +236,9 @@ async def _report_every_second(
 DISK_CHECK_SECONDS = 0.1
 
 
-def _tier2_on_data_disk(config: NodeConfig) -> bool:
+def _tier2_on_data_disk(config: SegmentStoreSettings) -> bool:
     """Whether tier-2 keeps its chunks on the data directory's filesystem (its ``root``)."""
-    from segment_app.engine.bootstrap import StoreSettings, tier2_options
-
-    where = StoreSettings(data_dir=config.data_dir, tier2=config.tier2,
-                          tier2_options=dict(config.tier2_options))  # fmt: skip
-    root = tier2_options(where).get("root")
+    root = tier2_options(store_settings(config)).get("root")
     try:
         return bool(root) and os.stat(root).st_dev == os.stat(config.data_dir).st_dev
     except OSError:
@@ -355,73 +309,17 @@ def _stop_on_signals(stop: asyncio.Event) -> Any:
             loop.remove_signal_handler(sig)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="millrace segmentstore",
-        description="Run a segment store node (wire protocol server and its containers). "
-        "Other settings come from MILLRACE_* environment variables.",
-    )
-    parser.add_argument("--data-dir", help="root of local state (default $MILLRACE_DATA_DIR)")
-    parser.add_argument("--host", help="interface to listen on")
-    parser.add_argument("--port", type=int, help="wire protocol port (default 12345)")
-    parser.add_argument("--containers", type=int, help="number of segment containers")
-    parser.add_argument(
-        "--read-tail-wait", type=float, help="seconds a tail read waits for data (default 5)"
-    )
-    return parser
-
-
-def config_from(args: argparse.Namespace, environ: Mapping[str, str]) -> NodeConfig:
-    """The node configuration: environment first, command-line options over it."""
-    from millrace.kernel.config import SegmentStoreSettings
-
-    env = dict(environ)
-    if args.data_dir:
-        env["MILLRACE_DATA_DIR"] = args.data_dir
-    settings = SegmentStoreSettings.from_env(env)
-    config = NodeConfig(
-        host=args.host or settings.host,
-        port=settings.port if args.port is None else args.port,
-        data_dir=str(settings.data_dir),
-        container_count=args.containers or settings.container_count,
-        auth_enabled=settings.auth_enabled,
-        token_secret=settings.token_secret,
-        tier1=settings.tier1,
-        tier1_options=dict(settings.tier1_options),
-        tier2=settings.tier2,
-        tier2_options=dict(settings.tier2_options),
-        tier2_flush_delay_ms=settings.tier2_flush_delay_ms,
-        tier2_flush_bytes=settings.tier2_flush_bytes,
-        cache_bytes=settings.cache_bytes,
-        backlog_refuse_ms=settings.backlog_refuse_ms,
-        disk_full_percent=settings.disk_full_percent,
-        cache_disk_bytes=settings.cache_disk_bytes,
-        unsafe=settings.unsafe,
-        metrics_port=settings.metrics_port,
-        traffic_window_s=settings.autoscale_window_s,
-        traffic_monitor=settings.traffic_monitor,
-    )
-    if args.read_tail_wait is not None:
-        config = dataclasses.replace(config, read_tail_wait_seconds=args.read_tail_wait)
-    return config
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``millrace segmentstore``: returns the exit status (0 after a clean stop)."""
-    args = _parser().parse_args(argv)
+def serve(settings: SegmentStoreSettings) -> int:
+    """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``); the exit
+    status: 0 after a clean stop, 1 when it cannot go on, 2 when a setting is wrong."""
     try:
-        config = config_from(args, os.environ)
-        config.server_config()  # validates the server options
-    except ValueError as exc:  # ConfigError is a ValueError
+        server_config(settings)  # checks the server's options before anything starts
+    except ValueError as exc:
         print(f"millrace segmentstore: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
     keep_freed_memory()
     try:
-        asyncio.run(run_node(config))
+        asyncio.run(run_node(settings))
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

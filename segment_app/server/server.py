@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from millrace.kernel.claims import TokenVerifier
+from millrace.kernel.config import SegmentStoreSettings
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
@@ -37,15 +38,15 @@ class ServerConfig:
     """How the wire server listens and what it allows."""
 
     #: Interface to listen on.
-    host: str = "127.0.0.1"
+    host: str = SegmentStoreSettings.host
     #: TCP port (Pravega's default 12345); 0 picks a free port (see ``SegmentStoreServer.port``).
-    port: int = 12345
+    port: int = SegmentStoreSettings.port
     #: Check delegation tokens (JWT, HS256) on every request that carries one.
     auth_enabled: bool = True
     #: Shared secret the tokens are signed with (required when ``auth_enabled``).
     token_secret: str = dataclasses.field(default="", repr=False)
     #: How long a read at the tail of an open segment waits for data before answering empty.
-    read_tail_wait_seconds: float = 5.0
+    read_tail_wait_seconds: float = SegmentStoreSettings.read_tail_wait_seconds
     #: Most bytes in one SegmentRead reply (Java: 2 MiB).
     read_reply_bytes_max: int = 2 * 1024 * 1024
     #: Appends pending per connection before the server stops reading from it ...
@@ -57,9 +58,9 @@ class ServerConfig:
     #: Append sessions (writer ids set up) per connection; more SetupAppends are refused.
     writers_per_connection_max: int = 10_000
     #: The traffic monitor's decision window (MILLRACE_AUTOSCALE_WINDOW_S; ``traffic.py``).
-    traffic_window_s: float = 120.0
+    autoscale_window_s: float = SegmentStoreSettings.autoscale_window_s
     #: Count acknowledged appends in the traffic monitor (off only to measure its cost).
-    traffic_monitor: bool = True
+    traffic_monitor: bool = SegmentStoreSettings.traffic_monitor
     #: Size of each connection's reusable receive buffer.
     receive_buffer_bytes: int = 256 * 1024
 
@@ -102,7 +103,7 @@ class SegmentStoreServer:
         )
         self.requests = RequestHandlers(store, self.authorizer, settings)
         self.connections: set[WireConnection] = set()
-        self.traffic = TrafficMonitor(self.config.traffic_window_s)
+        self.traffic = TrafficMonitor(self.config.autoscale_window_s)
         self._server: asyncio.Server | None = None
 
     @property

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from millrace.kernel.config import ConfigError, SegmentStoreSettings
+from millrace.ops import cli
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.server import node
 from tests.acceptance.disk import flip_bit, records, synced_lengths
@@ -48,7 +49,7 @@ def test_the_node_refuses_to_start_with_an_unknown_flag(
 ) -> None:
     monkeypatch.setenv("MILLRACE_DATA_DIR", str(data_dir))
     monkeypatch.setenv("MILLRACE_TEST_UNSAFE", "no-safety")
-    assert node.main([]) == node.EXIT_USAGE
+    assert cli.main(["segmentstore"]) == node.EXIT_USAGE
     assert "MILLRACE_TEST_UNSAFE" in capsys.readouterr().err
 
 
@@ -76,10 +77,11 @@ def test_flags_leave_other_backends_alone(data_dir: Path) -> None:
     assert unsafe.store.container.deduplicate is False
 
 
-def test_node_config_carries_the_flags(data_dir: Path) -> None:
-    args = node._parser().parse_args(["--data-dir", str(data_dir)])
-    config = node.config_from(args, {"MILLRACE_TEST_UNSAFE": "no-dedup"})
-    assert config.unsafe == {"no-dedup"}
+def test_node_settings_carry_the_flags(data_dir: Path) -> None:
+    env = {"MILLRACE_DATA_DIR": str(data_dir), "MILLRACE_TEST_UNSAFE": "no-dedup"}
+    settings = SegmentStoreSettings.from_env(env)
+    assert settings.unsafe == {"no-dedup"}
+    assert node._build_store(settings).config.container.deduplicate is False
 
 
 # -- the file tier-1's test-only options -------------------------------------------------------

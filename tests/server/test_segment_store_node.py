@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
+import pathlib
 import re
 import signal
 import sys
@@ -13,7 +13,11 @@ import uuid
 import pytest
 
 from millrace.client.segment_store import SegmentStoreClient
+from millrace.kernel.config import SegmentStoreSettings
+from millrace.ops import cli
+from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig
 from segment_app.server import node
+from segment_app.server.server import ServerConfig
 from tiers.memory import clear_chunk_stores, clear_log_stores
 
 SEG = "sc/st/0.#epoch.0"
@@ -22,8 +26,8 @@ SEG = "sc/st/0.#epoch.0"
 async def test_run_node_serves_until_stopped(tmp_path, capsys) -> None:
     clear_log_stores()
     clear_chunk_stores()
-    config = node.NodeConfig(
-        port=0, data_dir=str(tmp_path), container_count=2, auth_enabled=False,
+    config = SegmentStoreSettings(
+        port=0, data_dir=tmp_path, container_count=2, auth_enabled=False,
         tier1="memory", tier2="memory", read_tail_wait_seconds=0.1,
     )  # fmt: skip
     stop = asyncio.Event()
@@ -45,49 +49,68 @@ async def test_run_node_serves_until_stopped(tmp_path, capsys) -> None:
     assert f"Millrace segment store listening on 127.0.0.1:{port} (data dir {tmp_path})" in out
 
 
-def test_config_from_environment_and_arguments(tmp_path) -> None:
+def test_settings_from_environment_and_options(tmp_path, monkeypatch) -> None:
+    """The node's settings are read once: the environment, then the command line over it."""
+    seen: list[SegmentStoreSettings] = []
+    monkeypatch.setattr(node, "serve", lambda settings: seen.append(settings) or 0)
     env = {
         "MILLRACE_DATA_DIR": str(tmp_path / "env"),
         "MILLRACE_SEGMENTSTORE_PORT": "2000",
         "MILLRACE_CONTAINERS": "3",
         "MILLRACE_TOKEN_SECRET": "s" * 40,
     }
-    args = argparse.Namespace(
-        data_dir=str(tmp_path / "arg"), host=None, port=None, containers=None, read_tail_wait=1.5
-    )
-    config = node.config_from(args, env)
-    assert config.data_dir == str(tmp_path / "arg")
-    assert (config.port, config.container_count, config.read_tail_wait_seconds) == (2000, 3, 1.5)
-    assert config.auth_enabled and config.token_secret == "s" * 40
-    args.port, args.containers = 0, 8
-    assert (node.config_from(args, env).port, node.config_from(args, env).container_count) == (0, 8)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = ["segmentstore", "--data-dir", str(tmp_path / "arg"), "--read-tail-wait", "1.5"]
+    assert cli.main(argv) == 0
+    assert seen[-1].data_dir == tmp_path / "arg"
+    assert (seen[-1].port, seen[-1].container_count, seen[-1].read_tail_wait_seconds) == (
+        2000, 3, 1.5,
+    )  # fmt: skip
+    assert seen[-1].auth_enabled and seen[-1].token_secret == "s" * 40
+    assert cli.main(["segmentstore", "--port", "0", "--containers", "8"]) == 0
+    assert (seen[-1].port, seen[-1].container_count) == (0, 8)
 
 
-def test_flush_and_cache_settings_reach_the_engine(tmp_path) -> None:
+def test_each_part_gets_its_settings(tmp_path) -> None:
     env = {
         "MILLRACE_DATA_DIR": str(tmp_path),
         "MILLRACE_TOKEN_SECRET": "s" * 40,
         "MILLRACE_TIER2_FLUSH_DELAY_MS": "7000",
         "MILLRACE_TIER2_FLUSH_BYTES": "65536",
         "MILLRACE_CACHE_BYTES": str(64 * 1024 * 1024),
+        "MILLRACE_AUTOSCALE_WINDOW_S": "30",
     }
-    args = argparse.Namespace(
-        data_dir=None, host=None, port=None, containers=None, read_tail_wait=None
-    )
-    store = node._build_store(node.config_from(args, env))
+    settings = SegmentStoreSettings.from_env(env)
+    store = node._build_store(settings)
     container = store.config.container
     assert container.storage_writer.flush_delay_ms == 7000
     assert container.storage_writer.flush_bytes_min == 65536
     assert container.read_index.cache_bytes_max == 64 * 1024 * 1024
+    server = node.server_config(settings)
+    assert (server.port, server.autoscale_window_s, server.token_secret) == (12345, 30, "s" * 40)
 
 
-def test_main_rejects_bad_configuration(tmp_path, monkeypatch, capsys) -> None:
+def test_defaults_are_written_once() -> None:
+    """The server's and the engine's defaults are the node's settings' (one home each)."""
+    defaults = SegmentStoreSettings(data_dir=pathlib.Path("."))
+    assert node.server_config(defaults) == ServerConfig(token_secret="")
+    engine = node.store_settings(defaults).store
+    assert engine == SegmentStoreConfig(
+        container=ContainerConfig(
+            storage_writer=StorageWriterConfig(flush_delay_ms=defaults.tier2_flush_delay_ms)
+        )
+    )
+
+
+def test_serve_rejects_bad_configuration(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MILLRACE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("MILLRACE_SEGMENTSTORE_PORT", "not-a-port")
-    assert node.main([]) == node.EXIT_USAGE
+    assert cli.main(["segmentstore"]) == node.EXIT_USAGE
     assert "configuration error" in capsys.readouterr().err
     monkeypatch.delenv("MILLRACE_SEGMENTSTORE_PORT")
-    assert node.main(["--read-tail-wait", "90"]) == node.EXIT_USAGE
+    assert cli.main(["segmentstore", "--read-tail-wait", "90"]) == node.EXIT_USAGE
+    assert "read_tail_wait_seconds must be within" in capsys.readouterr().err
 
 
 async def start_node_process(
@@ -96,8 +119,8 @@ async def start_node_process(
     env = {**os.environ, "MILLRACE_AUTH": "off", "MILLRACE_DATA_DIR": data_dir, **extra_env}
     env.pop("MILLRACE_SEGMENTSTORE_PORT", None)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys; from segment_app.server.node import main; "
-        "sys.exit(main(sys.argv[1:]))", "--port", "0", "--containers", "2",
+        sys.executable, "-m", "millrace.ops.cli", "segmentstore", "--port", "0",
+        "--containers", "2",
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     assert process.stdout is not None

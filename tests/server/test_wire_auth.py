@@ -12,8 +12,8 @@ from millrace.client import segment_store as c
 from millrace.client.segment_store import SegmentStoreClient
 from millrace.kernel import claims
 from millrace.kernel import wire as wire
+from millrace.ops import cli
 from segment_app.engine import errors as engine_errors
-from segment_app.server import auth
 
 SEG = "sc/st/0.#epoch.0"
 SECRET = "auth-test-secret-0123456789abcdefghij"
@@ -198,9 +198,9 @@ def test_mint_token_rejects_unknown_access() -> None:
         claims.mint_token(SECRET, "*", "WRITE", 10)
 
 
-def test_main_mint_token_prints_a_valid_token(capsys, monkeypatch) -> None:
+def test_mint_token_command_prints_a_valid_token(capsys, monkeypatch) -> None:
     monkeypatch.setenv("MILLRACE_TOKEN_SECRET", SECRET)
-    assert auth.main_mint_token(["sc/st/", "--access", "READ_UPDATE", "--ttl", "30"]) == 0
+    assert cli.main(["mint-token", "sc/st/", "--access", "READ_UPDATE", "--ttl", "30"]) == 0
     printed = capsys.readouterr().out.strip()
     claims.TokenVerifier(SECRET).check(printed, "sc/st/0.#epoch.0", claims.READ_UPDATE)
 

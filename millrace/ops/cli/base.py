@@ -1,0 +1,168 @@
+"""What every command of the ``millrace`` command line is built with.
+
+A command group module (``node``, ``users``, ``scopes`` …) has a ``register(commands, parents)``
+that adds its commands with ``command``: each gets a summary, a handler ``(args, rest) -> exit
+status``, and the environment variables it reads, listed at the end of its ``--help`` from
+their declarations (``millrace.kernel.config``), so that help and code cannot disagree.
+
+Exit status: 0 success, 1 failure while running, 2 bad usage or configuration, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from millrace.kernel.config import Variable
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+Handler = Callable[[argparse.Namespace, list[str]], int]
+
+
+class CommandError(Exception):
+    """A command cannot go on; the message is shown as one line, with ``exit_status``."""
+
+    def __init__(self, message: str, exit_status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+@dataclass(frozen=True)
+class Parents:
+    """Options several commands share, as argparse parent parsers."""
+
+    #: ``--data-dir`` (sets ``MILLRACE_DATA_DIR`` for the command and what it starts).
+    data_dir: argparse.ArgumentParser
+    #: ``--log-level`` (sets ``MILLRACE_LOG_LEVEL``), for the commands that run a process.
+    log_level: argparse.ArgumentParser
+
+
+def millrace_version() -> str:
+    try:
+        return version("millrace")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def environment_help(variables: Iterable[Variable]) -> str:
+    """The ``--help`` epilog naming each variable, its default and its meaning."""
+    lines = ["environment variables:"]
+    for variable in variables:
+        default = f" (default: {variable.default_text})" if variable.default_text else ""
+        lines.append(f"  {variable.name}{default}\n      {variable.help}")
+    return "\n".join(lines)
+
+
+def command(
+    commands: Any,
+    name: str,
+    handler: Handler | None,
+    summary: str,
+    *,
+    passthrough: str = "",
+    variables: Iterable[Variable] = (),
+    **kw: Any,
+) -> argparse.ArgumentParser:
+    """Add the subcommand ``name``; ``passthrough`` names who receives arguments it does not
+    know, ``variables`` the environment it reads (listed by its ``--help``)."""
+    description = summary + (f" Other arguments go to {passthrough}." if passthrough else "")
+    variables = list(variables)
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=environment_help(variables) if variables else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+        **kw,
+    )
+    parser.set_defaults(handler=handler or _choose_an_action, passthrough=bool(passthrough))
+    return parser
+
+
+def _choose_an_action(args: argparse.Namespace, rest: list[str]) -> int:
+    raise CommandError("choose an action", EXIT_USAGE)
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port number."""
+    number = any_port(text)
+    if number == 0:
+        raise argparse.ArgumentTypeError("port 0 is not between 1 and 65535")
+    return number
+
+
+def any_port(text: str) -> int:
+    """An argparse type: a TCP port number, or 0 for any free port."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= number < 65536:
+        raise argparse.ArgumentTypeError(f"port {number} is not between 1 and 65535")
+    return number
+
+
+def needs(module: str, what: str, extra: str = "server") -> Any:
+    """``module``, imported now; when it (or a library it needs) is not installed, a
+    ``CommandError`` saying which extra brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise CommandError(
+            f"{what} is not installed here ({exc.name} is missing): pip install 'millrace[{extra}]'"
+        ) from exc
+
+
+def parents() -> Parents:
+    data_dir = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    data_dir.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="root of all local state (sets MILLRACE_DATA_DIR; default ./data)",
+    )
+    log_level = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    log_level.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default=argparse.SUPPRESS,
+        help="DEBUG, INFO, WARNING or ERROR (sets MILLRACE_LOG_LEVEL; default INFO)",
+    )
+    return Parents(data_dir, log_level)
+
+
+def setup_django() -> None:
+    """Django, set up from ``millrace.project.settings`` (a bad variable raises ConfigError)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
+    import django  # the server extra: imported when a server command runs, never for --help
+
+    django.setup()
+
+
+def migrate(verbosity: int) -> None:
+    """Create or update the metadata database's tables; a database that fails ends the
+    command with its message."""
+    setup_django()
+    from django.core.management import call_command
+    from django.db import DatabaseError
+
+    try:
+        call_command("migrate", interactive=False, verbosity=verbosity)
+    except DatabaseError as exc:
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise CommandError(f"the metadata database failed: {detail}") from exc
+
+
+def warn(message: str) -> None:
+    print(f"millrace: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,231 @@
+"""The commands that run a node's processes: ``standalone``, ``segmentstore``, ``controller``,
+``worker``, ``beat`` and ``migrate``.
+
+They need the server extra (``pip install 'millrace[server]'``): Django, Celery and the engine
+are imported when one of them runs, never to build the parser, so ``millrace --help`` and the
+client's commands work on the base install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import os
+from typing import Any
+
+from millrace.kernel import logs
+from millrace.kernel.config import (
+    LogSettings,
+    SegmentStoreSettings,
+    WebSettings,
+    variables,
+)
+from millrace.ops.cli.base import (
+    EXIT_OK,
+    CommandError,
+    Parents,
+    any_port,
+    command,
+    migrate,
+    millrace_version,
+    needs,
+    port,
+    setup_django,
+)
+
+#: The longest WebSocket handshake request line the controller reads (and answers).
+WEBSOCKET_REQUEST_LINE_BYTES_MAX = 1024 * 1024
+
+_STORE = variables(SegmentStoreSettings)
+_WEB = variables(WebSettings)
+_LOG = variables(LogSettings)
+
+
+def register(commands: Any, parents: Parents) -> None:
+    both = [parents.data_dir, parents.log_level]
+    standalone = command(
+        commands, "standalone", run_standalone,
+        "Run a whole node on embedded defaults: segment store, controller (REST, console, "
+        "WebSockets), Celery worker and beat.",
+        variables=_unique(_STORE + _WEB + _LOG), parents=both,
+    )  # fmt: skip
+    _http_options(standalone)
+    standalone.add_argument(
+        "--segmentstore-port", type=port, default=None, metavar="PORT",
+        help="wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or 12345)",
+    )  # fmt: skip
+    standalone.add_argument(
+        "--worker-concurrency", type=int, default=2, metavar="N",
+        help="worker processes of the Celery worker (default 2)",
+    )  # fmt: skip
+    store = command(
+        commands, "segmentstore", run_segmentstore,
+        "Run a segment store node (the wire-protocol server and its containers).",
+        variables=_STORE + _LOG, parents=both,
+    )  # fmt: skip
+    store.add_argument(
+        "--host", help="interface to listen on (default $MILLRACE_SEGMENTSTORE_HOST)"
+    )
+    store.add_argument(
+        "--port", type=any_port, metavar="PORT",
+        help="wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or 12345; 0: any free)",
+    )  # fmt: skip
+    store.add_argument("--containers", type=int, metavar="N", help="segment containers")
+    store.add_argument(
+        "--read-tail-wait", type=float, metavar="SECONDS",
+        help="how long a read at the tail waits for data (default 5)",
+    )  # fmt: skip
+    controller = command(
+        commands, "controller", run_controller,
+        "Run the controller's ASGI app (REST API, console, WebSockets) under uvicorn.",
+        variables=_WEB + _LOG, parents=both,
+    )  # fmt: skip
+    _http_options(controller)
+    worker = command(
+        commands, "worker", run_worker, "Run a Celery worker for the controller's workflows.",
+        passthrough="celery worker", variables=_WEB + _LOG, parents=both,
+    )  # fmt: skip
+    worker.add_argument("--concurrency", type=int, default=2, metavar="N")
+    command(
+        commands, "beat", run_beat,
+        "Run Celery beat (the periodic jobs). Run exactly one per cluster.",
+        passthrough="celery beat", variables=_WEB + _LOG, parents=both,
+    )  # fmt: skip
+    migrate_ = command(
+        commands, "migrate", run_migrate, "Create or update the metadata database's tables.",
+        variables=_WEB, parents=[parents.data_dir],
+    )  # fmt: skip
+    migrate_.add_argument("-v", "--verbosity", type=int, choices=range(4), default=1)
+
+
+def _unique(found: list[Any]) -> list[Any]:
+    return list({variable.name: variable for variable in found}.values())
+
+
+def _http_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface the HTTP server listens on (127.0.0.1)"
+    )
+    parser.add_argument(
+        "--http-port", type=port, default=9091, metavar="PORT",
+        help="HTTP port of REST, console and WebSockets (default 9091, Pravega's REST port)",
+    )  # fmt: skip
+
+
+# -- the commands ---------------------------------------------------------------------------------
+
+
+def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
+    """The node's settings, read once: the environment, then the options over it."""
+    settings = SegmentStoreSettings.from_env()
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "container_count": args.containers,
+        "read_tail_wait_seconds": args.read_tail_wait,
+    }
+    settings = dataclasses.replace(
+        settings, **{name: value for name, value in overrides.items() if value is not None}
+    )
+    logs.configure(LogSettings.from_env())
+    node = needs("segment_app.server.node", "the segment store")
+    return int(node.serve(settings))
+
+
+def run_standalone(args: argparse.Namespace, rest: list[str]) -> int:
+    store = SegmentStoreSettings.from_env()  # check the whole configuration before starting
+    if args.segmentstore_port is not None:
+        store = dataclasses.replace(store, port=args.segmentstore_port)
+    log = LogSettings.from_env()
+    logs.configure(log)
+    needs("django", "the node's controller")
+    setup_django()
+    from django.conf import settings
+
+    from millrace.ops import standalone
+
+    database = settings.DATABASES["default"]
+    print(f"millrace standalone {millrace_version()}: data directory {store.data_dir}")
+    print(f"  metadata database: {database['ENGINE'].rsplit('.', 1)[-1]} {database['NAME']}")
+    print(f"  broker: {settings.CELERY_BROKER_URL.split('://')[0]}; migrating the database…")
+    migrate(verbosity=0)
+    auth = "on" if store.auth_enabled else "off"
+    print(
+        f"  segment store: {store.host}:{store.port}, {store.container_count} containers, "
+        f"tier-1 {store.tier1!r}, tier-2 {store.tier2!r}, auth {auth}",
+        flush=True,
+    )
+    try:
+        return standalone.run(
+            data_dir=store.data_dir,
+            store=store,
+            http_host=args.host,
+            http_port=args.http_port,
+            worker_concurrency=args.worker_concurrency,
+        )
+    except standalone.StandaloneError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
+    """The ASGI app (REST API, console, WebSockets) under uvicorn."""
+    # The websockets library (uvicorn's WebSocket protocol) drops a handshake whose request
+    # line is over 8 KiB without a word; at 1 MiB the tail consumer gets it and answers why
+    # it is refused (a query string over its limit). Read when websockets is imported.
+    os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", str(WEBSOCKET_REQUEST_LINE_BYTES_MAX))
+    log = LogSettings.from_env()
+    logs.configure(log)
+    uvicorn = needs("uvicorn", "the controller")
+    needs("django", "the controller")
+    setup_django()
+    needs("millrace.project.asgi", "the controller")  # loaded now: gc.freeze() below covers it
+    # Everything loaded so far lives as long as the process: keep it out of the collector's
+    # full passes (shorter pauses under load, e.g. the WebSocket tail reads' latency).
+    gc.collect()
+    gc.freeze()
+    uvicorn.run(
+        "millrace.project.asgi:application",
+        host=args.host,
+        port=args.http_port,
+        log_level=log.level.lower(),
+        log_config=logs.uvicorn_config(log),
+        lifespan="off",
+        proxy_headers=False,
+    )
+    return EXIT_OK
+
+
+def _celery(command_name: str, extra: list[str]) -> int:
+    needs("celery", "the worker and beat")
+    setup_django()
+    from millrace.project.celery import app
+
+    try:
+        app.start([command_name, *extra])
+    except SystemExit as exc:  # celery exits through sys.exit
+        return int(exc.code or 0)
+    return EXIT_OK
+
+
+def run_worker(args: argparse.Namespace, rest: list[str]) -> int:
+    """A Celery worker running the controller's workflows (all of Millrace's queues)."""
+    log = LogSettings.from_env()
+    logs.configure(log)
+    celery_app = needs("millrace.project.celery", "the worker")
+    return _celery("worker", celery_app.worker_arguments(args.concurrency, log) + rest)
+
+
+def run_beat(args: argparse.Namespace, rest: list[str]) -> int:
+    """Celery beat: sends the periodic jobs (transaction timeouts, cleanup, the sweeper,
+    retention and watermark rounds)."""
+    log = LogSettings.from_env()
+    logs.configure(log)
+    celery_app = needs("millrace.project.celery", "beat")
+    return _celery("beat", celery_app.beat_arguments(log) + rest)
+
+
+def run_migrate(args: argparse.Namespace, rest: list[str]) -> int:
+    needs("django", "the metadata database")
+    migrate(args.verbosity)
+    return EXIT_OK

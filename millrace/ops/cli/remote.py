@@ -1,0 +1,110 @@
+"""What the client's commands share: the node they talk to and its credentials, REST calls
+through the Python client, and their output.
+
+They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091) with
+``--token`` (default ``$MILLRACE_TOKEN``, else the standalone administrator's
+``<data dir>/admin-token``); ``--json`` prints machine-readable output. They need only the base
+install (the client SDK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from millrace.client.controller import AsyncControllerClient, ControllerError
+from millrace.kernel.config import ClientSettings, variables
+from millrace.ops.cli import base
+from millrace.ops.cli.base import EXIT_OK, CommandError, Handler
+
+#: How the commands introduce themselves: the audit log counts their changes as the CLI's.
+CLI_AGENT = "millrace-cli"
+
+#: The variables the client's commands read (``--help`` lists them).
+VARIABLES = variables(ClientSettings)
+
+
+def settings() -> ClientSettings:
+    return ClientSettings.from_env()
+
+
+def token(args: argparse.Namespace) -> str:
+    if getattr(args, "token", None):
+        return str(args.token)
+    found = settings()
+    if found.token:
+        return found.token
+    token_file = found.data_dir / "admin-token"
+    if token_file.exists():
+        return token_file.read_text().strip()
+    raise CommandError(
+        f"no API token: pass --token, set MILLRACE_TOKEN, or run where {token_file} exists"
+    )
+
+
+def url(args: argparse.Namespace) -> str:
+    return str(args.url or settings().url).rstrip("/")
+
+
+def split(name: str) -> tuple[str, str]:
+    """``SCOPE/NAME`` as its two parts."""
+    scope, _, stream = name.partition("/")
+    if not scope or not stream or "/" in stream:
+        raise CommandError(f"expected SCOPE/STREAM, not {name!r}")
+    return scope, stream
+
+
+def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """One REST call through the Python client's controller calls: a controller restarting
+    or a service it needs that is away (503) is waited for, within the client's patience
+    (``millrace.client.controller.PATIENCE_SECONDS``)."""
+
+    async def calling() -> Any:
+        client = AsyncControllerClient(url(args), token(args), timeout=90, user_agent=CLI_AGENT)
+        try:
+            return await client.call(method, path, body)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(calling())
+    except httpx.HTTPError as exc:
+        raise CommandError(f"cannot reach {url(args)}: {exc}") from None
+    except ControllerError as exc:
+        raise CommandError(f"{exc.code}: {exc.message}") from None
+
+
+def out(args: argparse.Namespace, value: Any, text: str) -> None:
+    print(json.dumps(value, indent=2) if args.json else text)
+
+
+def options() -> argparse.ArgumentParser:
+    """``--url``, ``--token`` and ``--json``, as a parent parser."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--url", help="the node (default $MILLRACE_URL or http://127.0.0.1:9091)")
+    parent.add_argument(
+        "--token", help="API token (default $MILLRACE_TOKEN or <data dir>/admin-token)"
+    )
+    parent.add_argument("--json", action="store_true", help="machine-readable output")
+    return parent
+
+
+def handler(action: Callable[..., None], rest: bool = False) -> Handler:
+    """A command handler around ``action(args)``; with ``rest``, ``action(args, rest)`` also
+    gets the arguments argparse left over (events placed after an option)."""
+
+    def run(args: argparse.Namespace, left: list[str]) -> int:
+        action(args, left) if rest else action(args)
+        return EXIT_OK
+
+    return run
+
+
+def command(*args: Any, **kw: Any) -> argparse.ArgumentParser:
+    """``base.command`` for a client's command: its ``--help`` lists ``VARIABLES``."""
+    return base.command(*args, variables=VARIABLES, **kw)

@@ -1,0 +1,55 @@
+"""``millrace status``: the node's health, part by part."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import httpx
+
+from millrace.ops.cli import remote
+from millrace.ops.cli.base import CommandError, Parents, command
+
+
+def register(commands: Any, parents: Parents) -> None:
+    node_status = command(
+        commands, "status", run_status, "Show the node's health, part by part.",
+        variables=[v for v in remote.VARIABLES if v.name == "MILLRACE_URL"],
+    )  # fmt: skip
+    node_status.add_argument(
+        "--url", help="the node (default $MILLRACE_URL or http://127.0.0.1:9091)"
+    )
+    node_status.add_argument("--json", action="store_true", help="the health tree as JSON")
+
+
+def run_status(args: argparse.Namespace, rest: list[str]) -> int:
+    """The node's health tree; exit status 0 when UP, 1 otherwise."""
+    try:
+        response = httpx.get(f"{remote.url(args)}/health", timeout=10)
+        tree = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise CommandError(f"cannot reach {remote.url(args)}: {exc}") from None
+    if args.json:
+        print(json.dumps(tree, indent=2))
+    else:
+        print("\n".join(_health_lines(tree, remote.url(args))))
+    return 0 if tree.get("status") == "UP" else 1
+
+
+def _health_lines(tree: dict[str, Any], url: str) -> list[str]:
+    ready = "ready" if tree["readiness"] else "NOT READY for writes"
+    down = tree["details"].get("down")
+    lines = [f"millrace at {url}: {tree['status']}, {ready}" + (f" (down: {down})" if down else "")]
+    width = max((len(name) for name in tree["children"]), default=0)
+
+    def add(node: dict[str, Any], indent: str) -> None:
+        mark = {"UP": "ok", "DOWN": "!!"}.get(node["status"], "??")
+        details = ", ".join(f"{k}: {v}" for k, v in node["details"].items())
+        lines.append(f"{indent}{mark} {node['name']:<{width}}  {node['status']:<7} {details}")
+        for child in node["children"].values():
+            add(child, indent + "   ")
+
+    for child in tree["children"].values():
+        add(child, "  ")
+    return lines
