@@ -20,22 +20,23 @@ from django.db import transaction
 from kombu.exceptions import KombuError
 
 from controller_app.errors import BrokerUnavailableError
-
-CREATE_STREAM = "millrace.create_stream"
-SEAL_STREAM = "millrace.seal_stream"
-DELETE_STREAM = "millrace.delete_stream"
-SCALE_STREAM = "millrace.scale_stream"
-TRUNCATE_STREAM = "millrace.truncate_stream"
-COMMIT_TRANSACTIONS = "millrace.commit_transactions"
-ABORT_TRANSACTION = "millrace.abort_transaction"
-SWEEP = "millrace.sweep"
-TRANSACTION_TIMEOUTS = "millrace.transaction_timeouts"
-COMPLETED_TRANSACTION_CLEANUP = "millrace.completed_transaction_cleanup"
-RETENTION = "millrace.retention"
-RETENTION_BUCKET = "millrace.retention_bucket"
-WATERMARKS = "millrace.watermarks"
-WATERMARK_BUCKET = "millrace.watermark_bucket"
-AUTOSCALE = "millrace.autoscale"
+from controller_app.task_names import (  # noqa: F401 - sent by name from here
+    ABORT_TRANSACTION,
+    AUTOSCALE,
+    COMMIT_TRANSACTIONS,
+    COMPLETED_TRANSACTION_CLEANUP,
+    CREATE_STREAM,
+    DELETE_STREAM,
+    RETENTION,
+    RETENTION_BUCKET,
+    SCALE_STREAM,
+    SEAL_STREAM,
+    SWEEP,
+    TRANSACTION_TIMEOUTS,
+    TRUNCATE_STREAM,
+    WATERMARK_BUCKET,
+    WATERMARKS,
+)
 
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:

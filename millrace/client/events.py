@@ -13,11 +13,20 @@ import itertools
 import struct
 from typing import Any, NamedTuple
 
-EVENT_HEADER = struct.Struct(">ii")
+from millrace.kernel.wire.event_frame import EVENT_BYTES_MAX, EVENT_HEADER, EVENT_TYPE
+
+__all__ = [
+    "EVENT_BYTES_MAX",
+    "EVENT_HEADER",
+    "EVENT_TYPE",
+    "Event",
+    "EventFormatError",
+    "EventRead",
+    "EventSplitter",
+    "encode_event",
+]
+
 _HEADER_UNPACK = EVENT_HEADER.unpack_from
-EVENT_TYPE = 0
-#: Pravega's largest event.
-EVENT_BYTES_MAX = 8 * 1024 * 1024
 
 
 class EventFormatError(ValueError):

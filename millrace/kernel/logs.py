@@ -25,7 +25,14 @@ from typing import Any
 
 from millrace.kernel.config import LogSettings
 
-__all__ = ["JsonFormatter", "QuietProbes", "QuietTicks", "configure", "uvicorn_config"]
+__all__ = [
+    "JsonFormatter",
+    "QuietProbes",
+    "QuietTicks",
+    "configure",
+    "dict_config",
+    "uvicorn_config",
+]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -89,26 +96,30 @@ def _formatter(settings: LogSettings) -> dict[str, Any]:
     return {"format": TEXT_FORMAT}
 
 
+def dict_config(settings: LogSettings) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of a process: the root logger at ``settings.level``,
+    in its format, with the routine records demoted (see the module's docstring). Django's
+    ``LOGGING`` is this too, so that setting Django up keeps it."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"quiet_ticks": {"()": QuietTicks}},
+        "formatters": {"default": _formatter(settings)},
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "default",
+                "filters": ["quiet_ticks"],
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": settings.level, "handlers": ["default"]},
+    }
+
+
 def configure(settings: LogSettings) -> None:
-    """Set up this process's logging: the root logger at ``settings.level``, in its format,
-    with the routine records demoted (see the module's docstring)."""
-    logging.config.dictConfig(
-        {
-            "version": 1,
-            "disable_existing_loggers": False,
-            "filters": {"quiet_ticks": {"()": QuietTicks}},
-            "formatters": {"default": _formatter(settings)},
-            "handlers": {
-                "default": {
-                    "class": "logging.StreamHandler",
-                    "formatter": "default",
-                    "filters": ["quiet_ticks"],
-                    "stream": "ext://sys.stderr",
-                }
-            },
-            "root": {"level": settings.level, "handlers": ["default"]},
-        }
-    )
+    """Set up this process's logging (``dict_config``); warnings are logged too."""
+    logging.config.dictConfig(dict_config(settings))
     logging.captureWarnings(True)
 
 

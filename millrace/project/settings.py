@@ -16,7 +16,9 @@ from typing import Any
 
 import dj_database_url
 
-from millrace.kernel.config import ConfigError, WebSettings, mask_url_password
+from controller_app import task_names
+from millrace.kernel import logs
+from millrace.kernel.config import ConfigError, LogSettings, WebSettings, mask_url_password
 
 
 def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
@@ -257,41 +259,29 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
 # Beat records a heartbeat from its tick (controller_app/heartbeats.py).
 CELERY_BEAT_SCHEDULER = "millrace.project.celery:HeartbeatScheduler"
-# Pravega's event-processor streams: requests serialized per stream (by its state), commits
-# serial per stream, aborts concurrent. `millrace worker` consumes every queue named here.
-CELERY_TASK_ROUTES = {
-    **{
-        f"millrace.{name}": {"queue": "controller.requests"}
-        for name in ("create_stream", "seal_stream", "delete_stream", "scale_stream",
-                     "truncate_stream")
-    },
-    "millrace.commit_transactions": {"queue": "controller.commits"},
-    "millrace.abort_transaction": {"queue": "controller.aborts"},
-}  # fmt: skip
+CELERY_TASK_ROUTES = task_names.ROUTES
 CELERY_BEAT_SCHEDULE = {
     # Every 15 s: a workflow whose task the broker did not take (Redis away) runs soon after
     # the broker is back, even when nobody repeats the request.
-    "sweep": {"task": "millrace.sweep", "schedule": 15.0},
-    "transaction-timeouts": {"task": "millrace.transaction_timeouts", "schedule": 10.0},
+    "sweep": {"task": task_names.SWEEP, "schedule": 15.0},
+    "transaction-timeouts": {"task": task_names.TRANSACTION_TIMEOUTS, "schedule": 10.0},
     "completed-transaction-cleanup": {
-        "task": "millrace.completed_transaction_cleanup",
+        "task": task_names.COMPLETED_TRANSACTION_CLEANUP,
         "schedule": 3600.0,
     },
-    "retention": {"task": "millrace.retention", "schedule": float(MILLRACE.retention_period_s)},
-    "watermarks": {"task": "millrace.watermarks", "schedule": float(MILLRACE.watermark_period_s)},
+    "retention": {"task": task_names.RETENTION, "schedule": float(MILLRACE.retention_period_s)},
+    "watermarks": {
+        "task": task_names.WATERMARKS,
+        "schedule": float(MILLRACE.watermark_period_s),
+    },
     # Auto-scaling decides four times per rate window (a hot segment splits within about
     # one window and a quarter of crossing its target).
     "autoscale": {
-        "task": "millrace.autoscale",
+        "task": task_names.AUTOSCALE,
         "schedule": max(1.0, MILLRACE.autoscale_window_s / 4),
     },
 }
 CELERY_TIMEZONE = TIME_ZONE
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "INFO"},
-}
+# Every process of a node logs alike (MILLRACE_LOG_LEVEL, MILLRACE_LOG_FORMAT).
+LOGGING = logs.dict_config(LogSettings.from_env())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import collections
 
-from millrace.client.events import EVENT_BYTES_MAX, EVENT_HEADER, EVENT_TYPE
+from millrace.kernel.wire.event_frame import EVENT_BYTES_MAX, EVENT_HEADER, EVENT_TYPE
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.engine.errors import InvalidArgumentError
 

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import gc
 import os
+import warnings
 from typing import Any
 
 from millrace.kernel import logs
@@ -213,6 +214,11 @@ def run_worker(args: argparse.Namespace, rest: list[str]) -> int:
     log = LogSettings.from_env()
     logs.configure(log)
     celery_app = needs("millrace.project.celery", "the worker")
+    from celery.exceptions import SecurityWarning
+
+    # Celery warns at every start of a worker run as root (as in most containers); the risk
+    # it names is pickled messages, and Millrace's workers accept JSON only.
+    warnings.filterwarnings("ignore", "You're running the worker with superuser", SecurityWarning)
     return _celery("worker", celery_app.worker_arguments(args.concurrency, log) + rest)
 
 
