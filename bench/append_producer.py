@@ -112,7 +112,7 @@ def report(kind: str, value: Any) -> None:
 
 
 async def run_millrace(spec: dict[str, Any]) -> dict[str, Any]:
-    from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+    from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
 
     fields = {"linger_ms": spec.get("linger_ms", 0.0), **spec.get("client_limits", {})}
     limits = AppendLimits(**fields)

@@ -89,7 +89,7 @@ class Scenario:
 
 def _assignment(item: str) -> tuple[str, int]:
     """``FIELD=INT`` of ``--client-limits``."""
-    from millrace.client.segment_store import AppendLimits
+    from millrace.client.transport.segment_store import AppendLimits
 
     field, sep, value = item.partition("=")
     field = field.strip()

@@ -27,8 +27,8 @@ import uuid
 
 from append_producer import PAYLOAD_POOL, payloads  # a sibling module: bench/ is not a package
 
-from millrace.client import segment_store as ss
-from millrace.client.append_blocks import Session
+from millrace.client.transport import segment_store as ss
+from millrace.client.transport.append_blocks import Session
 
 EVENT_BYTES = 100
 

@@ -69,7 +69,7 @@ class _Replies:
 async def measure(
     port: int, pid: int, writers: int, events: int, seconds: float
 ) -> dict[str, float]:
-    from millrace.client.segment_store import SegmentStoreClient
+    from millrace.client.transport.segment_store import SegmentStoreClient
 
     tag = uuid.uuid4().hex[:8]
     names = [f"blocks/{tag}/{i}.#epoch.0" for i in range(writers)]

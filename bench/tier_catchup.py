@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import services  # a sibling module: bench/ is not a package
 
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport.segment_store import SegmentStoreClient
 from tests.tiers.s3_server import CREDENTIALS, make_bucket, moto_server
 from tests.tiers.webhdfs_server import webhdfs_server
 

@@ -6,8 +6,8 @@ Responsibility: answer "can this node take writes, and if not, which part is dow
 
 * ``database``: the metadata database answers ``SELECT 1``.
 * ``segmentstore``: every registered segment store node answers a wire-level keep-alive
-  (``millrace.client.probe``) on its client port within ``PROBE_TIMEOUT_SECONDS``; on the same
-  host its status file adds its containers with their states and epochs.
+  (``millrace.client.transport.probe``) on its client port within ``PROBE_TIMEOUT_SECONDS``; on
+  the same host its status file adds its containers with their states and epochs.
 * ``tiers``: what the segment store reports of tier-1 (a container stopped by a tier-1 failure)
   and tier-2 (failing flushes: data waits in tier-1, acknowledgements go on), naming the tier.
 * ``worker`` and ``beat``: the newest heartbeat of a Celery worker (or of beat's tick) is
@@ -43,7 +43,7 @@ from django.db import DatabaseError, connection
 
 from controller_app import heartbeats
 from controller_app.models import Node
-from millrace.client.probe import ProbeError, probe_segment_store
+from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel.status_files import (
     node_status_path,
     node_status_paths,

@@ -35,8 +35,8 @@ from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncated
 from controller_app.models import Container, ContainerAssignment, Node
 from controller_app.ports import SegmentState, SegmentTraffic, Traffic
 from controller_app.tokens import delegation_token
-from millrace.client import segment_store as ssc
-from millrace.client.sync import SyncSegmentStoreClient
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
 
 T = TypeVar("T")

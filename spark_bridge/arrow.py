@@ -262,7 +262,7 @@ def framed_by_segment(
 
 def read_only_view(array: np.ndarray) -> memoryview:
     """A new array's bytes as one flat read-only view: the client sends such pieces from where
-    they are instead of copying them (``millrace.client.append_blocks.kept_as_is``), which
+    they are instead of copying them (``millrace.client.transport.append_blocks.kept_as_is``), which
     read-only promises they stay as they are."""
     array.flags.writeable = False
     return memoryview(array.reshape(-1))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.kernel import wire as wire
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import SegmentStoreConfig

@@ -28,7 +28,7 @@ from rest_framework.response import Response
 from controller_app import errors as ce
 from controller_app import outages
 from controller_app.api.fields import BodyTooLargeError, body_limit_message
-from millrace.client import segment_store as ssc
+from millrace.client.transport import segment_store as ssc
 
 log = logging.getLogger(__name__)
 

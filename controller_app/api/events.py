@@ -40,7 +40,7 @@ from controller_app.tokens import delegation_token
 from controller_app.workflows import marks
 from controller_app.workflows.common import get_stream
 from millrace.client.events import EVENT_BYTES_MAX
-from millrace.client.routing import SegmentRange
+from millrace.client.routing import SegmentWithRange
 from millrace.client.streamcut import StreamCut
 from millrace.client.writer import AsyncEventWriter
 from millrace.kernel.claims import READ_UPDATE, stream_resource
@@ -73,8 +73,8 @@ class LocalController:
         resource = stream_resource(scope, stream)
         return await _in_thread(delegation_token)(resource, READ_UPDATE)
 
-    async def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
-        def read() -> list[SegmentRange]:
+    async def current_segments(self, scope: str, stream: str) -> list[SegmentWithRange]:
+        def read() -> list[SegmentWithRange]:
             row = get_stream(scope, stream)
             return [_range(row, s) for s in sel.current_segments(row)]
 
@@ -82,8 +82,8 @@ class LocalController:
 
     async def successors(
         self, scope: str, stream: str, segment_id: int
-    ) -> list[tuple[SegmentRange, list[int]]]:
-        def read() -> list[tuple[SegmentRange, list[int]]]:
+    ) -> list[tuple[SegmentWithRange, list[int]]]:
+        def read() -> list[tuple[SegmentWithRange, list[int]]]:
             row = get_stream(scope, stream)
             return [(_range(row, s), p) for s, p in sel.successors(row, segment_id).items()]
 
@@ -109,8 +109,8 @@ class LocalController:
         return await _in_thread(read)()
 
 
-def _range(stream: Any, segment: Any) -> SegmentRange:
-    return SegmentRange(
+def _range(stream: Any, segment: Any) -> SegmentWithRange:
+    return SegmentWithRange(
         segment.id, sel.segment_name(stream, segment.id), segment.key_start, segment.key_end
     )
 

@@ -47,10 +47,10 @@ from django.db import InterfaceError, OperationalError
 from controller_app.tails.auth import CLOSE_TRY_AGAIN
 from controller_app.tails.directory import NoNodeError, StreamDirectory, StreamNotFoundError
 from controller_app.tokens import delegation_token
-from millrace.client import segment_store as ssc
 from millrace.client.events import Event, EventFormatError
 from millrace.client.follower import StreamFollower, Target
-from millrace.client.pool import SegmentStorePool
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 from millrace.kernel.claims import READ, stream_resource
 from millrace.kernel.naming import parse_segment_name
 

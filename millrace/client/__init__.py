@@ -12,9 +12,9 @@ The public names, importable from here:
 from millrace.client.errors import *  # noqa: F403
 from millrace.client.errors import __all__ as _errors
 from millrace.client.manager import AsyncStreamManager, StreamManager
-from millrace.client.segment_store import SegmentStoreClient
 from millrace.client.streamcut import StreamCut
-from millrace.client.sync import SyncSegmentStoreClient
+from millrace.client.transport.segment_store import SegmentStoreClient
+from millrace.client.transport.sync import SyncSegmentStoreClient
 
 __all__ = [
     *_errors,

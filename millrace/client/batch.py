@@ -16,11 +16,11 @@ import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.events import EventRead, EventSplitter
-from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 
 #: Bytes asked of the segment store per read.
 READ_BYTES = 1024 * 1024

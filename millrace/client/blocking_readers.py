@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from millrace.client.events import EventRead
-from millrace.client.io_loop import IoLoop
 from millrace.client.reader import AsyncEventReader
 from millrace.client.reader_group import AsyncGroupReader, SegmentSlice, TimeWindow
+from millrace.client.transport.io_loop import IoLoop
 from millrace.kernel.naming import parse_segment_name
 
 __all__ = ["BATCH_EVENTS", "EventReader", "GroupReader"]

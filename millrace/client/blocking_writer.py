@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from millrace.client.events import EVENT_BYTES_MAX
-from millrace.client.io_loop import IoLoop, log
+from millrace.client.transport.io_loop import IoLoop, log
 from millrace.client.writer import AsyncEventWriter
 
 __all__ = ["EventWriter", "WriterOptions"]

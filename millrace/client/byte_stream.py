@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.pool import SegmentStorePool
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 
 #: Bytes asked per read of the segment store, at most.
 READ_CHUNK_BYTES = 1024 * 1024

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from millrace.client.routing import SegmentRange
+from millrace.client.routing import SegmentWithRange
 
 #: Seconds one REST call may take (a scale or seal waits for the controller's worker).
 REQUEST_TIMEOUT_SECONDS = 60.0
@@ -154,13 +154,13 @@ class AsyncControllerClient:
 
     # -- segments --------------------------------------------------------------------------
 
-    async def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
+    async def current_segments(self, scope: str, stream: str) -> list[SegmentWithRange]:
         found = await self.call("GET", f"/scopes/{scope}/streams/{stream}/segments")
         return [_segment(item) for item in found["segments"]]
 
     async def successors(
         self, scope: str, stream: str, segment_id: int
-    ) -> list[tuple[SegmentRange, list[int]]]:
+    ) -> list[tuple[SegmentWithRange, list[int]]]:
         path = f"/scopes/{scope}/streams/{stream}/segments/{segment_id}/successors"
         found = await self.call("GET", path)
         return [(_segment(item), list(item["predecessors"])) for item in found["successors"]]
@@ -205,7 +205,7 @@ class AsyncControllerClient:
         return str(found["token"])
 
 
-def _segment(item: dict[str, Any]) -> SegmentRange:
-    return SegmentRange(
+def _segment(item: dict[str, Any]) -> SegmentWithRange:
+    return SegmentWithRange(
         int(item["segmentId"]), str(item["name"]), float(item["keyStart"]), float(item["keyEnd"])
     )

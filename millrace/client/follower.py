@@ -21,9 +21,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from millrace.client import segment_store as ssc
 from millrace.client.events import Event, EventSplitter
-from millrace.client.pool import SegmentStorePool
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 
 #: Bytes asked for by one read of a segment.
 READ_BYTES = 256 * 1024

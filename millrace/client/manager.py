@@ -24,11 +24,11 @@ from millrace.client.blocking_writer import EventWriter, WriterOptions
 from millrace.client.byte_stream import AsyncByteStream
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.events import EventRead
-from millrace.client.io_loop import IoLoop
 from millrace.client.reader import AsyncEventReader, cut_of
 from millrace.client.reader_group import AsyncReaderGroup
 from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import AsyncTransactionalWriter, Transaction
+from millrace.client.transport.io_loop import IoLoop
 from millrace.client.writer import AsyncEventWriter
 
 T = TypeVar("T")

@@ -18,8 +18,8 @@ from typing import Any
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.events import Event, EventRead
 from millrace.client.follower import StreamFollower, Target
-from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
+from millrace.client.transport.pool import SegmentStorePool
 
 _END = object()
 _new_tuple = tuple.__new__

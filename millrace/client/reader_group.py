@@ -35,7 +35,6 @@ from typing import Any
 
 import httpx
 
-from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient, ControllerError
 from millrace.client.events import EventRead, EventSplitter
 from millrace.client.follower import (
@@ -43,8 +42,9 @@ from millrace.client.follower import (
     RECONNECT_DELAY_MAX_SECONDS,
     RECONNECT_DELAY_SECONDS,
 )
-from millrace.client.pool import SegmentStorePool
 from millrace.client.streamcut import StreamCut
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 from millrace.kernel.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).

@@ -42,8 +42,9 @@ def key_point(routing_key: str | None, rng: random.Random | None = None) -> floa
 
 
 @dataclass(frozen=True)
-class SegmentRange:
-    """A segment of the current epoch as the writer sees it."""
+class SegmentWithRange:
+    """A segment of the current epoch and its key range, as the writer sees it (Pravega's
+    ``SegmentWithRange``; a byte range of a segment is ``batch.SegmentRange``)."""
 
     segment_id: int
     name: str
@@ -54,19 +55,19 @@ class SegmentRange:
 class KeySpace:
     """The segments of one epoch by key range; finds the one owning a point."""
 
-    def __init__(self, segments: Sequence[SegmentRange]) -> None:
+    def __init__(self, segments: Sequence[SegmentWithRange]) -> None:
         self.segments = sorted(segments, key=lambda s: s.key_start)
         self._starts = [s.key_start for s in self.segments]
         if not self.segments:
             raise ValueError("a key space needs at least one segment")
 
-    def segment_for(self, point: float) -> SegmentRange:
+    def segment_for(self, point: float) -> SegmentWithRange:
         index = bisect.bisect_right(self._starts, point) - 1
         return self.segments[max(index, 0)]
 
 
 def replace_sealed(
-    keyspace: KeySpace, sealed: SegmentRange, successors: Sequence[SegmentRange]
+    keyspace: KeySpace, sealed: SegmentWithRange, successors: Sequence[SegmentWithRange]
 ) -> KeySpace:
     """``keyspace`` with the sealed segment's key range handed to its successors, each clipped
     to that range. A successor of a merge also covers its other predecessors' ranges; those

@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.pool import SegmentStorePool
-from millrace.client.routing import KeySpace, SegmentRange, key_point
+from millrace.client.routing import KeySpace, SegmentWithRange, key_point
+from millrace.client.transport.pool import SegmentStorePool
 
 #: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
 LEASE_MS_DEFAULT = 30_000
@@ -35,7 +35,7 @@ class Transaction:
         self.txn_id = uuid.UUID(answer["txnId"])
         self._keyspace = KeySpace(
             [
-                SegmentRange(s["parentId"], s["name"], s["keyStart"], s["keyEnd"])
+                SegmentWithRange(s["parentId"], s["name"], s["keyStart"], s["keyEnd"])
                 for s in answer["shadowSegments"]
             ]
         )
@@ -106,7 +106,7 @@ class Transaction:
         if self.state != "OPEN":
             raise RuntimeError(f"transaction {self.txn_id} is {self.state}")
 
-    async def _set_up(self, shadows: Sequence[SegmentRange]) -> None:
+    async def _set_up(self, shadows: Sequence[SegmentWithRange]) -> None:
         """Open the append sessions of the shadows not written yet, side by side (each is a
         round trip to the controller for the node, then one to the node): a task writing to
         every segment of a stream waited for them one by one."""
@@ -116,7 +116,9 @@ class Transaction:
             clients = await asyncio.gather(*(self.owner.client_for(s.segment_id) for s in new))
             await asyncio.gather(*map(self._writer_for, new, clients))
 
-    async def _writer_for(self, shadow: SegmentRange, client: Any = None) -> tuple[Any, uuid.UUID]:
+    async def _writer_for(
+        self, shadow: SegmentWithRange, client: Any = None
+    ) -> tuple[Any, uuid.UUID]:
         client = client or await self.owner.client_for(shadow.segment_id)
         known = self._writers.get(shadow.name)
         if known is None:
@@ -127,7 +129,7 @@ class Transaction:
 
     async def _append(
         self,
-        shadow: SegmentRange,
+        shadow: SegmentWithRange,
         datas: Sequence[bytes | bytearray | memoryview],
         raw: bool = False,
     ) -> None:

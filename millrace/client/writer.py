@@ -29,10 +29,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.pool import SegmentStorePool
-from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_sealed
+from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
+from millrace.client.transport import segment_store as ssc
+from millrace.client.transport.pool import SegmentStorePool
 
 #: Pause before a writer whose appends were answered "not served here" sets up again.
 OFFLINE_RETRY_PAUSE_S = 0.5
@@ -73,7 +73,7 @@ def _as_bytes(event: bytes | bytearray | memoryview | str) -> bytes:
 
 @dataclass(eq=False)
 class _SegmentWriter:
-    segment: SegmentRange
+    segment: SegmentWithRange
     client: ssc.SegmentStoreClient
     node: tuple[str, int]
     writer_id: uuid.UUID = field(default_factory=uuid.uuid4)
@@ -159,7 +159,7 @@ class AsyncEventWriter:
         self.automatic_marks = bool(config.get("timestampAggregationTimeout"))
         self._keyspace = KeySpace(segments)
 
-    async def _writer_for(self, segment: SegmentRange) -> _SegmentWriter:
+    async def _writer_for(self, segment: SegmentWithRange) -> _SegmentWriter:
         writer = self._writers.get(segment.segment_id)
         if writer is None:
             assert self._pool is not None

@@ -399,7 +399,7 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 def wire_answers(host: str, port: int) -> Callable[[], bool]:
     """The segment store's wire server answers a keep-alive ``Hello`` within a second."""
-    from millrace.client.probe import ProbeError, probe_segment_store
+    from millrace.client.transport.probe import ProbeError, probe_segment_store
 
     def check() -> bool:
         try:

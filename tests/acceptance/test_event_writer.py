@@ -20,8 +20,8 @@ import pytest
 from millrace.client.controller import AsyncControllerClient, ControllerError
 from millrace.client.events import EventSplitter
 from millrace.client.manager import StreamManager
-from millrace.client.segment_store import AppendLimits, SegmentStoreClient
 from millrace.client.streamcut import StreamCut
+from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
 from millrace.client.writer import AsyncEventWriter
 from tests.acceptance.standalone_node import Standalone, request
 
@@ -245,7 +245,7 @@ def test_a_transactions_first_write_opens_its_shadows_side_by_side(
 ) -> None:
     """The append sessions of a transaction's shadow segments are opened at once, not one
     round trip after another; the events still commit whole and in order."""
-    from millrace.client.appends import AppendSessions
+    from millrace.client.transport.appends import AppendSessions
 
     manager, scope = session
     real, flight = AppendSessions.setup_append, {"now": 0, "most": 0}

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from millrace.client.manager import StreamManager
-from millrace.client.segment_store import SegmentStoreError
+from millrace.client.transport.segment_store import SegmentStoreError
 from tests.acceptance.standalone_node import (
     READY_LINE,
     Standalone,

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from millrace.client import segment_store as ssc
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.manager import StreamManager
+from millrace.client.transport import segment_store as ssc
 from millrace.kernel.claims import READ, mint_token
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.standalone_node import (

@@ -31,7 +31,7 @@ import uuid
 import zlib
 from collections.abc import Sequence
 
-from millrace.client.segment_store import (
+from millrace.client.transport.segment_store import (
     NO_EVENT_NUMBER,
     AppendAck,
     AppendLimits,

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from millrace.client import appends
-from millrace.client import segment_store as c
-from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+from millrace.client.transport import appends
+from millrace.client.transport import segment_store as c
+from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
 from millrace.kernel import wire as wire
 
 
@@ -43,7 +43,7 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
     pairs = [(i, [e] if n % 2 else e) for n, (i, e) in enumerate(zip(ids, events, strict=True))]
     done = await client.append_many(pairs)
     assert await asyncio.wait_for(done, 30) is None
-    assert client._open_bytes == 0  # every byte counted into open blocks was counted out
+    assert client.appends._open_bytes == 0  # every byte counted into open blocks was counted out
     for w, segment in enumerate(segments):
         mine = [e for i, e in zip(ids, events, strict=True) if i == writers[w]]
         assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*mine)
@@ -92,7 +92,7 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
     segments, writers = await _writers(client, 3)
     # (no await between the calls that lets the loop send: writer 0's block stays open)
     first = await client.append_many([(writers[0], b"a1")])
-    order = list(client._order)
+    order = list(client.appends._order)
     bad_pairs = [
         [(writers[0], b"a2"), (writers[1], b"b1"), (writers[2], b"x" * 11)],  # too large
         [(writers[0], b"a2"), (writers[1], b"b1"), (uuid.uuid4(), b"c1")],  # unknown writer
@@ -101,10 +101,10 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
     for pairs in bad_pairs:
         with pytest.raises(c.InvalidArgumentError):
             await client.append_many(iter(pairs))  # (an iterator, as well as a list)
-        assert list(client._order) == order  # the blocks it opened were taken back
+        assert list(client.appends._order) == order  # the blocks it opened were taken back
     with pytest.raises(ValueError):  # not a pair at all, after pairs that were added
         await client.append_many([(writers[1], b"b1"), (writers[0], b"a2"), (writers[2],)])
-    assert list(client._order) == order
+    assert list(client.appends._order) == order
     second = await client.append_many(zip([writers[1], writers[0]], [b"b2", b"a3"], strict=True))
     await asyncio.wait_for(asyncio.gather(first, second), 10)
     expected = [framed(b"a1", b"a3"), framed(b"b2"), b""]
@@ -112,7 +112,7 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
         assert (await client.read_segment(segment, 0, 1 << 20)).data == data
     ack = await (await client.append_block(writers[0], b"a4"))
     assert ack.event_number == 3  # the taken-back events were never numbered
-    assert client._open_bytes == 0
+    assert client.appends._open_bytes == 0
     await client.close()
 
 
@@ -133,19 +133,19 @@ async def test_blocks_coalesce_while_the_transport_is_congested(server, store) -
     sends one block of everything it gathered."""
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
-    assert client._conn.transport is not None
-    protocol = client._conn.transport.get_protocol()
+    assert client.connection.transport is not None
+    protocol = client.connection.transport.get_protocol()
     protocol.pause_writing()  # as the transport does above its high-water mark
-    sent = client.blocks_sent
+    sent = client.appends.blocks_sent
     acks = [await client.append_block(writers[0], b"a%d" % i) for i in range(3)]
     many = [await client.append_many([(writers[0], [b"x"]), (writers[1], [b"b%d" % i])])
             for i in range(2)]  # fmt: skip
     await asyncio.sleep(0.2)
-    assert client.blocks_sent == sent
+    assert client.appends.blocks_sent == sent
     assert not any(f.done() for f in [*acks, *many])
     protocol.resume_writing()
     await asyncio.wait_for(asyncio.gather(*acks, *many), 10)
-    assert client.blocks_sent == sent + 2  # one block per writer
+    assert client.appends.blocks_sent == sent + 2  # one block per writer
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(
         b"a0", b"a1", b"a2", b"x", b"x"
     )
@@ -161,8 +161,8 @@ async def test_appends_wait_while_congested_with_open_blocks_full(
     monkeypatch.setattr(appends, "OPEN_BYTES_MAX", 100)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 2)
-    assert client._conn.transport is not None
-    protocol = client._conn.transport.get_protocol()
+    assert client.connection.transport is not None
+    protocol = client.connection.transport.get_protocol()
     protocol.pause_writing()
     first = await client.append_block(writers[0], [b"a" * 60, b"a" * 60])  # over the limit now
     one = asyncio.ensure_future(client.append_block(writers[0], b"c"))
@@ -175,7 +175,7 @@ async def test_appends_wait_while_congested_with_open_blocks_full(
         b"a" * 60, b"a" * 60, b"c"
     )
     assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"b")
-    assert client._open_bytes == 0
+    assert client.appends._open_bytes == 0
     await client.close()
 
 
@@ -189,21 +189,21 @@ async def test_nothing_goes_to_a_congested_transport_and_waiting_appends_resume(
     limits = dataclasses.replace(AppendLimits(), block_bytes_max=100, linger_ms=60_000)
     client = await SegmentStoreClient.connect("127.0.0.1", server.port, limits=limits)
     segments, writers = await _writers(client, 2)
-    assert client._conn.transport is not None
-    protocol = client._conn.transport.get_protocol()
+    assert client.connection.transport is not None
+    protocol = client.connection.transport.get_protocol()
     protocol.pause_writing()
     # two blocks (58 bytes each with the event header): the first is full and goes, the
     # second lingers, over OPEN_BYTES_MAX
     lingering = await client.append_block(writers[1], [b"l" * 50, b"m" * 50])
     await asyncio.sleep(0.1)
-    assert client._conn.out and client._conn.transport.get_write_buffer_size() == 0
-    assert not client._held  # (the lingering block is not due)
+    assert client.connection.out and client.connection.transport.get_write_buffer_size() == 0
+    assert not client.appends._held  # (the lingering block is not due)
     waiting = asyncio.ensure_future(client.append_many([(writers[0], b"w")]))
     await asyncio.sleep(0.1)
     assert not waiting.done()
     protocol.resume_writing()
     done = await asyncio.wait_for(waiting, 10)  # (the call went on; its block lingers)
-    assert not client._conn.out
+    assert not client.connection.out
     await asyncio.wait_for(client.flush(), 10)
     assert lingering.done() and done.done()
     assert (await client.read_segment(segments[0], 0, 1 << 20)).data == framed(b"w")
@@ -216,18 +216,20 @@ async def test_held_blocks_go_a_send_buffer_at_a_time(server, store, monkeypatch
     turn (here a few bytes: one writer per turn), until every writer's block went."""
     client = await SegmentStoreClient.connect("127.0.0.1", server.port)
     segments, writers = await _writers(client, 5)
-    assert client._conn.transport is not None
-    protocol = client._conn.transport.get_protocol()
+    assert client.connection.transport is not None
+    protocol = client.connection.transport.get_protocol()
     protocol.pause_writing()
-    sent = client.blocks_sent
+    sent = client.appends.blocks_sent
     done = await client.append_many([(w, [b"x%d" % i, b"y%d" % i]) for i, w in enumerate(writers)])
     await asyncio.sleep(0.1)
-    assert client.blocks_sent == sent and len(client._held) == 5
+    assert client.appends.blocks_sent == sent and len(client.appends._held) == 5
     monkeypatch.setattr(appends, "SEND_BUFFER_BYTES", 1)
     protocol.resume_writing()
-    assert len(client._held) == 4  # the oldest went at once; the others follow, turn by turn
+    assert (
+        len(client.appends._held) == 4
+    )  # the oldest went at once; the others follow, turn by turn
     await asyncio.wait_for(done, 10)
-    assert client.blocks_sent == sent + 5 and not client._held
+    assert client.appends.blocks_sent == sent + 5 and not client.appends._held
     for i, segment in enumerate(segments):
         data = (await client.read_segment(segment, 0, 1 << 20)).data
         assert data == framed(b"x%d" % i, b"y%d" % i)
@@ -315,17 +317,17 @@ async def test_block_limits_hold_for_events_of_one_size_and_of_mixed_sizes(
         ([b"s", b"L" * 40, b"t"], 3),
     ]
     for (events, blocks), segment, writer in zip(cases, segments, writers, strict=True):
-        before = client.blocks_sent
+        before = client.appends.blocks_sent
         if api == "append_many":
             done = await client.append_many([(writer, e) for e in events])
         else:
             done = await client.append_block(writer, events)
         await asyncio.wait_for(done, 10)
-        assert client.blocks_sent - before == blocks, events
+        assert client.appends.blocks_sent - before == blocks, events
         assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*events)
         ack = await (await client.append_block(writer, b"next"))
         assert ack.event_number == len(events) + 1  # numbering went on across the blocks
-    assert client._open_bytes == 0
+    assert client.appends._open_bytes == 0
     await client.close()
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from millrace.client.events import EventFormatError, EventSplitter, encode_event
-from millrace.client.routing import KeySpace, SegmentRange, key_point, replace_sealed
+from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 
 
 @given(st.text())
@@ -32,8 +32,8 @@ def test_no_key_means_a_random_point() -> None:
 
 def test_keyspace_finds_the_owner_of_every_point() -> None:
     space = KeySpace(
-        [SegmentRange(2, "b", 0.5, 1.0), SegmentRange(1, "a", 0.0, 0.25),
-         SegmentRange(3, "c", 0.25, 0.5)]
+        [SegmentWithRange(2, "b", 0.5, 1.0), SegmentWithRange(1, "a", 0.0, 0.25),
+         SegmentWithRange(3, "c", 0.25, 0.5)]
     )  # fmt: skip
     assert [space.segment_for(p).name for p in (0.0, 0.2, 0.25, 0.49, 0.5, 0.999)] == [
         "a", "a", "c", "c", "b", "b"]  # fmt: skip
@@ -64,9 +64,9 @@ def test_a_merge_successor_takes_only_the_sealed_segments_range() -> None:
     """Scale down merges A and C into M. When the writer finds C sealed first, keys of A must
     still go to A (sealed too, so its pending events are sent on to M in order) and not
     straight to M, where they would overtake the key's earlier events pending on A."""
-    a = SegmentRange(1, "s/st/1", 0.0, 0.5)
-    c = SegmentRange(2, "s/st/2", 0.5, 1.0)
-    m = SegmentRange(3, "s/st/3.#epoch.1", 0.0, 1.0)
+    a = SegmentWithRange(1, "s/st/1", 0.0, 0.5)
+    c = SegmentWithRange(2, "s/st/2", 0.5, 1.0)
+    m = SegmentWithRange(3, "s/st/3.#epoch.1", 0.0, 1.0)
     after_c = replace_sealed(KeySpace([a, c]), c, [m])
     assert after_c.segment_for(0.25).segment_id == 1
     assert after_c.segment_for(0.75).segment_id == 3
@@ -74,11 +74,11 @@ def test_a_merge_successor_takes_only_the_sealed_segments_range() -> None:
     assert {after_a.segment_for(p).segment_id for p in (0.0, 0.25, 0.5, 0.99)} == {3}
     # M now holds two ranges; sealed by a split (the writer's record of M is one of them),
     # its successors take both.
-    m1, m2 = SegmentRange(6, "s/st/6", 0.0, 0.5), SegmentRange(7, "s/st/7", 0.5, 1.0)
+    m1, m2 = SegmentWithRange(6, "s/st/6", 0.0, 0.5), SegmentWithRange(7, "s/st/7", 0.5, 1.0)
     clipped_m = after_a.segment_for(0.75)
     after_m = replace_sealed(after_a, clipped_m, [m1, m2])
     assert [after_m.segment_for(p).segment_id for p in (0.0, 0.25, 0.6, 0.99)] == [6, 6, 7, 7]
     # A split: each successor gets its part.
-    a1, a2 = SegmentRange(4, "s/st/4", 0.0, 0.25), SegmentRange(5, "s/st/5", 0.25, 0.5)
+    a1, a2 = SegmentWithRange(4, "s/st/4", 0.0, 0.25), SegmentWithRange(5, "s/st/5", 0.25, 0.5)
     split = replace_sealed(KeySpace([a, c]), a, [a1, a2])
     assert [split.segment_for(p).segment_id for p in (0.1, 0.3, 0.6)] == [4, 5, 2]

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from millrace.client import segment_store as c
-from millrace.client.append_blocks import block_data
-from millrace.client.segment_store import AppendLimits, SegmentStoreClient
-from millrace.client.sync import SyncSegmentStoreClient
+from millrace.client.transport import segment_store as c
+from millrace.client.transport.append_blocks import block_data
+from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
+from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel import wire as wire
 
 SEG = "sc/st/0.#epoch.0"

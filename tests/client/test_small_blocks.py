@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from millrace.client import segment_store as c
-from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+from millrace.client.transport import segment_store as c
+from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
 from millrace.kernel import wire as wire
 
 
@@ -27,13 +27,13 @@ async def test_trickling_writers_send_fewer_blocks_than_events(server, store) ->
         await client.create_segment(segment)
         await client.setup_append(segment, writer)
     sent: list[int] = []
-    send_block = client._send_block
+    send_block = client.appends._send_block
 
     def spy(session, block, cmd) -> None:  # type: ignore[no-untyped-def]
         sent.append(len(block[3]))  # (request id, first, last, events)
         send_block(session, block, cmd)
 
-    client._send_block = spy  # type: ignore[method-assign]
+    client.appends._send_block = spy  # type: ignore[method-assign]
     futures = []
     for n in range(1, 51):  # round-robin, one event per writer per loop turn
         for writer in writers:
@@ -79,23 +79,23 @@ async def test_a_busy_connection_lets_blocks_linger(server, store) -> None:
         await client.setup_append(segment, writer)
     started = time.monotonic()
     n = 0
-    while not client._busy:  # ~3,000 events/s: busy after a window of 0.1 s
+    while not client.appends._busy:  # ~3,000 events/s: busy after a window of 0.1 s
         assert time.monotonic() - started < 10, "never judged busy"
         await client.append_many([(w, b"%05d" % n) for w in writers])
         n += 1
         await asyncio.sleep(0.001)
-    sent = client.blocks_sent
+    sent = client.appends.blocks_sent
     handed = time.monotonic()
     last = await client.append_many([(w, b"last") for w in writers])
     await asyncio.sleep(0.2)
-    assert client.blocks_sent == sent and not last.done()  # lingering (the acks came)
+    assert client.appends.blocks_sent == sent and not last.done()  # lingering (the acks came)
     await asyncio.wait_for(last, 5)
     assert time.monotonic() - handed >= 0.35
     await asyncio.sleep(0.2)  # no events for a while: idle again, judged when next scheduled
     quick = time.monotonic()
     await asyncio.wait_for(await client.append_many([(w, b"y") for w in writers]), 5)
     assert time.monotonic() - quick < 0.3
-    assert not client._busy
+    assert not client.appends._busy
     for segment in segments:
         data = (await client.read_segment(segment, 0, 1 << 20)).data
         assert data.endswith(framed(b"last", b"y"))

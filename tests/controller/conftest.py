@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
-from millrace.client.sync import SyncSegmentStoreClient
+from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ_UPDATE, mint_token
 
 TOKEN_SECRET = "controller-tests-token-secret-0123456789abcdef"
@@ -131,7 +131,7 @@ def write_events(port: int, segment: str, *payloads: bytes) -> None:
     their acknowledgement."""
     import uuid
 
-    from millrace.client.sync import SyncSegmentStoreClient
+    from millrace.client.transport.sync import SyncSegmentStoreClient
     from millrace.kernel.claims import READ_UPDATE, mint_token
 
     token = mint_token(TOKEN_SECRET, "*", READ_UPDATE, 600)

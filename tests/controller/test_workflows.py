@@ -277,7 +277,7 @@ def test_a_transactions_merges_go_side_by_side_and_a_failed_one_again_alone(
 ) -> None:
     """``merge_all`` sends a commit's merges to the node together (all in flight at once);
     one merged already (a step run again) or failing that way is merged again one by one."""
-    from millrace.client.calls import SegmentCalls
+    from millrace.client.transport.calls import SegmentCalls
     from millrace.kernel.naming import transaction_segment_name
 
     store = segment_store()
@@ -308,7 +308,7 @@ def test_a_transactions_merges_go_side_by_side_and_a_failed_one_again_alone(
 def test_a_transactions_shadow_segments_are_created_side_by_side(
     stream: Stream, sc: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from millrace.client.calls import SegmentCalls
+    from millrace.client.transport.calls import SegmentCalls
 
     real, flight = SegmentCalls.create_segment, {"now": 0, "most": 0}
 

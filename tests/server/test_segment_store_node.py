@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.kernel.config import SegmentStoreSettings
 from millrace.ops import cli
 from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig

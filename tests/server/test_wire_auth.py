@@ -8,8 +8,8 @@ import uuid
 import jwt
 import pytest
 
-from millrace.client import segment_store as c
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport import segment_store as c
+from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.kernel import claims
 from millrace.kernel import wire as wire
 from millrace.ops import cli
@@ -256,7 +256,7 @@ async def test_a_follower_renews_its_expired_read_token(auth_server, store) -> N
     """A tail reader (SDK reader, WebSocket subscription) outliving its read token asks for a
     new one and goes on reading, instead of ending with an auth error."""
     from millrace.client.follower import StreamFollower, Target
-    from millrace.client.pool import SegmentStorePool
+    from millrace.client.transport.pool import SegmentStorePool
 
     await store.create_segment(SEG)
     await store.append(SEG, wire.EVENT_HEADER.pack(0, 3) + b"abc")

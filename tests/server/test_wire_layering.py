@@ -28,7 +28,7 @@ def test_engine_does_not_import_the_server() -> None:
 
 def test_client_loads_neither_engine_nor_django() -> None:
     code = (
-        "import sys, millrace.client.segment_store\n"
+        "import sys, millrace.client.transport.segment_store\n"
         "print(sorted(m for m in sys.modules if m.startswith("
         "('segment_app.engine', 'django', 'celery', 'tiers'))))"
     )

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from millrace.client.segment_store import AppendLimits, SegmentStoreClient
+from millrace.client.transport.segment_store import AppendLimits, SegmentStoreClient
 from millrace.kernel import wire as wire
 
 SEG = "sc/st/0.#epoch.0"

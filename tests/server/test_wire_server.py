@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from millrace.client import segment_store as c
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport import segment_store as c
+from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.kernel import wire as wire
 from segment_app.engine.store import SegmentStore
 

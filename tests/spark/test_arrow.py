@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from millrace.client.append_blocks import kept_as_is
 from millrace.client.batch import SegmentRange
 from millrace.client.events import EVENT_HEADER, EventFormatError
+from millrace.client.transport.append_blocks import kept_as_is
 from spark_bridge import arrow
 
 SEGMENT = SegmentRange("sc", "st", 7, "sc/st/7.#epoch.0", 0, 1 << 20, 0.0, 1.0, "h", 1, "")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
+# The 8-byte header (type 0, length) wrapping every event in segment data: event_frame's.
+from millrace.kernel.wire.event_frame import EVENT_HEADER, EVENT_TYPE
+
 from .codec import (
-    FRAME_HEADER,
     NO_REQUEST_ID,
     Command,
     ProtocolError,
@@ -22,10 +24,6 @@ from .codec import (
     register_kind,
     wire,
 )
-
-#: Event type code: the 8-byte header (type 0, length) wrapping every event in segment data.
-EVENT_TYPE = 0
-EVENT_HEADER = FRAME_HEADER
 
 # Error codes of ErrorMessage and AuthTokenCheckFailed.
 ERROR_UNSPECIFIED = -1

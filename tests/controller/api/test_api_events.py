@@ -17,7 +17,7 @@ from controller_app.workflows import scopes, streams
 from controller_app.workflows.config import StreamConfig
 from millrace.client.events import EventSplitter
 from millrace.client.routing import key_point
-from millrace.client.sync import SyncSegmentStoreClient
+from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ, mint_token
 from tests.controller.conftest import TOKEN_SECRET
 

@@ -24,7 +24,7 @@ from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.models import Stream
 from controller_app.roles import grant
-from millrace.client.segment_store import SegmentStoreClient
+from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.project.asgi import application
 from tests.controller import factories as f
 from tests.controller.history import History

@@ -1,11 +1,11 @@
 """The request/reply calls of a segment store client: create, info, read, seal, truncate, delete,
 merge and attributes.
 
-Responsibility: ``SegmentCalls`` turns each call into its wire request, sends it on the
-client's ``Connection`` (any number outstanding at once) and turns the reply into a result or
-into the error it names (``millrace.client.errors``). An expired default delegation token is
-renewed once through ``token_refresh``. The append side (``millrace.client.appends``) builds on
-this class: its ``setup_append`` is a call too.
+Responsibility: ``SegmentCalls``, a part of the client, turns each call into its wire request,
+sends it on the ``Connection`` it is given (any number outstanding at once) and turns the reply
+into a result or into the error it names (``millrace.client.errors``). An expired default
+delegation token is renewed once through ``token_refresh``. The append sessions
+(``millrace.client.transport.appends``) make their ``setup_append`` through ``call`` too.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from millrace.client.connection import Connection
 from millrace.client.errors import AuthTokenCheckFailedError, error_from_reply
+from millrace.client.transport.connection import Connection
 from millrace.kernel import wire
 
 __all__ = [
@@ -55,31 +55,30 @@ class ReadResult:
 
 
 class SegmentCalls:
-    """Request/reply calls on one connection (``_conn``, set by the client that owns it)."""
-
-    _conn: Connection
+    """Request/reply calls on one connection."""
 
     def __init__(
         self,
+        connection: Connection,
         *,
         delegation_token: str = "",
-        request_timeout: float = 30.0,
         token_refresh: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
+        self.connection = connection
         self.delegation_token = delegation_token
         #: Gets a new ``delegation_token`` when the segment store says it has expired (the
         #: request is then sent once more with it); ``None``: the error is raised.
         self.token_refresh = token_refresh
-        self.request_timeout = request_timeout
 
-    def _token(self, token: str | None) -> str:
+    def token(self, token: str | None) -> str:
+        """``token``, or the default delegation token when it is None."""
         return self.delegation_token if token is None else token
 
-    async def _call(self, make: Any, expected: type[T], *, refreshed: bool = False) -> T:
+    async def call(self, make: Any, expected: type[T], *, refreshed: bool = False) -> T:
         """Send ``make(request_id)`` and wait for its reply; error replies are raised, except
         an expired default token once: ``token_refresh`` renews it and the request goes again
         (a token the caller passed is left to the caller)."""
-        reply = await self._conn.request(make)
+        reply = await self.connection.request(make)
         if isinstance(reply, expected):
             return reply
         error = error_from_reply(reply)
@@ -90,20 +89,20 @@ class SegmentCalls:
             and not refreshed
         ):
             self.delegation_token = await self.token_refresh()
-            return await self._call(make, expected, refreshed=True)
+            return await self.call(make, expected, refreshed=True)
         raise error
 
     async def create_segment(self, segment: str, *, token: str | None = None) -> None:
         def make(rid: int) -> Any:
-            return wire.CreateSegment(rid, segment, 0, 0, self._token(token), 0)
+            return wire.CreateSegment(rid, segment, 0, 0, self.token(token), 0)
 
-        await self._call(make, wire.SegmentCreated)
+        await self.call(make, wire.SegmentCreated)
 
     async def get_info(self, segment: str, *, token: str | None = None) -> SegmentInfo:
         def make(rid: int) -> Any:
-            return wire.GetStreamSegmentInfo(rid, segment, self._token(token))
+            return wire.GetStreamSegmentInfo(rid, segment, self.token(token))
 
-        r = await self._call(make, wire.StreamSegmentInfo)
+        r = await self.call(make, wire.StreamSegmentInfo)
         return SegmentInfo(
             r.segment_name, r.exists, r.is_sealed, r.is_deleted, r.last_modified,
             r.write_offset, r.start_offset,
@@ -120,9 +119,9 @@ class SegmentCalls:
         """Up to ``length`` bytes at ``offset``; at the tail the server waits a little for data."""
 
         def make(rid: int) -> Any:
-            return wire.ReadSegment(segment, offset, length, self._token(token), rid)
+            return wire.ReadSegment(segment, offset, length, self.token(token), rid)
 
-        r = await self._call(make, wire.SegmentRead)
+        r = await self.call(make, wire.SegmentRead)
         return ReadResult(r.offset, bytes(r.data), r.at_tail, r.end_of_segment)
 
     async def locate_offset(
@@ -132,41 +131,41 @@ class SegmentCalls:
         none is below it)."""
 
         def make(rid: int) -> Any:
-            return wire.LocateOffset(rid, segment, target_offset, self._token(token))
+            return wire.LocateOffset(rid, segment, target_offset, self.token(token))
 
-        return (await self._call(make, wire.OffsetLocated)).offset
+        return (await self.call(make, wire.OffsetLocated)).offset
 
     async def seal(self, segment: str, *, token: str | None = None) -> None:
-        await self._call(
-            lambda rid: wire.SealSegment(rid, segment, self._token(token)), wire.SegmentSealed
+        await self.call(
+            lambda rid: wire.SealSegment(rid, segment, self.token(token)), wire.SegmentSealed
         )
 
     async def truncate(self, segment: str, offset: int, *, token: str | None = None) -> None:
         def make(rid: int) -> Any:
-            return wire.TruncateSegment(rid, segment, offset, self._token(token))
+            return wire.TruncateSegment(rid, segment, offset, self.token(token))
 
-        await self._call(make, wire.SegmentTruncated)
+        await self.call(make, wire.SegmentTruncated)
 
     async def delete(self, segment: str, *, token: str | None = None) -> None:
-        await self._call(
-            lambda rid: wire.DeleteSegment(rid, segment, self._token(token)), wire.SegmentDeleted
+        await self.call(
+            lambda rid: wire.DeleteSegment(rid, segment, self.token(token)), wire.SegmentDeleted
         )
 
     async def merge(self, target: str, source: str, *, token: str | None = None) -> int:
         """Append all of ``source`` to ``target`` and delete it; returns the new target length."""
 
         def make(rid: int) -> Any:
-            return wire.MergeSegments(rid, target, source, self._token(token))
+            return wire.MergeSegments(rid, target, source, self.token(token))
 
-        return (await self._call(make, wire.SegmentsMerged)).new_target_write_offset
+        return (await self.call(make, wire.SegmentsMerged)).new_target_write_offset
 
     async def get_attribute(
         self, segment: str, attribute_id: uuid.UUID, *, token: str | None = None
     ) -> int:
         def make(rid: int) -> Any:
-            return wire.GetSegmentAttribute(rid, segment, attribute_id, self._token(token))
+            return wire.GetSegmentAttribute(rid, segment, attribute_id, self.token(token))
 
-        return (await self._call(make, wire.SegmentAttribute)).value
+        return (await self.call(make, wire.SegmentAttribute)).value
 
     async def update_attribute(
         self,
@@ -181,7 +180,7 @@ class SegmentCalls:
 
         def make(rid: int) -> Any:
             return wire.UpdateSegmentAttribute(
-                rid, segment, attribute_id, new_value, expected_value, self._token(token)
+                rid, segment, attribute_id, new_value, expected_value, self.token(token)
             )
 
-        return (await self._call(make, wire.SegmentAttributeUpdated)).success
+        return (await self.call(make, wire.SegmentAttributeUpdated)).success

@@ -5,8 +5,8 @@ It queues encoded commands and hands them to the socket in large writes (``send`
 ``flush_out``), tracks congestion (the socket takes no more), says Hello, matches replies to
 requests by request id (``request``), and gives everything about appends (acknowledgements,
 errors of append blocks, a drained send buffer, a lost connection) to its ``AppendListener``.
-It knows nothing of the commands' meaning: ``millrace.client.calls`` and
-``millrace.client.appends`` build on it.
+It knows nothing of the commands' meaning: ``millrace.client.transport.calls`` and
+``millrace.client.transport.appends`` build on it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _DATA_APPENDED_TYPE = wire.DataAppended.TYPE
 
 
 class AppendListener(Protocol):
-    """What a connection tells the append side (``millrace.client.appends``)."""
+    """What a connection tells the append side (``millrace.client.transport.appends``)."""
 
     def data_appended(self, writer: int, number: int, previous: int, offset: int) -> None:
         """An acknowledgement for the writer whose ``writer_id.int`` is ``writer``."""
@@ -63,8 +63,9 @@ class AppendListener(Protocol):
 class Connection(asyncio.BufferedProtocol):
     """One connection to a segment store (made by ``loop.create_connection``)."""
 
-    def __init__(self, appends: AppendListener, request_timeout: float) -> None:
-        self.appends = appends
+    def __init__(self, request_timeout: float) -> None:
+        #: Who hears about appends (``listen``; the client's append sessions).
+        self.appends: AppendListener
         self.request_timeout = request_timeout
         self.assembler = wire.FrameAssembler()
         self.transport: asyncio.Transport | None = None
@@ -80,6 +81,10 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = asyncio.get_running_loop().create_future()
         #: The transport's send buffer is over SEND_BUFFER_BYTES.
         self.congested = False
+
+    def listen(self, appends: AppendListener) -> None:
+        """Tell ``appends`` everything about appends on this connection (before it connects)."""
+        self.appends = appends
 
     # -- asyncio protocol -----------------------------------------------------------------------
 

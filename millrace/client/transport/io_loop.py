@@ -1,10 +1,11 @@
-"""The I/O thread of the blocking client: one asyncio event loop on a daemon thread.
+"""The I/O thread of the blocking clients: one asyncio event loop on a daemon thread.
 
 Responsibility: ``IoLoop`` runs the asyncio client for a ``StreamManager`` and the objects it
-creates. ``run`` blocks the calling thread on a coroutine there; ``call`` schedules a plain
-callback (no coroutine, no future: what the writer's hand-over of a batch costs). Objects that
-must be shut down when the interpreter exits register a closer (``on_exit``); those still open
-then are closed quietly, each in a bounded time, with one warning naming what was not flushed.
+creates, and for a ``SyncSegmentStoreClient``. ``run`` blocks the calling thread on a coroutine
+there; ``call`` schedules a plain callback (no coroutine, no future: what the writer's hand-over of
+a batch costs). Objects that must be shut down when the interpreter exits register a closer
+(``on_exit``); those still open then are closed quietly, each in a bounded time, with one warning
+naming what was not flushed.
 """
 
 from __future__ import annotations
@@ -32,11 +33,9 @@ _loops: weakref.WeakSet[IoLoop] = weakref.WeakSet()
 class IoLoop:
     """An event loop on a daemon thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "millrace-client") -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, daemon=True, name="millrace-client"
-        )
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name=name)
         self.thread.start()
         #: Closers of the objects still open, run at interpreter exit (see ``on_exit``).
         self._closers: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {}

@@ -1,7 +1,7 @@
 """Append blocks and the per-writer state of a segment store client's append sessions.
 
-Responsibility: the data the append side (``millrace.client.appends``) works on: the limits
-that batch appends into blocks (``AppendLimits``), one writer's state on a connection
+Responsibility: the data the append side (``millrace.client.transport.appends``) works on: the
+limits that batch appends into blocks (``AppendLimits``), one writer's state on a connection
 (``Session``, handed to callers as a ``WriterHandle``), a block in flight as a plain tuple with
 named indices, an append's acknowledgement (``AppendAck``), and a block's bytes
 (``block_data``).
@@ -20,7 +20,7 @@ from millrace.client.errors import SegmentStoreError
 from millrace.kernel import wire
 
 if TYPE_CHECKING:
-    from millrace.client.appends import AppendSessions
+    from millrace.client.transport.appends import AppendSessions
 
 __all__ = [
     "BLOCK_CALL",

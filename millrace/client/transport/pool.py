@@ -13,7 +13,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from millrace.client.segment_store import ConnectionLostError, SegmentStoreClient
+from millrace.client.transport.segment_store import ConnectionLostError, SegmentStoreClient
 
 
 class SegmentStorePool:

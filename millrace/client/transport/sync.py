@@ -1,8 +1,9 @@
 """A blocking wrapper of the segment store client, for synchronous code (the controller).
 
-``SyncSegmentStoreClient`` runs a ``SegmentStoreClient`` on a private event loop in a daemon
-thread; its request/response methods block until the answer, ``append_block`` until the events
-are queued (its future completes on their acknowledgement).
+``SyncSegmentStoreClient`` runs a ``SegmentStoreClient`` on an event loop thread of its own
+(``IoLoop``, the thread the blocking stream client uses too); its request/response methods
+block until the answer, ``append_block`` until the events are queued (its future completes on
+their acknowledgement).
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import threading
 import uuid
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from millrace.client.segment_store import AppendAck, SegmentStoreClient
+from millrace.client.transport.io_loop import IoLoop
+from millrace.client.transport.segment_store import AppendAck, SegmentStoreClient
 
 __all__ = ["SyncSegmentStoreClient"]
 
@@ -23,23 +24,19 @@ T = TypeVar("T")
 
 
 class SyncSegmentStoreClient:
-    """Blocking wrapper: the async client runs on a private event loop in a daemon thread."""
+    """Blocking wrapper: the async client runs on an ``IoLoop`` of its own."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 60.0, **kwargs: Any) -> None:
         self.timeout = timeout
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="millrace-segment-store-client", daemon=True
-        )
-        self._thread.start()
+        self._io = IoLoop(name="millrace-segment-store-client")
         try:
             self._client = self._run(SegmentStoreClient.connect(host, port, **kwargs))
         except BaseException:
-            self._stop_loop()
+            self._io.stop()
             raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
+        return self._io.run(coro, self.timeout)
 
     def __getattr__(self, name: str) -> Any:
         """The request/response methods of the async client, made blocking."""
@@ -82,13 +79,7 @@ class SyncSegmentStoreClient:
         try:
             self._run(self._client.close())
         finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(self.timeout)
-        if not self._thread.is_alive():
-            self._loop.close()
+            self._io.stop()
 
     def __enter__(self) -> SyncSegmentStoreClient:
         return self

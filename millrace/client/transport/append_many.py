@@ -1,12 +1,13 @@
 """``append_many``: several writers' events in one call, completed in the order of the calls.
 
 Responsibility: ``AppendMany`` adds ``append_many`` to the append sessions of
-``millrace.client.appends``: a call's ``(writer, events)`` pairs are checked (nothing is queued
-unless all pass), put in their writers' open blocks (in one pass while they take the common
-path, ``_add_at_once``), and completed by one future once every block opened before the call
-returned is answered, with no coroutine, future or callback per writer. Calls add their
-events one at a time, in turn, so a writer gets them in the order of the calls; a failed
-writer fails the calls that had events in its unacknowledged blocks.
+``millrace.client.transport.appends`` (it extends them: adding a pair touches a writer's session
+and the completion order directly, on the path each event takes): a call's ``(writer, events)``
+pairs are checked (nothing is queued unless all pass), put in their writers' open blocks (in one
+pass while they take the common path, ``_add_at_once``), and completed by one future once every
+block opened before the call returned is answered, with no coroutine, future or callback per
+writer. Calls add their events one at a time, in turn, so a writer gets them in the order of the
+calls; a failed writer fails the calls that had events in its unacknowledged blocks.
 """
 
 from __future__ import annotations
@@ -15,18 +16,19 @@ import asyncio
 import collections
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any
 
-from millrace.client.append_blocks import (
+from millrace.client.errors import InvalidArgumentError, SegmentStoreError
+from millrace.client.transport.append_blocks import (
     BLOCK_CALL,
     EVENT_HEADER_BYTES,
     AppendLimits,
     Session,
     WriterHandle,
 )
-from millrace.client.appends import AppendSessions
-from millrace.client.errors import InvalidArgumentError, SegmentStoreError
+from millrace.client.transport.appends import AppendSessions
+from millrace.client.transport.calls import SegmentCalls
 
 __all__ = ["AppendMany"]
 
@@ -36,20 +38,8 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 class AppendMany(AppendSessions):
     """Append sessions with ``append_many`` (see the module's docstring)."""
 
-    def __init__(
-        self,
-        *,
-        delegation_token: str = "",
-        request_timeout: float = 30.0,
-        limits: AppendLimits | None = None,
-        token_refresh: Callable[[], Awaitable[str]] | None = None,
-    ) -> None:
-        super().__init__(
-            delegation_token=delegation_token,
-            request_timeout=request_timeout,
-            limits=limits,
-            token_refresh=token_refresh,
-        )
+    def __init__(self, calls: SegmentCalls, *, limits: AppendLimits | None = None) -> None:
+        super().__init__(calls, limits=limits)
         #: ``append_many`` calls to complete: (blocks opened when the call returned, call
         #: number), in the order they returned; each call's future and writers by number
         #: (the writers as a list of sessions: the caller's thousands of pairs kept until the

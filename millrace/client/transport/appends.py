@@ -1,7 +1,8 @@
 """The append side of a segment store client: writers' sessions, batching, flow and acks.
 
-Responsibility: ``AppendSessions`` (built on the request/reply calls of
-``millrace.client.calls``) keeps each writer's append session on the connection.
+Responsibility: ``AppendSessions``, a part of the client, keeps each writer's append session on
+the connection it listens to (``Connection.listen``); its ``setup_append`` is a request/reply
+call of the client's ``SegmentCalls``.
 ``setup_append(segment, writer_id)`` returns the writer's last persisted event number;
 ``append_block(writer_id, events)`` numbers the events, wraps each in the 8-byte event header
 (unless ``raw``), batches them into AppendBlockEnd blocks (a block is sent when full, after
@@ -9,11 +10,8 @@ Responsibility: ``AppendSessions`` (built on the request/reply calls of
 returns a future completed by the DataAppended acknowledgement; ``conditional_append`` sends one
 ConditionalBlockEnd (the byte-stream write). It holds blocks back while the connection is
 congested, lingers on a busy connection, and keeps the completion order of blocks that
-``append_many`` (``millrace.client.append_many``) completes its calls by. A lost connection
-fails every pending append with ``AppendsLostError`` listing the unacked events.
-
-(``AppendMany`` extends this class rather than holding it: adding a pair touches a writer's
-session and the completion order directly, on the path each event takes.)
+``append_many`` (``millrace.client.transport.append_many``) completes its calls by. A lost
+connection fails every pending append with ``AppendsLostError`` listing the unacked events.
 """
 
 from __future__ import annotations
@@ -22,10 +20,16 @@ import asyncio
 import collections
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from millrace.client.append_blocks import (
+from millrace.client.errors import (
+    AppendsLostError,
+    InvalidArgumentError,
+    SegmentStoreError,
+    error_from_reply,
+)
+from millrace.client.transport.append_blocks import (
     BLOCK_LAST,
     BLOCK_RID,
     EVENT_HEADER_BYTES,
@@ -38,14 +42,8 @@ from millrace.client.append_blocks import (
     kept_as_is,
     uniform_cap,
 )
-from millrace.client.calls import SegmentCalls
-from millrace.client.connection import SEND_BUFFER_BYTES, Connection
-from millrace.client.errors import (
-    AppendsLostError,
-    InvalidArgumentError,
-    SegmentStoreError,
-    error_from_reply,
-)
+from millrace.client.transport.calls import SegmentCalls
+from millrace.client.transport.connection import SEND_BUFFER_BYTES
 from millrace.kernel import wire
 
 __all__ = ["BUSY_SWEEP_S", "BUSY_WINDOW_S", "OPEN_BYTES_MAX", "AppendSessions"]
@@ -59,24 +57,15 @@ BUSY_SWEEP_S = 0.02
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-class AppendSessions(SegmentCalls):
+class AppendSessions:
     """Append sessions on one connection (see the module's docstring)."""
 
-    def __init__(
-        self,
-        *,
-        delegation_token: str = "",
-        request_timeout: float = 30.0,
-        limits: AppendLimits | None = None,
-        token_refresh: Callable[[], Awaitable[str]] | None = None,
-    ) -> None:
-        super().__init__(
-            delegation_token=delegation_token,
-            request_timeout=request_timeout,
-            token_refresh=token_refresh,
-        )
+    def __init__(self, calls: SegmentCalls, *, limits: AppendLimits | None = None) -> None:
         self.limits = limits or AppendLimits()
-        self._conn = Connection(self, request_timeout)
+        #: The client's request/reply calls (``setup_append`` is one).
+        self._requests = calls
+        self._conn = calls.connection
+        self._conn.listen(self)
         #: The connection's request ids (blocks take theirs from the same count).
         self._request_ids = self._conn.request_ids
         #: Append sessions by ``writer_id.int`` (an int hashes in C; a UUID in Python).
@@ -178,12 +167,12 @@ class AppendSessions(SegmentCalls):
         number (NO_EVENT_NUMBER for a new writer). Numbering continues after it."""
 
         def make(rid: int) -> Any:
-            return wire.SetupAppend(rid, writer_id, segment, self._token(token))
+            return wire.SetupAppend(rid, writer_id, segment, self._requests.token(token))
 
         old = self._sessions.get(writer_id.int)
         if old is not None and (old.call_lasts or old.in_flight or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
-        last = (await self._call(make, wire.AppendSetup)).last_event_number
+        last = (await self._requests.call(make, wire.AppendSetup)).last_event_number
         session = Session(
             client=self,
             segment=segment,
