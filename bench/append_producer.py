@@ -134,7 +134,9 @@ async def run_millrace(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def _open_segments(client: Any, count: int) -> list[uuid.UUID]:
     """Create ``count`` segments and set up one writer on each (many requests in flight)."""
-    names = [f"bench/stream/{i}.#epoch.0" for i in range(count)]
+    from millrace.kernel.naming import qualified_segment_name
+
+    names = [qualified_segment_name("bench", "stream", i) for i in range(count)]
     writers = [uuid.uuid4() for _ in names]
     for start in range(0, count, 500):
         chunk = range(start, min(count, start + 500))

@@ -47,20 +47,18 @@ CUT_EPOCHS_BACK = 5
 # -- child: one backend ------------------------------------------------------------------------
 
 
-def _child(epochs: int, rounds: int, calls: int) -> None:
+def _setup_django() -> Any:
+    """Django set up, the tables made, a scope on a node of four containers; the scope."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
     import django
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection, transaction
 
     call_command("migrate", interactive=False, verbosity=0)
-    from controller_app import selectors as sel
-    from controller_app.models import ContainerAssignment, Node, Scope, Stream
+    from controller_app.models import ContainerAssignment, Node, Scope
     from controller_app.models.host import Container
-    from tests.controller.history import START_TIME, STEP_MS, History, churn
 
     scope = Scope.objects.create(name="bench")
     node = Node.objects.create(node_id="bench", host="127.0.0.1", port=12345)
@@ -68,45 +66,44 @@ def _child(epochs: int, rounds: int, calls: int) -> None:
         ContainerAssignment.objects.create(
             container=Container.objects.create(number=number), node=node
         )
+    return scope
 
-    def build(n: int) -> tuple[Any, History, float]:
-        started = time.perf_counter()
-        stream = Stream.objects.create(scope=scope, name=f"churn-{n}")
-        history = churn(History(stream), n, every=RECORD_EVERY, truncate_at=n - 2)
-        with transaction.atomic():  # one commit, not one per row
-            history.save()
-        _progress(
-            f"{connection.vendor}: {n:,} epochs stored in {time.perf_counter() - started:.0f} s"
-        )
-        return sel.get_stream("bench", stream.name), history, time.perf_counter() - started
 
-    short, short_history, _ = build(10)
-    long, long_history, build_seconds = build(epochs)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+def _build(scope: Any, n: int) -> tuple[Any, Any, float]:
+    """A stream of ``n`` epochs of churn: (the stream, its history, seconds to store it)."""
+    from django.db import connection, transaction
 
-    def mid_time(h: History) -> int:
-        return START_TIME + (len(h.epochs) // 2) * STEP_MS + STEP_MS // 2
+    from controller_app import selectors as sel
+    from controller_app.models import Stream
+    from tests.controller.history import History, churn
 
-    def sealed_recently(h: History) -> int:
-        n = len(h.epochs)
-        return next(sid for sid, r in h.records.items() if r.sealing_epoch == n - 1)
+    started = time.perf_counter()
+    stream = Stream.objects.create(scope=scope, name=f"churn-{n}")
+    history = churn(History(stream), n, every=RECORD_EVERY, truncate_at=n - 2)
+    with transaction.atomic():  # one commit, not one per row
+        history.save()
+    _progress(f"{connection.vendor}: {n:,} epochs stored in {time.perf_counter() - started:.0f} s")
+    return sel.get_stream("bench", stream.name), history, time.perf_counter() - started
 
-    def cut_back(h: History) -> dict[int, int]:
-        return {seg.id: 10 for seg in h.epochs[-1 - CUT_EPOCHS_BACK].segment_list()}
 
-    def arguments(h: History) -> dict[str, Any]:
-        """What the queries are asked, computed before timing."""
-        return {
-            "sealed": sealed_recently(h),
-            "time": mid_time(h),
-            "from": cut_back(h),
-            "to": h.cut(20),
-            "open": h.current[-1].id,
-        }
+def _arguments(h: Any) -> dict[str, Any]:
+    """What the queries are asked of history ``h``, computed before timing."""
+    from tests.controller.history import START_TIME, STEP_MS
 
-    queries: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    n = len(h.epochs)
+    return {
+        "sealed": next(sid for sid, r in h.records.items() if r.sealing_epoch == n - 1),
+        "time": START_TIME + (n // 2) * STEP_MS + STEP_MS // 2,
+        "from": {seg.id: 10 for seg in h.epochs[-1 - CUT_EPOCHS_BACK].segment_list()},
+        "to": h.cut(20),
+        "open": h.current[-1].id,
+    }
+
+
+def _queries() -> dict[str, Callable[[Any, dict[str, Any]], Any]]:
+    from controller_app import selectors as sel
+
+    return {
         "current segments": lambda s, a: sel.current_segments(s),
         "head segments": lambda s, a: sel.head_segments(s),
         "successors": lambda s, a: sel.successors(s, a["sealed"]),
@@ -115,38 +112,46 @@ def _child(epochs: int, rounds: int, calls: int) -> None:
         "size till stream cut": lambda s, a: sel.size_till_stream_cut(s, a["to"]),
         "segment uri": lambda s, a: sel.segment_uri(s, a["open"]),
     }
-    cases = (("short", short, arguments(short_history)), ("long", long, arguments(long_history)))
+
+
+def _time_query(query: Any, cases: Any, rounds: int, calls: int) -> dict[str, float]:
+    """The median seconds of one call of ``query`` per case (short, long)."""
+    times: dict[str, list[float]] = {"short": [], "long": []}
+    for _ in range(rounds):
+        for label, stream, asked in cases:
+            query(stream, asked)  # warm
+            started = time.perf_counter()
+            for _ in range(calls):
+                query(stream, asked)
+            times[label].append((time.perf_counter() - started) / calls)
+    return {label: statistics.median(found) for label, found in times.items()}
+
+
+def _child(epochs: int, rounds: int, calls: int) -> None:
+    scope = _setup_django()
+    from django.db import connection
+
+    short, short_history, _ = _build(scope, 10)
+    long, long_history, build_seconds = _build(scope, epochs)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+    cases = (("short", short, _arguments(short_history)), ("long", long, _arguments(long_history)))
     results = []
-    for name, query in queries.items():
-        times: dict[str, list[float]] = {"short": [], "long": []}
-        for _ in range(rounds):
-            for label, stream, asked in cases:
-                query(stream, asked)  # warm
-                started = time.perf_counter()
-                for _ in range(calls):
-                    query(stream, asked)
-                times[label].append((time.perf_counter() - started) / calls)
+    for name, query in _queries().items():
+        median = _time_query(query, cases, rounds, calls)
         results.append(
-            {
-                "query": name,
-                "short_us": statistics.median(times["short"]) * 1e6,
-                "long_us": statistics.median(times["long"]) * 1e6,
-            }
+            {"query": name, "short_us": median["short"] * 1e6, "long_us": median["long"] * 1e6}
         )
         _progress(f"{connection.vendor}: {name} timed")
-    print(
-        "RESULT "
-        + json.dumps(
-            {
-                "backend": connection.vendor,
-                "epochs": epochs,
-                "segments": len(long_history.records),
-                "build_seconds": build_seconds,
-                "results": results,
-            }
-        ),
-        flush=True,
-    )
+    found = {
+        "backend": connection.vendor,
+        "epochs": epochs,
+        "segments": len(long_history.records),
+        "build_seconds": build_seconds,
+        "results": results,
+    }
+    print("RESULT " + json.dumps(found), flush=True)
 
 
 def _progress(line: str) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import struct
 import sys
 import tempfile
 import time
@@ -33,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import services  # a sibling module: bench/ is not a package
 
 from millrace.kernel import wire as wire
+from millrace.kernel.naming import qualified_segment_name
 
-_HEADER = struct.Struct(">ii")
+_HEADER = wire.FRAME_HEADER
 EVENT = wire.EVENT_HEADER.pack(0, 100) + bytes(100)
 #: Blocks unacknowledged at most (twice the node's ``appends_in_flight_max`` per connection).
 WINDOW_BLOCKS = 2048
@@ -72,7 +72,7 @@ async def measure(
     from millrace.client.transport.segment_store import SegmentStoreClient
 
     tag = uuid.uuid4().hex[:8]
-    names = [f"blocks/{tag}/{i}.#epoch.0" for i in range(writers)]
+    names = [qualified_segment_name("blocks", tag, i) for i in range(writers)]
     client = await SegmentStoreClient.connect("127.0.0.1", port)
     for start in range(0, writers, 500):
         await asyncio.gather(*(client.create_segment(n) for n in names[start : start + 500]))

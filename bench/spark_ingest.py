@@ -77,7 +77,7 @@ def timed(what: str, action: Any) -> float:
     return seconds
 
 
-def main() -> None:
+def _arguments() -> tuple[argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--size", type=int, default=100, help="bytes per event")
@@ -96,90 +96,92 @@ def main() -> None:
     settings = dict(item.partition("=")[::2] for item in args.spark_conf)
     if any(not key or not value for key, value in settings.items()):
         parser.error("--spark-conf wants KEY=VALUE, e.g. spark.sql.shuffle.partitions=8")
+    return args, settings
 
+
+def _session(settings: dict[str, str]) -> Any:
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as f
 
     import spark_bridge
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    results: dict[str, Any] = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores,"
-        f" Python {platform.python_version()}",
-        "events": args.events, "size": args.size, "keys": args.keys, "segments": args.segments,
-        "spark_conf": settings,
-    }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="millrace-spark-bench-") as scratch:
-        work = Path(scratch)
-        with standalone_node(work) as (base, token, _wire):
-            builder = (
-                SparkSession.builder.master("local[2]").appName("millrace-bench")
-                .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
-                .config("spark.driver.host", "127.0.0.1")
-                .config("spark.driver.bindAddress", "127.0.0.1")
-            )  # fmt: skip
-            for key, value in settings.items():
-                builder = builder.config(key, value)
-            spark = builder.getOrCreate()
-            spark.sparkContext.setLogLevel("ERROR")
-            spark_bridge.register(spark)
-            spark.dataSource.register(dropping_source())
-            rest_call(base, token, "POST", "/v1/scopes", {"scopeName": "bench"})
-            pad = "x" * max(args.size - 24, 0)
-            label = f.format_string("%012d:%010d:", f.col("id") % args.keys, f.col("id"))
-            frame = spark.range(args.events, numPartitions=args.partitions).select(
-                f.concat(label, f.lit(pad)).alias("event"),
-                (f.col("id") % args.keys).cast("string").alias("routing_key"),
-            )
-            frame = frame.cache()
-            frame.count()
-            megabytes = args.events * args.size / 2**20
-            options = {"controller": base, "token": token, "scope": "bench", "stream": "ingest",
-                       "default_num_segments": str(args.segments)}  # fmt: skip
-            # A warm-up of each side (a tenth of the events, at most 1,000,000, written and read
-            # back), so that no timed job pays Spark's one-time costs: the JIT (after 10,000
-            # events, the first trial's Parquet write still took up to twice the third's) and
-            # the Python workers' start-up (two partitions, so that both of local[2]'s workers
-            # start: with one, the first timed write waited ~2 s for the second).
-            warm = frame.limit(min(args.events // 10, 1_000_000)).repartition(2)
-            warm.write.parquet(str(work / "warm"))
-            spark.read.parquet(str(work / "warm")).count()
-            warm_options = {**options, "stream": "warm"}
-            warm.write.format("millrace").options(**warm_options).mode("append").save()
-            warm.write.format("bench_dropped").mode("append").save()
-            spark.read.format("millrace").options(**warm_options).load().count()
-            print(f"{args.events:,} events of {args.size} B, {args.keys} keys", flush=True)
-            steps: dict[str, list[float]] = {name: [] for name in STEPS}
+    builder = (
+        SparkSession.builder.master("local[2]").appName("millrace-bench")
+        .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )  # fmt: skip
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_bridge.register(spark)
+    spark.dataSource.register(dropping_source())
+    return spark
 
-            def trial(parquet: Path, stream: dict[str, str]) -> None:
-                steps["write_parquet"].append(
-                    timed("write parquet", lambda: frame.write.parquet(str(parquet)))
-                )
-                steps["write_millrace"].append(timed(
-                    "write millrace (exactly once)",
-                    lambda: frame.write.format("millrace").options(**stream).mode("append").save(),
-                ))  # fmt: skip
-                steps["write_dropped"].append(timed(
-                    "write to a data source that drops the rows (Spark's hand-off alone)",
-                    lambda: frame.write.format("bench_dropped").mode("append").save(),
-                ))  # fmt: skip
-                steps["read_parquet"].append(timed(
-                    "read parquet", lambda: spark.read.parquet(str(parquet))
-                    .select(f.sum(f.length("event"))).collect()
-                ))  # fmt: skip
-                steps["read_millrace"].append(timed(
-                    "read millrace", lambda: spark.read.format("millrace").options(**stream)
-                    .load().select(f.sum(f.length("event"))).collect()
-                ))  # fmt: skip
-                count = spark.read.format("millrace").options(**stream).load().count()
-                if count != args.events:
-                    raise RuntimeError(f"read back {count} events, wrote {args.events}")
-                shutil.rmtree(parquet, ignore_errors=True)
 
-            for n in range(1, args.trials + 1):
-                print(f"trial {n} of {args.trials}", flush=True)
-                trial(work / f"parquet-{n}", {**options, "stream": f"ingest-{n}"})
-            spark.stop()
+def _events(spark: Any, args: argparse.Namespace) -> Any:
+    """The events to write, made once and cached: ``args.events`` of ``args.size`` bytes."""
+    from pyspark.sql import functions as f
+
+    pad = "x" * max(args.size - 24, 0)
+    label = f.format_string("%012d:%010d:", f.col("id") % args.keys, f.col("id"))
+    frame = spark.range(args.events, numPartitions=args.partitions).select(
+        f.concat(label, f.lit(pad)).alias("event"),
+        (f.col("id") % args.keys).cast("string").alias("routing_key"),
+    )
+    frame = frame.cache()
+    frame.count()
+    return frame
+
+
+def _warm_up(spark: Any, frame: Any, work: Path, options: dict[str, str], events: int) -> None:
+    """A warm-up of each side (a tenth of the events, at most 1,000,000, written and read
+    back), so that no timed job pays Spark's one-time costs: the JIT (after 10,000 events, the
+    first trial's Parquet write still took up to twice the third's) and the Python workers'
+    start-up (two partitions, so that both of local[2]'s workers start: with one, the first
+    timed write waited ~2 s for the second)."""
+    warm = frame.limit(min(events // 10, 1_000_000)).repartition(2)
+    warm.write.parquet(str(work / "warm"))
+    spark.read.parquet(str(work / "warm")).count()
+    warm_options = {**options, "stream": "warm"}
+    warm.write.format("millrace").options(**warm_options).mode("append").save()
+    warm.write.format("bench_dropped").mode("append").save()
+    spark.read.format("millrace").options(**warm_options).load().count()
+
+
+def _trial(
+    spark: Any, frame: Any, parquet: Path, stream: dict[str, str],
+    steps: dict[str, list[float]], events: int,
+) -> None:  # fmt: skip
+    """One run of each step, its seconds added to ``steps``."""
+    from pyspark.sql import functions as f
+
+    steps["write_parquet"].append(timed("write parquet", lambda: frame.write.parquet(str(parquet))))
+    steps["write_millrace"].append(timed(
+        "write millrace (exactly once)",
+        lambda: frame.write.format("millrace").options(**stream).mode("append").save(),
+    ))  # fmt: skip
+    steps["write_dropped"].append(timed(
+        "write to a data source that drops the rows (Spark's hand-off alone)",
+        lambda: frame.write.format("bench_dropped").mode("append").save(),
+    ))  # fmt: skip
+    steps["read_parquet"].append(timed(
+        "read parquet", lambda: spark.read.parquet(str(parquet))
+        .select(f.sum(f.length("event"))).collect()
+    ))  # fmt: skip
+    steps["read_millrace"].append(timed(
+        "read millrace", lambda: spark.read.format("millrace").options(**stream)
+        .load().select(f.sum(f.length("event"))).collect()
+    ))  # fmt: skip
+    count = spark.read.format("millrace").options(**stream).load().count()
+    if count != events:
+        raise RuntimeError(f"read back {count} events, wrote {events}")
+    shutil.rmtree(parquet, ignore_errors=True)
+
+
+def _report(results: dict[str, Any], steps: dict[str, list[float]], args: Any) -> None:
+    megabytes = args.events * args.size / 2**20
     median: dict[str, float] = {}
     for name in STEPS:
         median[name] = seconds = statistics.median(steps[name])
@@ -202,6 +204,33 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def main() -> None:
+    args, settings = _arguments()
+    results: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores,"
+        f" Python {platform.python_version()}",
+        "events": args.events, "size": args.size, "keys": args.keys, "segments": args.segments,
+        "spark_conf": settings,
+    }  # fmt: skip
+    steps: dict[str, list[float]] = {name: [] for name in STEPS}
+    with tempfile.TemporaryDirectory(prefix="millrace-spark-bench-") as scratch:
+        work = Path(scratch)
+        with standalone_node(work) as (base, token, _wire):
+            spark = _session(settings)
+            rest_call(base, token, "POST", "/v1/scopes", {"scopeName": "bench"})
+            frame = _events(spark, args)
+            options = {"controller": base, "token": token, "scope": "bench", "stream": "ingest",
+                       "default_num_segments": str(args.segments)}  # fmt: skip
+            _warm_up(spark, frame, work, options, args.events)
+            print(f"{args.events:,} events of {args.size} B, {args.keys} keys", flush=True)
+            for n in range(1, args.trials + 1):
+                print(f"trial {n} of {args.trials}", flush=True)
+                stream = {**options, "stream": f"ingest-{n}"}
+                _trial(spark, frame, work / f"parquet-{n}", stream, steps, args.events)
+            spark.stop()
+    _report(results, steps, args)
 
 
 if __name__ == "__main__":

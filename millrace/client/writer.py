@@ -93,6 +93,74 @@ class _SegmentWriter:
     refused_why: str = ""
 
 
+_Groups = dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
+
+
+def _route_batch(
+    routes: dict[str, _SegmentWriter],
+    keyspace: KeySpace | None,
+    writers: dict[int, _SegmentWriter],
+    events: Sequence[bytes],
+    keys: Sequence[str | None],
+) -> _Groups | None:
+    """The events by the writer of their segment, in order (``routes``: the writers of the
+    routing keys seen, filled in on the way); ``None`` if a segment has no writer yet."""
+    assert keyspace is not None
+    groups: _Groups = {}
+    for data, key in zip(events, keys):  # noqa: B905 (checked by write_batch)
+        writer = routes.get(key) if key is not None else None
+        if writer is None:
+            point = key_point(key) if key is not None else random.random()
+            writer = writers.get(keyspace.segment_for(point).segment_id)
+            if writer is None:
+                return None
+            if key is not None:
+                routes[key] = writer
+        group = groups.get(writer)
+        if group is None:
+            group = groups[writer] = ([], [])
+        group[0].append(data if type(data) is bytes else _as_bytes(data))
+        group[1].append(key)
+    return groups
+
+
+def _all_done(futures: list[asyncio.Future[None]]) -> asyncio.Future[None]:
+    """A future done once all of ``futures`` are (the first error or cancellation at once):
+    a gather with no task."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(futures)
+
+    def one_done(item: asyncio.Future[None]) -> None:
+        nonlocal left
+        left -= 1
+        if done.done():
+            return
+        if item.cancelled():
+            done.cancel()
+        elif (error := item.exception()) is not None:
+            done.set_exception(error)
+        elif not left:
+            done.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    return done
+
+
+def _delivery_timeout(seconds: float) -> float:
+    if not 0 < seconds <= 86_400:
+        raise ValueError(f"delivery_timeout_s must be within (0, 86400], not {seconds}")
+    return seconds
+
+
+async def _send_open_blocks(writers: dict[int, _SegmentWriter]) -> None:
+    """Send the segment writers' open blocks now (``flush``)."""
+    for writer in list(writers.values()):
+        if not writer.sealed:
+            with contextlib.suppress(ssc.SegmentStoreError):  # failures reach the futures
+                await writer.client.flush(writer.writer_id)
+
+
 class AsyncEventWriter:
     """Writes events to one stream (create it with ``StreamManager.create_writer``)."""
 
@@ -106,15 +174,11 @@ class AsyncEventWriter:
         limits: ssc.AppendLimits | None = None,
         delivery_timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT,
     ) -> None:
-        if not 0 < delivery_timeout_s <= 86_400:
-            raise ValueError(
-                f"delivery_timeout_s must be within (0, 86400], not {delivery_timeout_s}"
-            )
         self.controller = controller
         self.scope, self.stream = scope, stream
         self.pending_events_max = pending_events_max
         #: Events refused this long (seconds) fail with ``DeliveryTimeoutError``.
-        self.delivery_timeout_s = delivery_timeout_s
+        self.delivery_timeout_s = _delivery_timeout(delivery_timeout_s)
         #: How the segment store client batches this writer's appends into blocks
         #: (``None``: its defaults).
         self.limits = limits
@@ -249,7 +313,7 @@ class AsyncEventWriter:
         if self._keyspace is None or self._lock.locked():
             async with self._lock:
                 return await self._write_batch_locked(events, keys)
-        groups = self._route_batch(events, keys)
+        groups = self._groups(events, keys)
         if groups is None:  # a segment without its writer yet
             async with self._lock:
                 return await self._write_batch_locked(events, keys)
@@ -261,7 +325,7 @@ class AsyncEventWriter:
         """``write_batch`` under the routing lock: start, and set up the segments' writers."""
         if self._keyspace is None:
             await self._start()
-        while (groups := self._route_batch(events, keys)) is None:
+        while (groups := self._groups(events, keys)) is None:
             assert self._keyspace is not None
             for key in set(keys):
                 point = key_point(key)
@@ -272,55 +336,19 @@ class AsyncEventWriter:
                     await self._writer_for(self._keyspace.segment_for(point))
         return self._enqueue_groups(groups)
 
-    def _route_batch(
-        self, events: Sequence[bytes], keys: Sequence[str | None]
-    ) -> dict[_SegmentWriter, tuple[list[bytes], list[str | None]]] | None:
-        """The events by the writer of their segment, in order; ``None`` if a segment has no
-        writer yet."""
-        routes, keyspace, writers = self._routes, self._keyspace, self._writers
-        assert keyspace is not None
-        groups: dict[_SegmentWriter, tuple[list[bytes], list[str | None]]] = {}
-        for data, key in zip(events, keys):  # noqa: B905 (checked by write_batch)
-            writer = routes.get(key) if key is not None else None
-            if writer is None:
-                point = key_point(key) if key is not None else random.random()
-                writer = writers.get(keyspace.segment_for(point).segment_id)
-                if writer is None:
-                    return None
-                if key is not None:
-                    routes[key] = writer
-            group = groups.get(writer)
-            if group is None:
-                group = groups[writer] = ([], [])
-            group[0].append(data if type(data) is bytes else _as_bytes(data))
-            group[1].append(key)
-        return groups
+    def _groups(self, events: Sequence[bytes], keys: Sequence[str | None]) -> _Groups | None:
+        return _route_batch(self._routes, self._keyspace, self._writers, events, keys)
 
-    def _enqueue_groups(
-        self, groups: dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
-    ) -> asyncio.Future[None]:
+    def _enqueue_groups(self, groups: _Groups) -> asyncio.Future[None]:
         """One item per segment writer; the returned future completes once all of them did."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        left = len(groups)
-
-        def one_done(item: asyncio.Future[None]) -> None:
-            nonlocal left
-            left -= 1
-            if done.done():
-                return
-            if item.cancelled():
-                done.cancel()
-            elif (error := item.exception()) is not None:
-                done.set_exception(error)
-            elif not left:
-                done.set_result(None)
-
-        for writer, (data, keys) in groups.items():
+        items = []
+        for data, keys in groups.values():
             weight = len(data)
             item = _Pending(b"", 0.0, self._new_future(weight), group=data, weight=weight)
             item.keys = keys
-            item.done.add_done_callback(one_done)
+            items.append(item)
+        done = _all_done([item.done for item in items])
+        for writer, item in zip(groups, items, strict=True):
             self._enqueue(writer, item)
         return done
 
@@ -586,12 +614,6 @@ class AsyncEventWriter:
         while writer.pending:
             self._complete(writer.pending.popleft(), error)
 
-    async def _send_open_blocks(self) -> None:
-        for writer in list(self._writers.values()):
-            if not writer.sealed:
-                with contextlib.suppress(ssc.SegmentStoreError):  # failures reach the futures
-                    await writer.client.flush(writer.writer_id)
-
     async def flush(self) -> None:
         """Wait until every event written so far is durable (or has failed). When the stream
         sets ``timestampAggregationTimeout``, then report the time now as this writer's mark."""
@@ -602,7 +624,7 @@ class AsyncEventWriter:
     async def _drain(self) -> None:
         while self._inflight:
             await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
-            await self._send_open_blocks()
+            await _send_open_blocks(self._writers)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), 0.5)
 
@@ -627,7 +649,7 @@ class AsyncEventWriter:
         """Wait until the events of ``done`` (futures of ``write_event``) are durable; raise
         the first failure."""
         await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
-        await self._send_open_blocks()
+        await _send_open_blocks(self._writers)
         await asyncio.gather(*done)
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ import functools
 import uuid
 from typing import TYPE_CHECKING, Final
 
-from millrace.client.errors import SegmentStoreError
+from millrace.client.errors import AppendsLostError, SegmentStoreError
 from millrace.kernel import wire
 
 if TYPE_CHECKING:
@@ -172,6 +172,42 @@ class Session:
     def add_call(self, last: int, waiter: Waiter) -> None:
         self.call_lasts.append(last)
         self.call_waiters.append(waiter)
+
+    def ack_calls(self, number: int, previous: int, offset: int) -> None:
+        """The calls whose events are acknowledged up to ``number`` are done."""
+        lasts, waiters = self.call_lasts, self.call_waiters
+        while lasts and lasts[0] <= number:
+            last = lasts.popleft()
+            future = waiters.popleft()
+            if not future.done():
+                future.set_result(AppendAck(last, previous, offset))
+
+    def fail_calls(self, error: Exception, last: int | None = None) -> None:
+        """Fail the calls ending at event ``last`` with ``error`` (``None``: every call, the
+        oldest first)."""
+        lasts, waiters = self.call_lasts, self.call_waiters
+        if last is None:
+            lasts.clear()
+            while waiters:
+                waiter = waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(error)
+            return
+        for index in reversed(range(len(lasts))):
+            if lasts[index] == last:
+                waiter = waiters[index]
+                del lasts[index], waiters[index]
+                if not waiter.done():
+                    waiter.set_exception(error)
+
+    def lost_error(self) -> AppendsLostError:
+        """What its appends fail with when the connection is lost: the unacknowledged events."""
+        return AppendsLostError(
+            f"connection lost with appends of writer {self.writer_id} unacknowledged",
+            writer_id=self.writer_id,
+            unacked_events=self.unacked(),
+            segment=self.segment,
+        )
 
     async def wait_room(self) -> None:
         """Until a block in flight is answered (or the session fails)."""

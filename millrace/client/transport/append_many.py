@@ -241,7 +241,7 @@ class AppendMany(AppendSessions):
             self._limit_open()
             for session in opened:
                 self._schedule(session)
-        self._window_events += start + len(pairs)
+        self._window.events += start + len(pairs)
         if added or start:
             self._calls.append((len(self._order) + self._order_done, number))
             if not self._order:

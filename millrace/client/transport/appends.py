@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from millrace.client.errors import (
-    AppendsLostError,
     InvalidArgumentError,
     SegmentStoreError,
     error_from_reply,
@@ -57,6 +57,29 @@ BUSY_SWEEP_S = 0.02
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
+@dataclasses.dataclass(slots=True)
+class BusyWindow:
+    """Whether a connection is busy (``AppendLimits.busy_blocks``), judged each BUSY_WINDOW_S
+    from the events handed to it in the window (not those sent: lingering blocks go in
+    bursts)."""
+
+    busy: bool = False
+    start: float = 0.0
+    events: int = 0
+
+    def judge(self, limits: AppendLimits, blocks_unanswered: int) -> bool:
+        now = time.monotonic()
+        if now - self.start >= BUSY_WINDOW_S:
+            rate = self.events / (now - self.start)
+            self.busy = (
+                limits.busy_linger_ms > 0
+                and rate >= limits.busy_events_per_s
+                and blocks_unanswered >= limits.busy_blocks
+            )
+            self.start, self.events = now, 0
+        return self.busy
+
+
 class AppendSessions:
     """Append sessions on one connection (see the module's docstring)."""
 
@@ -81,12 +104,8 @@ class AppendSessions:
         self._open_bytes = 0
         #: Writers whose open block goes on the next loop turn (``linger_ms`` 0).
         self._next_turn: list[Session] = []
-        #: Whether the connection is busy (see ``AppendLimits.busy_blocks``), judged each
-        #: BUSY_WINDOW_S from the events handed to it (not those sent: lingering blocks go
-        #: in bursts) in the window.
-        self._busy = False
-        self._window_start = 0.0
-        self._window_events = 0
+        #: Whether the connection is busy, judged each BUSY_WINDOW_S.
+        self._window = BusyWindow()
         #: Writers whose block lingers because the connection is busy, in the order their
         #: lingers end, and the timer of the next ``_sweep``.
         self._lingering: collections.deque[Session] = collections.deque()
@@ -132,19 +151,6 @@ class AppendSessions:
         return True
 
     # -- flow -------------------------------------------------------------------------------------
-
-    def _judge_busy(self) -> None:
-        """Each BUSY_WINDOW_S: whether the connection is busy (``AppendLimits.busy_blocks``)."""
-        now = time.monotonic()
-        if now - self._window_start >= BUSY_WINDOW_S:
-            limits = self.limits
-            rate = self._window_events / (now - self._window_start)
-            self._busy = (
-                limits.busy_linger_ms > 0
-                and rate >= limits.busy_events_per_s
-                and len(self._order) >= limits.busy_blocks
-            )
-            self._window_start, self._window_events = now, 0
 
     def _release_held(self) -> None:
         """The transport took what it had: send held blocks, oldest first, up to one send
@@ -219,7 +225,7 @@ class AppendSessions:
         batch: Sequence[bytes | bytearray | memoryview]
         batch = [events] if isinstance(events, _BYTES_LIKE) else events
         await self._fill_all(session, batch, raw)
-        self._window_events += len(batch)
+        self._window.events += len(batch)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
         if batch or session.call_lasts:
@@ -417,8 +423,8 @@ class AppendSessions:
             session.send_due = True
             self._pump(session)
             return
-        self._judge_busy()
-        if self._busy and session.open_events and not (session.linger or session.busy_until):
+        busy = self._window.judge(limits, len(self._order))
+        if busy and session.open_events and not (session.linger or session.busy_until):
             session.send_due = True  # (an ack meanwhile does not send it, see _pump)
             session.busy_until = time.monotonic() + limits.busy_linger_ms / 1000
             self._lingering.append(session)
@@ -479,7 +485,7 @@ class AppendSessions:
         if in_flight >= limits.blocks_in_flight_max:
             return
         if hold_small and not session.open_full(limits):
-            if session.busy_until and self._busy:
+            if session.busy_until and self._window.busy:
                 return  # (its linger sends it)
             if self._conn.congested:
                 self._held.setdefault(session.writer_id.int, session)
@@ -524,17 +530,9 @@ class AppendSessions:
             blocks.pop(rid, None)
             resolved.add(rid)  # (``replies_read`` advances the order)
         if session.call_lasts:
-            self._ack_calls(session, number, previous, offset)
+            session.ack_calls(number, previous, offset)
         session.wake()
         self._pump(session)
-
-    def _ack_calls(self, session: Session, number: int, previous: int, offset: int) -> None:
-        lasts, waiters = session.call_lasts, session.call_waiters
-        while lasts and lasts[0] <= number:
-            last = lasts.popleft()
-            future = waiters.popleft()
-            if not future.done():
-                future.set_result(AppendAck(last, previous, offset))
 
     def _on_block_error(self, request_id: int, reply: Any) -> None:
         session = self._sessions.get(self._blocks.pop(request_id))
@@ -554,36 +552,21 @@ class AppendSessions:
         session.in_flight.remove(block)
         self._resolved.add(request_id)
         self._advance()
-        lasts, waiters = session.call_lasts, session.call_waiters
-        for index in reversed(range(len(lasts))):
-            if lasts[index] == block[BLOCK_LAST]:
-                waiter = waiters[index]
-                del lasts[index], waiters[index]
-                if not waiter.done():
-                    waiter.set_exception(error)
+        session.fail_calls(error, block[BLOCK_LAST])
         session.wake()
         self._pump(session)  # a block held for this one's answer goes now
 
     def _fail_session(self, session: Session, error: SegmentStoreError | None) -> None:
         """Fail every pending append of the session (``None``: the connection was lost)."""
         if error is None:
-            error = AppendsLostError(
-                f"connection lost with appends of writer {session.writer_id} unacknowledged",
-                writer_id=session.writer_id,
-                unacked_events=session.unacked(),
-                segment=session.segment,
-            )
+            error = session.lost_error()
         session.failure = session.failure or error
         self._writer_failed(session)
         for block in session.in_flight:
             self._blocks.pop(block[BLOCK_RID], None)
             self._resolved.add(block[BLOCK_RID])
         session.in_flight.clear()
-        session.call_lasts.clear()
-        while session.call_waiters:
-            future = session.call_waiters.popleft()
-            if not future.done():
-                future.set_exception(error)
+        session.fail_calls(error)
         self._open_bytes -= session.block_bytes()
         self._held.pop(session.writer_id.int, None)
         if session.open_events:

@@ -10,14 +10,13 @@ kernel but never answers, and the probe fails when its timeout runs out.
 from __future__ import annotations
 
 import socket
-import struct
 import time
 
 from millrace.kernel import wire as wire
 
 __all__ = ["ProbeError", "probe_segment_store"]
 
-_HEADER = struct.Struct(">ii")
+_HEADER = wire.FRAME_HEADER
 _HELLO = wire.encode_frame(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
 #: A Hello answer is a few bytes; anything this large is not one.
 _ANSWER_BYTES_MAX = 1024

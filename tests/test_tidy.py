@@ -1,0 +1,116 @@
+"""Tidy: the tree keeps the limits it already keeps (as TigerBeetle's ``tidy`` does).
+
+* no function over ``FUNCTION_LINES_MAX`` lines, no class over ``CLASS_LINES_MAX`` (the code's
+  own packages and the benchmarks; migrations are generated);
+* one spelling of each fact that once had several homes: the qualified segment-name format
+  (``millrace.kernel.naming``), the token resource of a stream (``claims.stream_resource``),
+  the event header (``millrace.kernel.wire.event_frame``), the Celery task names
+  (``controller_app.task_names``);
+* no package that holds no code (a folder of nothing but an ``__init__.py`` without a line).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("millrace", "controller_app", "segment_app", "tiers", "spark_bridge", "admin_ui")
+FUNCTION_LINES_MAX = 80
+CLASS_LINES_MAX = 500
+
+
+def sources(*folders: str) -> Iterator[Path]:
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "migrations" not in path.parts:
+                yield path
+
+
+def code_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of ``path`` outside docstrings and comments (what code spells)."""
+    text = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(value.lineno, (value.end_lineno or value.lineno) + 1))
+    for number, line in enumerate(text.splitlines(), 1):
+        if number not in docstrings and not line.lstrip().startswith("#"):
+            yield number, line.split("  #")[0]
+
+
+def test_no_function_or_class_is_too_long() -> None:
+    too_long = []
+    for path in sources(*PACKAGES, "bench"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                limit = FUNCTION_LINES_MAX
+            elif isinstance(node, ast.ClassDef):
+                limit = CLASS_LINES_MAX
+            else:
+                continue
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > limit:
+                too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines}")
+    assert not too_long, "over the limit (lines):\n" + "\n".join(too_long)
+
+
+def _task_names() -> list[str]:
+    from controller_app import task_names  # constants only: no Django needed
+
+    return [value for name, value in vars(task_names).items() if name.isupper()
+            and isinstance(value, str)]  # fmt: skip
+
+
+#: Each fact, how code would spell it again, and its one home.
+ONE_HOME = {
+    "segment-name format": (re.compile(r"""f["'][^"']*\.#epoch\."""), "millrace/kernel/naming.py"),
+    "stream token resource": (
+        re.compile(r"""f["']\{scope\}/\{stream\}/["']"""),
+        "millrace/kernel/claims.py",
+    ),
+    "event header": (
+        re.compile(r"""struct\.Struct\(["']>ii["']\)"""),
+        "millrace/kernel/wire/event_frame.py",
+    ),
+    "Celery task name": (
+        re.compile("|".join(f"[\"']{re.escape(name)}[\"']" for name in _task_names())),
+        "controller_app/task_names.py",
+    ),
+}
+
+#: Where ``>ii`` is another header of the same shape (the wire protocol's frame header).
+OTHER_IIS = {"millrace/kernel/wire/codec.py"}
+
+
+def test_each_fact_has_one_home() -> None:
+    found = []
+    for path in sources(*PACKAGES, "bench"):
+        relative = str(path.relative_to(ROOT))
+        for fact, (spelling, home) in ONE_HOME.items():
+            if relative == home or (fact == "event header" and relative in OTHER_IIS):
+                continue
+            for number, line in code_lines(path):
+                if spelling.search(line):
+                    found.append(f"{relative}:{number} spells the {fact} (its home: {home})")
+    assert not found, "\n".join(found)
+
+
+def test_no_empty_package() -> None:
+    empty = [
+        str(folder.relative_to(ROOT))
+        for package in PACKAGES
+        for folder in [ROOT / package, *(ROOT / package).rglob("*")]
+        if folder.is_dir()
+        and folder.name != "__pycache__"
+        and (folder / "__init__.py").exists()
+        and not any(p.name != "__init__.py" for p in folder.glob("*.py"))
+        and not any(d.is_dir() and d.name != "__pycache__" for d in folder.iterdir())
+        and not (folder / "__init__.py").read_text().strip()
+    ]
+    assert not empty, f"packages without code: {empty}"
