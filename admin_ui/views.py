@@ -22,6 +22,7 @@ from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
 from controller_app import selectors as sel
+from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.errors import ControllerError, NoWatermarkError
 from controller_app.health import node_health
 from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream
@@ -186,8 +187,6 @@ def stream_new(request: HttpRequest, scope: str) -> HttpResponse:
 
 def form_values_of(stream: Stream, tags: list[str]) -> dict[str, str]:
     """A stream's configuration as the stream form's fields (the REST API's names)."""
-    from controller_app.api.serializers import StreamPropertySerializer
-
     data = StreamPropertySerializer.of(stream, tags)
     values = {"streamName": stream.name, "streamTags": ", ".join(tags)}
     for key, value in (data.get("scalingPolicy") or {}).items():

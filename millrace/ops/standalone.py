@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import json
 import os
 import secrets
 import signal
@@ -45,6 +46,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel.status_files import supervisor_state_path, write_status
 
 #: Seconds a child has to stop after SIGTERM before it gets SIGKILL.
@@ -202,12 +204,13 @@ class Supervisor:
         ).start()
 
     def _pump(self, child: Child, process: subprocess.Popen[bytes]) -> None:
-        """Copy a child's output to ours, each line prefixed with its name."""
+        """Copy a child's output to ours, each line prefixed with its name (a JSON log record,
+        ``MILLRACE_LOG_FORMAT=json``, gets it as its ``child`` field instead)."""
         assert process.stdout is not None
         for raw in process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             child.output.append(line)
-            sys.stdout.write(f"[{child.name}] {line}\n")
+            sys.stdout.write(_labelled(child.name, line) + "\n")
             sys.stdout.flush()
 
     def _failure(self, child: Child, what: str) -> str:
@@ -399,8 +402,6 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 def wire_answers(host: str, port: int) -> Callable[[], bool]:
     """The segment store's wire server answers a keep-alive ``Hello`` within a second."""
-    from millrace.client.transport.probe import ProbeError, probe_segment_store
-
     def check() -> bool:
         try:
             probe_segment_store(host, port, timeout=1.0)
@@ -517,6 +518,17 @@ def build_children(
         http_ok(f"{health}/health/liveness"),
     )  # fmt: skip
     return [segmentstore, worker, beat, controller]
+
+
+def _labelled(name: str, line: str) -> str:
+    if line.startswith("{"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            return json.dumps({**record, "child": name}, ensure_ascii=False)
+    return f"[{name}] {line}"
 
 
 def run(

@@ -159,3 +159,60 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path, ports: tuple[int, int]) -
     node._reader.join(5)
     assert f"HTTP port 127.0.0.1:{ports[0]} is not free" in node.output()
     assert "--http-port" in node.output()
+
+
+#: What the first minutes of a node once printed over and over, or on every start, although
+#: the user can do nothing about it: the supervisor's liveness probe (a line a second), beat
+#: sending a job and a worker receiving and finishing it (every few seconds), WhiteNoise's
+#: missing static folder, Celery's warning about pickle for a root worker.
+NOISE = (
+    "GET /health", "Sending due task", "] received", "] succeeded in", "No directory at",
+    "superuser privileges",
+)  # fmt: skip
+
+
+def test_a_quiet_first_minute(tmp_path: Path, ports: tuple[int, int]) -> None:
+    """A node that runs and is used shows its start and nothing every second; with
+    ``MILLRACE_LOG_LEVEL=DEBUG`` the routine lines are there (so the quiet is the level's
+    doing, not lines that were never logged)."""
+    quiet = Standalone(tmp_path / "quiet", *ports)
+    try:
+        quiet.wait_for(READY_LINE)
+        token = (tmp_path / "quiet" / "admin-token").read_text().strip()
+        assert request(quiet.base, "POST", "/v1/scopes", token, {"scopeName": "q"})[0] == 201
+        time.sleep(20)  # the sweeper (15 s), transaction timeouts and watermarks (10 s) ran
+        lines = quiet.output().splitlines()
+        noisy = [line for line in lines if any(noise in line for noise in NOISE)]
+        assert not noisy, "\n".join(noisy[:20])
+        assert quiet.stop() == 0
+    finally:
+        quiet.kill()
+    http, wire = free_ports(2)
+    loud = Standalone(tmp_path / "loud", http, wire, env={"MILLRACE_LOG_LEVEL": "DEBUG"})
+    try:
+        loud.wait_for(READY_LINE)
+        loud.wait_for("Sending due task", timeout=30)
+        loud.wait_for("GET /health/liveness", timeout=30)
+    finally:
+        loud.kill()
+
+
+def test_json_logs_for_machines(tmp_path: Path, ports: tuple[int, int]) -> None:
+    """With ``MILLRACE_LOG_FORMAT=json`` every log line of the node's processes is one JSON
+    object naming its child process (what the supervisor prints for people, its banner and
+    the token on first start, stays text)."""
+    import json
+
+    node = Standalone(tmp_path / "data", *ports, env={"MILLRACE_LOG_FORMAT": "json"})
+    try:
+        node.wait_for(READY_LINE)
+        node.wait_for('"level"', timeout=30)
+        records = [json.loads(line) for line in node.output().splitlines() if line.startswith("{")]
+        assert records
+        assert all({"time", "level", "logger", "message", "child"} <= set(r) for r in records)
+        loggers = {r["logger"].split(".")[0] for r in records}
+        assert loggers & {"segment_app", "uvicorn", "celery", "millrace", "controller_app"}
+        text_logs = [line for line in node.output().splitlines() if " INFO " in line]
+        assert not text_logs, text_logs[:5]
+    finally:
+        node.kill()
