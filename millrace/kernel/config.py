@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_DATA_DIR",
+    "HTTP_PORT",
     "UNSAFE_TEST_FLAGS",
     "ClientSettings",
     "ConfigError",
@@ -46,6 +47,8 @@ Env = Mapping[str, str]
 _S = TypeVar("_S")
 
 DEFAULT_DATA_DIR = "./data"
+#: The controller's HTTP port (REST, console, WebSockets): Pravega's REST port.
+HTTP_PORT = 9091
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
@@ -527,7 +530,7 @@ class ClientSettings:
 
     data_dir: Path = _data_dir()  # noqa: RUF009 - a field specifier (it returns a field)
     url: str = env_str(
-        "MILLRACE_URL", "http://127.0.0.1:9091", "the node's REST API (the controller's HTTP port)"
+        "MILLRACE_URL", f"http://127.0.0.1:{HTTP_PORT}", "the node's REST API (its HTTP port)"
     )
     token: str | None = env_optional(
         "MILLRACE_TOKEN", "API token of the commands", _token, "<data dir>/admin-token"

@@ -402,6 +402,7 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 def wire_answers(host: str, port: int) -> Callable[[], bool]:
     """The segment store's wire server answers a keep-alive ``Hello`` within a second."""
+
     def check() -> bool:
         try:
             probe_segment_store(host, port, timeout=1.0)

@@ -26,14 +26,16 @@ def spark_snippet() -> str:
 
 
 def python_without_millrace(tmp_path: Path) -> Path:
-    """A directory whose ``python3`` is this machine's base Python, which has no Millrace."""
-    base = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-    check = subprocess.run([str(base), "-c", "import millrace"], capture_output=True)
-    if check.returncode == 0:
-        pytest.skip(f"{base} has Millrace installed: no Python without it to put on the PATH")
+    """A directory whose ``python3`` has no Millrace (nor anything else): a bare virtual
+    environment of this machine's base Python, as a user's system Python would be."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    bare = tmp_path / "bare"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    check = subprocess.run([str(bare / "bin" / "python"), "-c", "import millrace"], cwd=tmp_path)
+    assert check.returncode != 0, "the bare Python imports Millrace"
     folder = tmp_path / "bin"
     folder.mkdir()
-    (folder / "python3").symlink_to(base)
+    (folder / "python3").symlink_to(bare / "bin" / "python")
     return folder
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from millrace.kernel import logs
 from millrace.kernel.config import (
+    HTTP_PORT,
     LogSettings,
     SegmentStoreSettings,
     WebSettings,
@@ -39,6 +40,7 @@ from millrace.ops.cli.base import (
 WEBSOCKET_REQUEST_LINE_BYTES_MAX = 1024 * 1024
 
 _STORE = variables(SegmentStoreSettings)
+_WIRE_PORT = SegmentStoreSettings.port
 _WEB = variables(WebSettings)
 _LOG = variables(LogSettings)
 
@@ -54,7 +56,7 @@ def register(commands: Any, parents: Parents) -> None:
     _http_options(standalone)
     standalone.add_argument(
         "--segmentstore-port", type=port, default=None, metavar="PORT",
-        help="wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or 12345)",
+        help=f"wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or {_WIRE_PORT})",
     )  # fmt: skip
     standalone.add_argument(
         "--worker-concurrency", type=int, default=2, metavar="N",
@@ -70,7 +72,7 @@ def register(commands: Any, parents: Parents) -> None:
     )
     store.add_argument(
         "--port", type=any_port, metavar="PORT",
-        help="wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or 12345; 0: any free)",
+        help=f"wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or {_WIRE_PORT}; 0: any)",
     )  # fmt: skip
     store.add_argument("--containers", type=int, metavar="N", help="segment containers")
     store.add_argument(
@@ -109,8 +111,8 @@ def _http_options(parser: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="interface the HTTP server listens on (127.0.0.1)"
     )
     parser.add_argument(
-        "--http-port", type=port, default=9091, metavar="PORT",
-        help="HTTP port of REST, console and WebSockets (default 9091, Pravega's REST port)",
+        "--http-port", type=port, default=HTTP_PORT, metavar="PORT",
+        help=f"HTTP port of REST, console and WebSockets (default {HTTP_PORT}, Pravega's)",
     )  # fmt: skip
 
 

@@ -86,7 +86,7 @@ def out(args: argparse.Namespace, value: Any, text: str) -> None:
 def options() -> argparse.ArgumentParser:
     """``--url``, ``--token`` and ``--json``, as a parent parser."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--url", help="the node (default $MILLRACE_URL or http://127.0.0.1:9091)")
+    parent.add_argument("--url", help=f"the node (default $MILLRACE_URL or {ClientSettings.url})")
     parent.add_argument(
         "--token", help="API token (default $MILLRACE_TOKEN or <data dir>/admin-token)"
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from millrace.kernel.config import ClientSettings
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents, command
 
@@ -18,7 +19,7 @@ def register(commands: Any, parents: Parents) -> None:
         variables=[v for v in remote.VARIABLES if v.name == "MILLRACE_URL"],
     )  # fmt: skip
     node_status.add_argument(
-        "--url", help="the node (default $MILLRACE_URL or http://127.0.0.1:9091)"
+        "--url", help=f"the node (default $MILLRACE_URL or {ClientSettings.url})"
     )
     node_status.add_argument("--json", action="store_true", help="the health tree as JSON")
 
