@@ -179,7 +179,7 @@ async def _produce(client: Any, writers: list[Any], spec: dict[str, Any]) -> dic
         size,
         handed=sent,
         handed_in_window=window.handed_in_window,
-        events_per_block=round(sent / max(1, client.blocks_sent), 1),
+        events_per_block=round(sent / max(1, client.appends.blocks_sent), 1),
     )
 
 

@@ -35,13 +35,13 @@ EVENT_BYTES = 100
 
 async def run(args: argparse.Namespace) -> list[float]:
     client = ss.SegmentStoreClient()
-    client._conn.transport = object()  # type: ignore[assignment]  # (never written to: see below)
+    client.connection.transport = object()  # type: ignore[assignment]  # (never written to: see below)
     dropped: list[object] = []
-    client._conn.send = lambda cmd: dropped.extend(ss.wire.encode_parts(cmd))  # type: ignore[method-assign]
+    client.connection.send = lambda cmd: dropped.extend(ss.wire.encode_parts(cmd))  # type: ignore[method-assign]
     ids = [uuid.uuid4() for _ in range(args.writers)]
     for writer_id in ids:
-        client._sessions[writer_id.int] = Session(
-            client=client, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
+        client.appends._sessions[writer_id.int] = Session(
+            client=client.appends, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
         )
     writers = ids if args.ids else [client.writer_handle(w) for w in ids]
     laps = writers * (args.step // len(writers) + 2)  # (a step's ring is one slice of it)
@@ -67,16 +67,16 @@ async def run(args: argparse.Namespace) -> list[float]:
 
 def _send_and_ack(client: ss.SegmentStoreClient) -> None:
     """Send every open block (as the busy sweep does) and acknowledge all blocks at once."""
-    for session in client._sessions.values():
+    for session in client.appends._sessions.values():
         if session.open_events:
             session.busy_until = 0.0
             session.send_due = True
-            client._pump(session, hold_small=False)
-    client._lingering.clear()
-    for key, session in client._sessions.items():
+            client.appends._pump(session, hold_small=False)
+    client.appends._lingering.clear()
+    for key, session in client.appends._sessions.items():
         if session.in_flight:
-            client.data_appended(key, session.in_flight[-1][2], -1, 0)
-    client._advance()
+            client.appends.data_appended(key, session.in_flight[-1][2], -1, 0)
+    client.appends._advance()
 
 
 def main(argv: list[str] | None = None) -> int:

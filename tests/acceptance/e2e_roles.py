@@ -70,7 +70,7 @@ def _state(thing: Any) -> str:
         lines.append(
             f"  segment {segment_id}: pending={len(w.pending)} unsent={len(w.unsent)} "
             f"shipping={w.shipping} sealed={w.sealed} reconnecting={w.reconnecting} "
-            f"next_number={w.next_number} client_lost={w.client._conn.lost!r}"
+            f"next_number={w.next_number} client_lost={w.client.connection.lost!r}"
         )
     return "\n".join(lines)
 
