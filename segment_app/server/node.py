@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from millrace.kernel.config import SegmentStoreSettings
+from millrace.kernel import logs
+from millrace.kernel.config import LogSettings, SegmentStoreSettings
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.status_files import node_status_path, write_status
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store, tier2_options
@@ -309,14 +310,17 @@ def _stop_on_signals(stop: asyncio.Event) -> Any:
             loop.remove_signal_handler(sig)
 
 
-def serve(settings: SegmentStoreSettings) -> int:
-    """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``); the exit
-    status: 0 after a clean stop, 1 when it cannot go on, 2 when a setting is wrong."""
+def serve(settings: SegmentStoreSettings, log: LogSettings | None = None) -> int:
+    """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
+    as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
+    stop, 1 when it cannot go on, 2 when a setting is wrong."""
     try:
         server_config(settings)  # checks the server's options before anything starts
     except ValueError as exc:
         print(f"millrace segmentstore: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if log is not None:
+        logs.configure(log)
     keep_freed_memory()
     try:
         asyncio.run(run_node(settings))

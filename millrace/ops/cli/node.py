@@ -131,9 +131,9 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     settings = dataclasses.replace(
         settings, **{name: value for name, value in overrides.items() if value is not None}
     )
-    logs.configure(LogSettings.from_env())
+    log = LogSettings.from_env()
     node = needs("segment_app.server.node", "the segment store")
-    return int(node.serve(settings))
+    return int(node.serve(settings, log))
 
 
 def run_standalone(args: argparse.Namespace, rest: list[str]) -> int:

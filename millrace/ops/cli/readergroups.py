@@ -13,9 +13,6 @@ import sys
 import time
 from typing import Any
 
-from millrace.client.manager import StreamManager
-from millrace.client.reader_group import TruncatedDataError
-from millrace.client.streamcut import StreamCut
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -145,6 +142,9 @@ def readergroup_checkpoint(args: argparse.Namespace) -> None:
             raise CommandError(f"checkpoint {args.checkpoint} still waits for {waiting}")
         time.sleep(0.2)
 
+    # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
+    from millrace.client.streamcut import StreamCut
+
     cuts = {
         scoped: StreamCut(*remote.split(scoped), {int(k): v for k, v in cut.items()}).to_text()
         for scoped, cut in status["streamCuts"].items()
@@ -163,6 +163,10 @@ def readergroup_reset(args: argparse.Namespace) -> None:
 def readergroup_read(args: argparse.Namespace) -> None:
 
     scope, group = remote.split(args.name)
+    # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
+    from millrace.client.manager import StreamManager
+    from millrace.client.reader_group import TruncatedDataError
+
     manager = StreamManager(remote.url(args), token=remote.token(args))
     reader = None
     seen = 0

@@ -15,9 +15,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
-from millrace.client.controller import AsyncControllerClient, ControllerError
 from millrace.kernel.config import ClientSettings, variables
 from millrace.ops.cli import base
 from millrace.ops.cli.base import EXIT_OK, CommandError, Handler
@@ -63,6 +60,10 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
     """One REST call through the Python client's controller calls: a controller restarting
     or a service it needs that is away (503) is waited for, within the client's patience
     (``millrace.client.controller.PATIENCE_SECONDS``)."""
+    # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
+    import httpx
+
+    from millrace.client.controller import AsyncControllerClient, ControllerError
 
     async def calling() -> Any:
         client = AsyncControllerClient(url(args), token(args), timeout=90, user_agent=CLI_AGENT)

@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-import httpx
-
 from millrace.kernel.config import ClientSettings
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents, command
@@ -26,6 +24,8 @@ def register(commands: Any, parents: Parents) -> None:
 
 def run_status(args: argparse.Namespace, rest: list[str]) -> int:
     """The node's health tree; exit status 0 when UP, 1 otherwise."""
+    import httpx  # (when the command runs: ``millrace --help`` stays fast)
+
     try:
         response = httpx.get(f"{remote.url(args)}/health", timeout=10)
         tree = response.json()

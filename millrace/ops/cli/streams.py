@@ -16,10 +16,6 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-import websockets
-from tqdm import tqdm
-
-from millrace.client.manager import StreamManager
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -151,6 +147,11 @@ def stream_append(args: argparse.Namespace, rest: list[str] | None = None) -> No
     if unknown:
         raise CommandError(f"unrecognized option {unknown[0]}")
     events = [*args.events, *(rest or ())] or None
+    # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
+    from tqdm import tqdm
+
+    from millrace.client.manager import StreamManager
+
     manager = StreamManager(remote.url(args), token=remote.token(args))
     try:
         writer = manager.create_writer(scope, stream)
@@ -180,6 +181,7 @@ def stream_read(args: argparse.Namespace) -> None:
 
 
 async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
+    import websockets
 
     base = remote.url(args).replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     query = f"from={quote(args.start)}&encoding=utf-8"
