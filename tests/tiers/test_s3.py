@@ -84,8 +84,12 @@ async def test_a_read_whose_body_is_cut_short_is_a_tier_error(s3_url: str) -> No
         data = bytes(i % 251 for i in range(4 << 20))
         await storage.create_with_data("c", data)
         proxy.reset_mid_frame(after=1 << 20)  # the headers and the first MiB of the body
-        with pytest.raises(StorageError, match="read of chunk 'c' failed"):
-            await storage.read("c", 0, len(data))
+        for _ in range(3):  # (a loaded machine may fail a read before the cut is reached)
+            with pytest.raises(StorageError, match="read of chunk 'c' failed"):
+                await storage.read("c", 0, len(data))
+            if proxy.resets:
+                break
+        assert proxy.resets == 1
         assert await storage.read("c", 0, len(data)) == data
         await storage.close()
     finally:
