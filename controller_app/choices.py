@@ -121,6 +121,14 @@ class RetentionPolicyType(models.TextChoices):
     SIZE = "SIZE", "by size (bytes)"
 
 
+class NodeSession(models.TextChoices):
+    """How a node belongs to the cluster (``Node.session``)."""
+
+    STATIC = "static", "static"
+    LIVE = "live", "live"
+    LEFT = "left", "left"
+
+
 class NodeRole(models.TextChoices):
     """What a node runs."""
 

@@ -8,8 +8,10 @@ from controller_app.models.audit import AuditEntry
 from controller_app.models.base import StatefulModel, transition
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
 from controller_app.models.host import (
+    ClusterLease,
     Container,
     ContainerAssignment,
+    ContainerMove,
     Node,
     ProcessHeartbeat,
     TaskCount,
@@ -24,9 +26,11 @@ from controller_app.models.watermark import Watermark, WriterMark
 __all__ = [
     "AuditEntry",
     "BucketLease",
+    "ClusterLease",
     "CompletedTransaction",
     "Container",
     "ContainerAssignment",
+    "ContainerMove",
     "Epoch",
     "EpochTransition",
     "Node",

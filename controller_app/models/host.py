@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from controller_app.choices import NodeRole
+from controller_app.choices import NodeRole, NodeSession
 
 
 class Node(models.Model):
@@ -25,6 +25,14 @@ class Node(models.Model):
     )
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    session = models.CharField(
+        max_length=8, choices=NodeSession.choices, default=NodeSession.STATIC,
+        help_text="static: never moved (standalone); live: renewing; left: stopped cleanly",
+    )  # fmt: skip
+    renewals = models.BigIntegerField(
+        default=0, help_text="Grows at every renewal of the session: the leader watches it move."
+    )
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When it last joined.")
 
     class Meta:
         constraints = [
@@ -51,7 +59,9 @@ class Container(models.Model):
 
 
 class ContainerAssignment(models.Model):
-    """The node that owns a container now; ``generation`` grows at every reassignment."""
+    """The node that owns a container now. ``generation`` is the assignment's epoch: it takes
+    the cluster's next epoch at every reassignment (``ClusterLease.epochs``), so it only grows,
+    and the owner carries it into tier-1 and tier-2 as its fencing token."""
 
     container = models.OneToOneField(Container, on_delete=models.CASCADE, related_name="assignment")
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="assignments")
@@ -99,3 +109,38 @@ class TaskCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} {self.outcome}: {self.count}"
+
+
+class ClusterLease(models.Model):
+    """A lease one process of the cluster holds at a time, until ``expires_ms``: the
+    ``assignment`` lease makes its holder the leader that assigns containers; the ``beat``
+    lease lets one Celery beat tick. Taken when expired and renewed by conditional UPDATE
+    (``controller_app.cluster.leases``); ``term`` grows at every new holder."""
+
+    name = models.CharField(max_length=32, unique=True)
+    holder = models.CharField(max_length=255, blank=True, default="")
+    term = models.BigIntegerField(default=0)
+    expires_ms = models.BigIntegerField(default=0, help_text="ms since the Unix epoch")
+    epochs = models.BigIntegerField(
+        default=0, help_text="The last assignment epoch given (the assignment lease only)."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.name} lease: {self.holder or 'nobody'} (term {self.term})"
+
+
+class ContainerMove(models.Model):
+    """One reassignment of a container, for ``millrace cluster status`` and the console."""
+
+    container = models.IntegerField()
+    from_node = models.CharField(max_length=255, blank=True, default="")
+    to_node = models.CharField(max_length=255)
+    epoch = models.BigIntegerField()
+    reason = models.CharField(max_length=64)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"container {self.container}: {self.from_node or '-'} -> {self.to_node}"

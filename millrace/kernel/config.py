@@ -301,6 +301,28 @@ def _autoscale_window() -> Any:
     )  # fmt: skip
 
 
+def _session_timeout() -> Any:
+    return env_int(
+        "MILLRACE_NODE_SESSION_TIMEOUT_S", 5,
+        "a cluster member whose session is not renewed this long is gone (seconds)",
+        low=2, high=600,
+    )  # fmt: skip
+
+
+def parse_advertise(env: Env) -> str | None:
+    """``MILLRACE_ADVERTISE``: ``host:port`` (a port of 1-65535) or ``host`` (the port the
+    node listens on), or None when unset."""
+    value = env.get("MILLRACE_ADVERTISE", "").strip()
+    if not value:
+        return None
+    host, colon, port = value.rpartition(":")
+    if not colon:
+        host, port = value, ""
+    if not host or not (port == "" or (port.isdigit() and 0 < int(port) < 65536)):
+        raise _bad("MILLRACE_ADVERTISE", value, "give host:port or host, e.g. 10.0.0.5:12345")
+    return value
+
+
 def variables(settings_class: type) -> list[Variable]:
     """The environment variables ``settings_class`` reads, in field order."""
     return [
@@ -399,6 +421,15 @@ class SegmentStoreSettings:
     traffic_monitor: bool = env_bool(
         "MILLRACE_TRAFFIC_MONITOR", True, "the traffic monitor counts appends (for auto-scaling)"
     )
+    advertise: str | None = env_optional(
+        "MILLRACE_ADVERTISE", "host:port clients reach this node at; set, the node joins the "
+        "cluster of DATABASE_URL and serves the containers its leader assigns",
+        parse_advertise, "a node of its own, serving every container",
+    )  # fmt: skip
+    node_id: str = env_str(
+        "MILLRACE_NODE_ID", "", "this node's name in the cluster (unset: its advertised address)"
+    )
+    session_timeout_s: int = _session_timeout()
     #: How long a read at the tail of an open segment waits for data, seconds (under 30; the
     #: command line's ``--read-tail-wait``, no variable).
     read_tail_wait_seconds: float = 5.0
@@ -462,6 +493,12 @@ class WebSettings:
         "MILLRACE_WATERMARK_PERIOD_S", 10, "seconds between watermark rounds", low=1, high=86400
     )
     autoscale_window_s: int = _autoscale_window()
+    session_timeout_s: int = _session_timeout()
+    assign: bool = env_bool(
+        "MILLRACE_ASSIGN",
+        True,
+        "this controller may lead the cluster (assign containers to segment store nodes)",
+    )
     autoscale_cooldown_s: int = env_int(
         "MILLRACE_AUTOSCALE_COOLDOWN_S", 600, "pause after a scale before the next, seconds",
         low=0, high=86400,

@@ -515,7 +515,7 @@ def build_children(
     controller = Child(
         "controller",
         _cli("controller", "--data-dir", str(data_dir), "--host", http_host,
-             "--http-port", str(http_port)),
+             "--http-port", str(http_port), "--no-assign"),
         http_ok(f"{health}/health/liveness"),
     )  # fmt: skip
     return [segmentstore, worker, beat, controller]

@@ -39,12 +39,23 @@ RESTART_DELAY_MAX_S = 5.0
 
 
 class SegmentStore:
-    def __init__(self, config: SegmentStoreConfig, factory: ContainerFactory) -> None:
+    """A node's containers: every one (a node of its own), or those a cluster assigns it
+    (``clustered``: none until ``follow`` names them)."""
+
+    def __init__(
+        self, config: SegmentStoreConfig, factory: ContainerFactory, *, clustered: bool = False
+    ) -> None:
         self.config = config
         self.factory = factory
+        self.clustered = clustered
         self.containers: dict[int, SegmentContainer] = {}
         self._restarts: dict[int, asyncio.Task[None]] = {}
         self._stopping = False
+        #: What the cluster assigned this node last: container -> assignment epoch.
+        self.assigned: dict[int, int] = {}
+        self._following = asyncio.Lock()
+        #: Why no request is served now (``suspend``), or None.
+        self.suspended: str | None = None
         #: ``container_for`` of the segments appended to lately (a plain dict is the cheapest
         #: lookup for every append of a group).
         self._routes: dict[str, int] = {}
@@ -58,11 +69,63 @@ class SegmentStore:
         status files keep room to recover."""
         self.refusal = reason
 
+    def suspend(self, reason: str | None) -> None:
+        """Serve no request for any container (``ContainerOfflineError(reason)``, a WrongHost on
+        the wire) until called with ``None``: the node does this when it cannot know whether
+        it still owns its containers (it was paused past its session)."""
+        self.suspended = reason
+
     async def start(self) -> None:
+        if self.clustered:
+            return  # ``follow`` starts what the cluster assigns
         for container_id in range(self.config.container_count):
             container = self.factory(container_id)
             await container.start()
             self.containers[container_id] = container
+
+    async def follow(self, assigned: dict[int, int]) -> None:
+        """Serve exactly the containers of ``assigned`` (container -> assignment epoch): stop
+        those taken away or assigned again since (their epoch changed), start the new ones,
+        concurrently. A container whose log a newer owner took over stays down; one that fails
+        to start is restarted like any failed container."""
+        await self.release(assigned)
+        async with self._following:
+            new = [(c, e) for c, e in sorted(assigned.items()) if c not in self.containers]
+            await asyncio.gather(*(self._take(c, e) for c, e in new))
+
+    async def release(self, assigned: dict[int, int]) -> None:
+        """Stop the containers ``assigned`` (container -> assignment epoch) does not give this
+        node (any more, or again since): the first half of ``follow``, quick."""
+        self.assigned = dict(assigned)
+        for container_id, container in list(self.containers.items()):
+            if assigned.get(container_id) != container.assignment_epoch:
+                await self._release(container_id, container)
+
+    async def _release(self, container_id: int, container: SegmentContainer) -> None:
+        restart = self._restarts.pop(container_id, None)
+        if restart is not None:
+            restart.cancel()
+        self.containers.pop(container_id, None)
+        await container.stop()
+        log.warning("container %d released (assignment %s ended)",
+                    container_id, container.assignment_epoch)  # fmt: skip
+
+    async def _take(self, container_id: int, assignment_epoch: int) -> None:
+        container = self.factory(container_id)
+        container.assignment_epoch = assignment_epoch
+        try:
+            await container.start()
+        except DataLogFencedError as exc:
+            log.warning("container %d not started: %s", container_id, exc)
+            return
+        except Exception:
+            log.exception("container %d failed to start; it is restarted", container_id)
+        if self.assigned.get(container_id) == assignment_epoch and not self._stopping:
+            self.containers[container_id] = container
+            if container.state is not ContainerState.RUNNING:
+                self._schedule_restart(container)
+        else:  # taken away while it started
+            await container.stop()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -87,13 +150,19 @@ class SegmentStore:
         for container_id in range(self.config.container_count):
             container = self.containers.get(container_id)
             if container is None:
-                containers[str(container_id)] = {"state": "not running", "epoch": None}
+                state = (
+                    "not assigned"
+                    if self.clustered and container_id not in self.assigned
+                    else ("not running")
+                )
+                containers[str(container_id)] = {"state": state, "epoch": None}
                 continue
             failure = container.durable_log.failure if container.durable_log else None
             writer = container.storage_writer
             containers[str(container_id)] = {
                 "state": container.state.value,
                 "epoch": container.epoch,
+                "assignment": container.assignment_epoch,
                 "tier1_error": None if failure is None else f"{type(failure).__name__}: {failure}",
                 "tier2_error": writer.trouble() if writer is not None else None,
             }
@@ -131,8 +200,15 @@ class SegmentStore:
     def container(self, name: str) -> SegmentContainer:
         container_id = container_for(name, self.config.container_count)
         container = self.containers.get(container_id)
+        if self.suspended is not None:
+            raise ContainerOfflineError(self.suspended, segment=name)
         if container is None:
-            raise ContainerOfflineError(f"container {container_id} is not running", segment=name)
+            served = (
+                "is not running"
+                if container_id in self.assigned or not self.clustered
+                else ("is not served by this node")
+            )
+            raise ContainerOfflineError(f"container {container_id} {served}", segment=name)
         if container.state is ContainerState.FAILED or (
             container.durable_log is not None and container.durable_log.failure is not None
         ):
@@ -163,6 +239,7 @@ class SegmentStore:
             while not self._stopping:
                 await asyncio.sleep(delay)
                 replacement = self.factory(container_id)
+                replacement.assignment_epoch = self.containers[container_id].assignment_epoch
                 try:
                     await replacement.start()
                 except DataLogFencedError:

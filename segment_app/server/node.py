@@ -24,6 +24,7 @@ from typing import Any
 
 from millrace.kernel import logs
 from millrace.kernel.config import LogSettings, SegmentStoreSettings
+from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.status_files import node_status_path, write_status
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store, tier2_options
@@ -36,6 +37,7 @@ from segment_app.engine.config import (
 )
 from segment_app.engine.errors import EngineError
 from segment_app.engine.store import SegmentStore
+from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
@@ -131,10 +133,16 @@ async def run_node(
     *,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[SegmentStoreServer], None] | None = None,
+    membership: Membership | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server."""
+    """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server.
+    With ``config.advertise``, the node joins the cluster through ``membership`` and serves
+    the containers its leader assigns; without, it serves every container."""
     stop = stop or asyncio.Event()
+    if config.advertise is not None and membership is None:
+        raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
     store = _build_store(config)
+    store.clustered = config.advertise is not None
     server = SegmentStoreServer(store, server_config(config))  # checks the config first
     await store.start()
     try:
@@ -154,6 +162,13 @@ async def run_node(
             reporter = asyncio.create_task(_report_status(config, store, server.port))
             status: dict[str, Any] = {**store.health(), "metrics": store.metrics()}
             metrics = _start_metrics(config, server, lambda: status)
+            session = None
+            if membership is not None and config.advertise is not None:
+                card = node_card(config, server.port, metrics.port if metrics else None)
+                session = asyncio.create_task(NodeSession(
+                    membership, card, store, session_timeout_s=config.session_timeout_s,
+                    pause_check="no-pause-check" not in config.unsafe,
+                ).run())  # fmt: skip
             try:
                 with _stop_on_signals(stop):
                     while not stop.is_set():  # the traffic monitor's tick
@@ -163,6 +178,9 @@ async def run_node(
                         status = {**store.health(), "metrics": store.metrics()}
             finally:
                 reporter.cancel()
+                if session is not None:  # leaves the cluster: the leader moves on at once
+                    session.cancel()
+                    await asyncio.gather(session, return_exceptions=True)
                 if metrics is not None:
                     metrics.close()
         finally:
@@ -170,6 +188,20 @@ async def run_node(
     finally:
         await store.stop()
     log.info("segment store stopped")
+
+
+def node_card(config: SegmentStoreSettings, port: int, metrics_port: int | None) -> NodeCard:
+    """What this node tells the cluster: ``MILLRACE_ADVERTISE``'s address (its port, when it
+    names none, the one the server bound) and its id (``MILLRACE_NODE_ID``, else that address)."""
+    assert config.advertise is not None
+    host, _, advertised = config.advertise.rpartition(":")
+    if not host:  # host only
+        host, advertised = config.advertise, ""
+    address = f"{host}:{advertised or port}"
+    return NodeCard(
+        node_id=config.node_id or address, host=host, port=int(advertised or port),
+        metrics_port=metrics_port, container_count=config.container_count,
+    )  # fmt: skip
 
 
 #: Seconds between two ticks of the traffic monitor.
@@ -310,7 +342,11 @@ def _stop_on_signals(stop: asyncio.Event) -> Any:
             loop.remove_signal_handler(sig)
 
 
-def serve(settings: SegmentStoreSettings, log: LogSettings | None = None) -> int:
+def serve(
+    settings: SegmentStoreSettings,
+    log: LogSettings | None = None,
+    membership: Membership | None = None,
+) -> int:
     """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
     as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
     stop, 1 when it cannot go on, 2 when a setting is wrong."""
@@ -323,7 +359,7 @@ def serve(settings: SegmentStoreSettings, log: LogSettings | None = None) -> int
         logs.configure(log)
     keep_freed_memory()
     try:
-        asyncio.run(run_node(settings))
+        asyncio.run(run_node(settings, membership=membership))
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

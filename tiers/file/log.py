@@ -74,7 +74,10 @@ class _Cursor:
 class FileDurableDataLog(DurableDataLog):
     """Tier-1 on local files: durable on return of ``append`` (fdatasync), fenced by epoch.
 
-    Options: ``path`` (this log's directory, one per container), ``fsync`` (off only in tests:
+    Options: ``path`` (this log's directory, one per container), ``root`` (a directory that
+    holds every container's log, ``<root>/<log id>``, in place of ``<data dir>/tier1``: one
+    several nodes of a host share, so that a container that moves finds its log; the file
+    tier-1 is never shared across hosts), ``fsync`` (off only in tests:
     nothing is synced then), ``ledger_bytes_max`` (start a new ledger file past this size),
     ``read_batch_bytes_max`` / ``read_batch_frames_max`` (bounds of one ``read_all`` step),
     ``frame_bytes_max``, ``batch_frames_max``, ``direct_io`` (default true: ledger writes bypass
@@ -102,6 +105,7 @@ class FileDurableDataLog(DurableDataLog):
         self,
         *,
         path: str | os.PathLike[str],
+        root: str | os.PathLike[str] | None = None,
         fsync: bool = True,
         ledger_bytes_max: int = 256 * 1024 * 1024,
         read_batch_bytes_max: int = 16 * 1024 * 1024,
@@ -120,6 +124,8 @@ class FileDurableDataLog(DurableDataLog):
             raise ValueError(f"option 'direct_io' must be true or false, not {direct_io!r}")
         self.direct_io = direct_io
         self.path = os.fspath(path)
+        if root is not None:  # the same log id, under the shared root
+            self.path = os.path.join(os.fspath(root), os.path.basename(self.path.rstrip("/")))
         self.fsync = fsync
         self.ledger_bytes_max = ledger_bytes_max
         self.read_batch_bytes_max = read_batch_bytes_max

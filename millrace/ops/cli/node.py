@@ -21,6 +21,7 @@ from millrace.kernel.config import (
     LogSettings,
     SegmentStoreSettings,
     WebSettings,
+    parse_advertise,
     variables,
 )
 from millrace.ops.cli.base import (
@@ -76,6 +77,14 @@ def register(commands: Any, parents: Parents) -> None:
     )  # fmt: skip
     store.add_argument("--containers", type=int, metavar="N", help="segment containers")
     store.add_argument(
+        "--advertise", metavar="HOST[:PORT]",
+        help="join the cluster of DATABASE_URL, reachable at this address (default "
+        "$MILLRACE_ADVERTISE; unset: a node of its own, serving every container)",
+    )  # fmt: skip
+    store.add_argument(
+        "--node-id", metavar="NAME", help="the node's name in the cluster (default: its address)"
+    )
+    store.add_argument(
         "--read-tail-wait", type=float, metavar="SECONDS",
         help="how long a read at the tail waits for data (default 5)",
     )  # fmt: skip
@@ -85,6 +94,11 @@ def register(commands: Any, parents: Parents) -> None:
         variables=_WEB + _LOG, parents=both,
     )  # fmt: skip
     _http_options(controller)
+    controller.add_argument(
+        "--no-assign", action="store_true",
+        help="never lead the cluster (default: with DATABASE_URL set, each controller may take "
+        "the lease that assigns containers to segment store nodes; $MILLRACE_ASSIGN=0 too)",
+    )  # fmt: skip
     worker = command(
         commands, "worker", run_worker, "Run a Celery worker for the controller's workflows.",
         passthrough="celery worker", variables=_WEB + _LOG, parents=both,
@@ -127,13 +141,30 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
         "port": args.port,
         "container_count": args.containers,
         "read_tail_wait_seconds": args.read_tail_wait,
+        "advertise": args.advertise and parse_advertise({"MILLRACE_ADVERTISE": args.advertise}),
+        "node_id": args.node_id,
     }
     settings = dataclasses.replace(
         settings, **{name: value for name, value in overrides.items() if value is not None}
     )
     log = LogSettings.from_env()
     node = needs("segment_app.server.node", "the segment store")
-    return int(node.serve(settings, log))
+    return int(node.serve(settings, log, _membership(settings)))
+
+
+def _membership(settings: SegmentStoreSettings) -> Any:
+    """The cluster's metadata for a node that joins one (``--advertise``), else None."""
+    if settings.advertise is None:
+        return None
+    if WebSettings.from_env().database_url is None:
+        raise CommandError(
+            "--advertise joins the cluster of DATABASE_URL: set it to the database every "
+            "controller and node shares (e.g. postgres://millrace@db:5432/millrace)"
+        )
+    needs("django", "a cluster node")
+    setup_django()
+    membership = needs("controller_app.cluster.membership", "a cluster node")
+    return membership.DatabaseMembership()
 
 
 def run_standalone(args: argparse.Namespace, rest: list[str]) -> int:
@@ -187,6 +218,7 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     # full passes (shorter pauses under load, e.g. the WebSocket tail reads' latency).
     gc.collect()
     gc.freeze()
+    leader = _leader(args)
     uvicorn.run(
         "millrace.project.asgi:application",
         host=args.host,
@@ -196,7 +228,23 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
         lifespan="off",
         proxy_headers=False,
     )
+    if leader is not None:
+        leader.stop()
+        leader.join(5)
     return EXIT_OK
+
+
+def _leader(args: argparse.Namespace) -> Any:
+    """The thread that takes part in leading the cluster, started; None when this controller
+    may not lead (``--no-assign``, ``MILLRACE_ASSIGN=0``) or has no shared database."""
+    settings = WebSettings.from_env()
+    if args.no_assign or not settings.assign or settings.database_url is None:
+        return None
+    from controller_app.cluster.leader import LeaderThread
+
+    thread = LeaderThread(settings.session_timeout_s, address=(args.host, args.http_port))
+    thread.start()
+    return thread
 
 
 def _celery(command_name: str, extra: list[str]) -> int:

@@ -56,15 +56,26 @@ from tiers.base import (
     ChunkStorage,
     DataLogCorruptionError,
     DataLogError,
+    DataLogFencedError,
     DurableDataLog,
     LogAddress,
 )
 
-__all__ = ["ContainerState", "SegmentContainer"]
+__all__ = ["EPOCHS_PER_ASSIGNMENT", "ContainerState", "SegmentContainer", "epoch_range"]
 
 log = logging.getLogger(__name__)
 
 _NAME_BYTES_MAX = 1024
+
+#: Tier-1 epochs each assignment of a container owns: its restarts on one node take the next
+#: ones; the next assignment's range starts above them all.
+EPOCHS_PER_ASSIGNMENT = 1 << 20
+
+
+def epoch_range(assignment_epoch: int) -> tuple[int, int]:
+    """The tier-1 epochs [low, high) an owner of assignment ``assignment_epoch`` may open."""
+    low = assignment_epoch * EPOCHS_PER_ASSIGNMENT
+    return low, low + EPOCHS_PER_ASSIGNMENT
 
 
 class ContainerState(enum.Enum):
@@ -109,6 +120,9 @@ class SegmentContainer:
         self.read_index = parts.read_index(self.metadata, storage, self.config.read_index)
         self.durable_log: DurableLog | None = None
         self.storage_writer: StorageWriter | None = None
+        #: The cluster's assignment of this container to this node (its epoch), which bounds
+        #: the tier-1 epochs this instance may open with; ``None`` on a node of its own.
+        self.assignment_epoch: int | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -138,7 +152,21 @@ class SegmentContainer:
         )
 
     async def _open_log(self) -> int:
-        epoch = await self.data_log.current_epoch() + 1
+        """Open tier-1 with the next epoch, fencing every older instance. A container that a
+        cluster assigned (``assignment_epoch``) opens at ``assignment_epoch << 20`` at least and
+        never at ``(assignment_epoch + 1) << 20`` or above: an owner whose assignment a newer
+        one replaced finds the log past its range and is refused (``DataLogFencedError``)
+        before it could change either tier."""
+        current = await self.data_log.current_epoch()
+        epoch = current + 1
+        if self.assignment_epoch is not None:
+            low, high = epoch_range(self.assignment_epoch)
+            epoch = max(epoch, low)
+            if epoch >= high:
+                raise DataLogFencedError(
+                    f"container {self.container_id}: its log is at epoch {current}, opened by an"
+                    f" owner of a newer assignment than this node's ({self.assignment_epoch})"
+                )
         await self.data_log.open(epoch)
         return epoch
 
