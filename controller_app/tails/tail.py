@@ -202,7 +202,13 @@ class TailConsumer(AsyncWebsocketConsumer):
         return StreamFollower(
             self.pool, self.token, self._emit_events, successors=successors,
             on_truncated=self._truncated, token_refresh=self._new_token, on_moved=on_moved,
+            locate=self._locate,
         )  # fmt: skip
+
+    async def _locate(self, name: str) -> tuple[str, int]:
+        """Where segment ``name`` is served now (its container may have moved)."""
+        target = await database_sync_to_async(self.directory.segment_target)(name)
+        return target.host, target.port
 
     async def _new_token(self) -> str:
         """A new read token when the one in use has expired (a subscription outlives it)."""

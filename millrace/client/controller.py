@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from millrace.client.routing import SegmentWithRange
+from millrace.kernel.naming import parent_name, parse_segment_name
 
 #: Seconds one REST call may take (a scale or seal waits for the controller's worker).
 REQUEST_TIMEOUT_SECONDS = 60.0
@@ -170,6 +171,12 @@ class AsyncControllerClient:
             "GET", f"/scopes/{scope}/streams/{stream}/segments/{segment_id}/uri"
         )
         return str(found["host"]), int(found["port"])
+
+    async def segment_node(self, name: str) -> tuple[str, int]:
+        """The node serving the segment of qualified name ``name`` now (after a WrongHost or a
+        lost connection: its container may have moved to another node)."""
+        scope, stream, segment_id = parse_segment_name(parent_name(name))
+        return await self.segment_uri(scope, stream, segment_id)
 
     # -- writer marks and watermarks ---------------------------------------------------------
 

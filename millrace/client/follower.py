@@ -51,6 +51,8 @@ OnTruncated = Callable[[Target, int], Awaitable[None]]
 #: ``on_moved(ended, started)``: a segment was read to its end and these successors start (at
 #: offset 0) now; awaited before they start, so it is told before any of their events.
 OnMoved = Callable[[Target, list[Target]], Awaitable[None]]
+#: ``locate(segment name)`` -> the (host, port) serving it now.
+Locate = Callable[[str], Awaitable[tuple[str, int]]]
 
 
 class StreamFollower:
@@ -64,8 +66,12 @@ class StreamFollower:
         on_truncated: OnTruncated | None = None,
         token_refresh: Callable[[], Awaitable[str]] | None = None,
         on_moved: OnMoved | None = None,
+        locate: Locate | None = None,
     ) -> None:
         self.pool = pool
+        #: Where a segment is served now, asked after a lost connection or a WrongHost (its
+        #: container may have moved); None: always the target's node.
+        self.locate = locate
         self.token = token
         #: Gets a new ``token`` when the segment store says it has expired (else that error
         #: ends the reading).
@@ -91,10 +97,11 @@ class StreamFollower:
         Raises ``EventFormatError`` for bytes that are not events."""
         splitter = EventSplitter(offset)
         delay = RECONNECT_DELAY_SECONDS
+        node = (target.host, target.port)
         while True:
             used = self.token
             try:
-                client = await self.pool.get(target.host, target.port)
+                client = await self.pool.get(*node)
                 result = await client.read_segment(
                     target.name, splitter.offset + splitter.buffered, READ_BYTES, token=used
                 )
@@ -106,6 +113,7 @@ class StreamFollower:
             except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_DELAY_MAX_SECONDS)
+                node = await self._locate(target, node)
                 continue
             except (ssc.SegmentNotFoundError, ssc.SegmentSealedError):
                 return  # deleted (stream deleted or truncated away), or sealed at the end
@@ -125,6 +133,15 @@ class StreamFollower:
                 await self.emit(target, events, splitter.offset)
             if result.end_of_segment and not result.data:
                 return
+
+    async def _locate(self, target: Target, node: tuple[str, int]) -> tuple[str, int]:
+        """Where ``target`` is served now (``node`` when that cannot be asked now)."""
+        if self.locate is None:
+            return node
+        try:
+            return await self.locate(target.name)
+        except Exception:  # the controller away too: the next failure asks again
+            return node
 
     # -- a whole stream --------------------------------------------------------------------
 

@@ -86,7 +86,8 @@ class AsyncEventReader:
             assert pool is not None
             follower = StreamFollower(pool, pool.delegation_token, self._emit,
                                       successors=self._successors,
-                                      token_refresh=pool.token_refresh)  # fmt: skip
+                                      token_refresh=pool.token_refresh,
+                                      locate=self.controller.segment_node)  # fmt: skip
             await follower.run(await self._position())
             self._outcome = _END
         except BaseException as exc:  # hand it to read_next

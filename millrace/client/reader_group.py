@@ -520,6 +520,10 @@ class AsyncGroupReader:
             except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_DELAY_MAX_SECONDS)
+                with contextlib.suppress(Exception):  # its container may have moved
+                    segment.host, segment.port = await self.group.controller.segment_node(
+                        segment.name
+                    )
                 continue
             except ssc.SegmentNotFoundError:
                 message = f"{segment.name} no longer exists (truncated or deleted)"

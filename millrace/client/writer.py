@@ -227,32 +227,35 @@ class AsyncEventWriter:
         writer = self._writers.get(segment.segment_id)
         if writer is None:
             assert self._pool is not None
-            host, port = await self.controller.segment_uri(
-                self.scope, self.stream, segment.segment_id
-            )
             writer_id = uuid.uuid4()
-            client, last = await self._setup(host, port, segment.name, writer_id)
-            writer = _SegmentWriter(segment, client, (host, port), writer_id=writer_id)
+            client, last, node = await self._setup(segment, writer_id)
+            writer = _SegmentWriter(segment, client, node, writer_id=writer_id)
             writer.next_number = max(last, 0) + 1
             self._writers[segment.segment_id] = writer
         return writer
 
     async def _setup(
-        self, host: str, port: int, segment: str, writer_id: uuid.UUID
-    ) -> tuple[ssc.SegmentStoreClient, int]:
-        """Connect and set up appends of ``writer_id``, retrying while the segment store is
-        away (restarting) for up to the delivery timeout."""
+        self, segment: SegmentWithRange, writer_id: uuid.UUID
+    ) -> tuple[ssc.SegmentStoreClient, int, tuple[str, int]]:
+        """Find the segment's node (the controller's ``segment_uri``, Pravega's getURI),
+        connect and set up appends of ``writer_id``; the client, the writer's last persisted
+        event number and the node. While the node is away or answers WrongHost (its container
+        moved, or is restarting), look the node up again and retry, up to the delivery
+        timeout."""
         assert self._pool is not None
         delay, deadline = 0.1, asyncio.get_running_loop().time() + self.delivery_timeout_s
         while True:
             try:
-                client = await self._pool.get(host, port)
-                return client, await client.setup_append(segment, writer_id)
+                node = await self.controller.segment_uri(
+                    self.scope, self.stream, segment.segment_id
+                )
+                client = await self._pool.get(*node)
+                return client, await client.setup_append(segment.name, writer_id), node
             except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, 1.0)
 
     async def write_event(
         self, event: bytes | str, routing_key: str | None = None
@@ -513,7 +516,7 @@ class AsyncEventWriter:
             ))  # fmt: skip
             return
         try:
-            client, last = await self._setup(*writer.node, writer.segment.name, writer.writer_id)
+            client, last, writer.node = await self._setup(writer.segment, writer.writer_id)
         except ssc.SegmentSealedError:
             writer.reconnecting = False
             await self._reroute_locked(writer)
