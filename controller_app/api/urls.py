@@ -6,6 +6,7 @@ from django.urls import path, register_converter
 
 from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
+from controller_app.api.cluster_views import ClusterView
 from controller_app.api.events import EventsView
 from millrace.kernel.naming import EPOCH_MAX, segment_epoch
 
@@ -32,6 +33,7 @@ TXN = f"{STREAM}/transactions/<str:txn_id>"
 RG = "scopes/<str:scope>/readergroups/<str:reader_group>"
 
 urlpatterns = [
+    path("cluster", ClusterView.as_view()),
     path("scopes", v.ScopesView.as_view()),
     path("scopes/<str:scope>", v.ScopeView.as_view()),
     path("scopes/<str:scope>/streams", v.StreamsView.as_view()),

@@ -5,12 +5,14 @@ Responsibility: ``Leader.round`` (every second, from a thread of each controller
 nodes are live and balances the containers over them:
 
 * **Liveness by observation.** A live node moves its ``Node.renewals`` on every renewal; the
-  leader notes, by its own monotonic clock, when it last saw each node's count move. A node is
-  gone once its count has not moved for ``session_timeout_s`` of the leader's watching; one that
-  left cleanly is gone at once. The leader counts only the time it has watched without a break:
-  a new leader, or one whose database calls failed, first watches a whole timeout before it
-  calls anyone gone, so an outage of the metadata database moves no container (the nodes could
-  not renew either) and no clock of another host is trusted.
+  leader notes, by its own monotonic clock, when it saw each node's count move. A node is live
+  while the leader saw its count move within ``session_timeout_s``; gone once it has not for
+  that long of the leader's watching; one that left cleanly is gone at once. The leader counts
+  only the time it has watched without a break: a new leader, or one whose database calls
+  failed, first watches a whole timeout before it calls anyone gone (the nodes it has not seen
+  move meanwhile keep their containers and get none), so an outage of the metadata database
+  moves no container (the nodes could not renew either) and no clock of another host is
+  trusted.
 * **Balance with few moves.** Each live node ends with ``floor(C/N)`` or ``ceil(C/N)`` of the C
   containers: a node keeps what it has up to its share, the containers of gone nodes and the
   excess of full ones go to the least loaded. Containers of static nodes (registered by the
@@ -108,33 +110,38 @@ class Leader:
             self._watching_since = None
             raise
 
-    def live_nodes(self, now: float) -> list[str]:
-        """The cluster nodes this leader calls live now."""
+    def judge_nodes(self, now: float) -> tuple[list[str], set[str]]:
+        """The cluster nodes this leader calls live now (it saw their renewals move within a
+        session timeout), and those it cannot judge yet (not seen moving, watched for less than
+        a timeout): they keep their containers and get none."""
         rows = Node.objects.filter(role=NodeRole.SEGMENT_STORE).exclude(session=NodeSession.STATIC)
-        live = []
+        live, unsure = [], set()
         assert self._watching_since is not None
         for node_id, renewals, session in rows.values_list("node_id", "renewals", "session"):
-            count, moved_at = self._seen.get(node_id, (None, now))
-            if count != renewals:
+            count, moved_at = self._seen.get(node_id, (None, None))
+            if count is not None and count != renewals:
                 moved_at = now
             self._seen[node_id] = (renewals, moved_at)
-            watched_from = max(moved_at, self._watching_since)
-            if session == NodeSession.LIVE and now - watched_from < self.session_timeout_s:
+            if session != NodeSession.LIVE:
+                continue
+            if moved_at is not None and now - moved_at < self.session_timeout_s:
                 live.append(node_id)
-        return sorted(live)
+            elif now - self._watching_since < self.session_timeout_s:
+                unsure.add(node_id)
+        return sorted(live), unsure
 
     def _assign(self, now: float) -> None:
-        live = self.live_nodes(now)
+        live, unsure = self.judge_nodes(now)
         rows = ContainerAssignment.objects.select_related("node", "container")
         owners: dict[int, str | None] = {}
-        static = set()
+        kept = set()
         for row in rows:
-            if row.node.session == NodeSession.STATIC:
-                static.add(row.container.number)
+            if row.node.session == NodeSession.STATIC or row.node.node_id in unsure:
+                kept.add(row.container.number)
             else:
                 owners[row.container.number] = row.node.node_id
         for number in Container.objects.values_list("number", flat=True):
-            if number not in owners and number not in static:
+            if number not in owners and number not in kept:
                 owners[number] = None
         moves = balance(owners, live)
         if moves:

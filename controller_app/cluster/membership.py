@@ -38,11 +38,14 @@ def _fresh_connection(fn: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
-        close_old_connections()
+        own = not connection.in_atomic_block  # (inside a caller's transaction: its connection)
+        if own:
+            close_old_connections()
         try:
             return fn(*args, **kwargs)
         except Exception:
-            connection.close()
+            if own:
+                connection.close()
             raise
 
     return run

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.kernel.config import ConfigError
-from millrace.ops.cli import node, readergroups, scopes, spark, status, streams, users
+from millrace.ops.cli import cluster, node, readergroups, scopes, spark, status, streams, users
 from millrace.ops.cli.base import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -36,7 +36,7 @@ from millrace.ops.cli.base import (
 __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
-GROUPS: tuple[Any, ...] = (node, users, status, scopes, streams, readergroups, spark)
+GROUPS: tuple[Any, ...] = (node, users, status, cluster, scopes, streams, readergroups, spark)
 
 
 def run_version(args: argparse.Namespace, rest: list[str]) -> int:

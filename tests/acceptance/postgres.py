@@ -1,0 +1,83 @@
+"""A PostgreSQL server of a test's own (``initdb`` and ``pg_ctl`` on a loopback port, run as
+the ``postgres`` user): the ``postgres`` fixture, skipped with a notice where the machine has no
+PostgreSQL binaries. The tests stop and start it for real (outages)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.standalone_node import free_ports
+
+__all__ = ["PrivatePostgres", "postgres"]
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own in ``where``, on a loopback port."""
+
+    def __init__(self, where: Path, bin_dir: Path, port: int) -> None:
+        self.where, self.bin, self.port = where, bin_dir, port
+        self.data = where / "pgdata"
+        self.url = f"postgres://postgres@127.0.0.1:{port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self.where.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.where, user.pw_uid, user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.where} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
+                  str(self.where / "postgres.log"), "-w", "start")  # fmt: skip
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("pg_ctl")
+    return Path(on_path).parent if on_path else None
+
+
+@pytest.fixture
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries (pg_ctl) on this machine")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no postgres user to run PostgreSQL as")
+    # (a folder the postgres user can reach: pytest's own may sit under a private home)
+    where = Path(tempfile.gettempdir()) / f"pg-{uuid.uuid4().hex[:8]}"
+    server = PrivatePostgres(where, bin_dir, free_ports(1)[0])
+    server.init()
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            server.stop()
+        shutil.rmtree(where, ignore_errors=True)
