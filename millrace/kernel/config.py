@@ -66,6 +66,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-service-503": "a metadata database or broker that is away answers 500, not 503",
     "no-sync-grace": "reader-group syncs missed while the database was away count (evictions)",
     "no-disk-threshold": "the segment store takes appends until its disk is full (ENOSPC)",
+    "no-pause-check": "a cluster node paused past its session serves on when it wakes",
 }
 
 

@@ -1,0 +1,218 @@
+"""A Millrace cluster of whole processes on loopback, for the cluster tests.
+
+Responsibility: ``LocalCluster`` runs, on one metadata database (a PostgreSQL server of the
+test's own, ``tests.acceptance.postgres``): ``millrace migrate``, segment store nodes
+(``millrace segmentstore --advertise``) whose tier-1 and tier-2 are shared directories (the
+one-host stand-in for shared tiers), controllers (each may lead), a Celery worker and beat
+(the controllers, worker and beat share one data directory: the embedded broker's files).
+Authentication is on; the administrator's token comes from ``millrace token create``. Each
+process is its own process group, so the tests SIGKILL, SIGSTOP and SIGCONT it for real; every
+one is killed when the test ends. ``status()`` is ``GET /v1/cluster`` with the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.acceptance.standalone_node import eventually, free_ports
+
+__all__ = ["LocalCluster", "Process"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Process:
+    """One process of the cluster, in its own process group; its output in ``<name>.log``."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], where: Path) -> None:
+        self.name, self.args, self.env, self.where = name, args, env, where
+        self.log = where / f"{name}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "millrace.ops.cli", *self.args],
+                env=self.env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive:
+            assert self.popen is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait(30)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        where: Path,
+        database_url: str,
+        *,
+        nodes: int = 3,
+        controllers: int = 2,
+        containers: int = 6,
+        unsafe: str = "",
+    ) -> None:
+        self.where = where
+        self.database_url = database_url
+        self.containers = containers
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")
+        }
+        shared = where / "shared"
+        self.env = base | {
+            "DATABASE_URL": database_url,
+            "PYTHONUNBUFFERED": "1",
+            "MILLRACE_TOKEN_SECRET": "cluster-test-secret-of-more-than-32-bytes",
+            "MILLRACE_SECRET_KEY": "cluster-test-key",
+            "MILLRACE_CONTAINERS": str(containers),
+            "MILLRACE_TIER1_OPTIONS": json.dumps({"root": str(shared / "tier1")}),
+            "MILLRACE_TIER2_OPTIONS": json.dumps({"root": str(shared / "tier2")}),
+            "MILLRACE_SEGMENTSTORE_METRICS_PORT": "0",
+            "MILLRACE_TIER2_FLUSH_DELAY_MS": "1000",
+        }
+        if unsafe:
+            self.env["MILLRACE_TEST_UNSAFE"] = unsafe
+        self.web_dir = where / "web"
+        self.processes: dict[str, Process] = {}
+        self.node_ports = free_ports(nodes)
+        self.http_ports = free_ports(controllers)
+        self.token = ""
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "millrace.ops.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def start(self) -> None:
+        web = ["--data-dir", str(self.web_dir)]
+        self.cli("migrate", "-v", "0", *web)
+        self.token = (
+            self.cli("token", "create", "admin", "--superuser", *web).strip().splitlines()[-1]
+        )
+        for i in range(len(self.node_ports)):
+            self.start_node(i)
+        for i, port in enumerate(self.http_ports):
+            self._spawn(f"controller-{i}", "controller", *web, "--http-port", str(port))
+        self._spawn("worker", "worker", *web, "--concurrency", "2")
+        self._spawn("beat", "beat", *web)
+        for port in self.http_ports:
+            eventually(lambda p=port: self._answers(p), 60, f"the controller on port {port}")
+        eventually(self.spread, 60, "every container assigned to a live node")
+
+    def start_node(self, i: int) -> Process:
+        """Start segment store node ``i`` (again, after a kill: same port, same data dir)."""
+        port = self.node_ports[i]
+        return self._spawn(
+            f"node-{i}",
+            "segmentstore",
+            "--data-dir",
+            str(self.where / f"node-{i}"),
+            "--port",
+            str(port),
+            "--advertise",
+            f"127.0.0.1:{port}",
+            "--node-id",
+            f"node-{i}",
+        )
+
+    def _spawn(self, name: str, *args: str) -> Process:
+        self.processes[name] = Process(name, list(args), self.env, self.where)
+        return self.processes[name]
+
+    def _answers(self, port: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveness", timeout=5):
+                return True
+        except OSError:
+            return False
+
+    # -- looking at it -----------------------------------------------------------------------
+
+    def base(self, i: int = 0) -> str:
+        return f"http://127.0.0.1:{self.http_ports[i]}"
+
+    def status(self, i: int = 0) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{self.base(i)}/v1/cluster", headers={"Authorization": f"Token {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+        return found
+
+    def owners(self, i: int = 0) -> dict[int, str]:
+        """Container -> the segment store node it is assigned to."""
+        return {
+            c: n["nodeId"]
+            for n in self.status(i)["nodes"]
+            for c in n["containers"]
+            if n["role"] == "segment store"
+        }
+
+    def spread(self, among: set[str] | None = None, via: int = 0) -> bool:
+        """Every container assigned, to the nodes ``among`` (default: all started) and no
+        other (asked of controller ``via``)."""
+        among = among or {name for name in self.processes if name.startswith("node-")}
+        try:
+            owners = self.owners(via)
+        except OSError:
+            return False
+        return len(owners) == self.containers and set(owners.values()) == among
+
+    def leader(self) -> str | None:
+        found = self.status()["leader"]
+        return None if found is None else str(found["holder"])
+
+    def wait_for_line(self, name: str, text: str, timeout: float, after: int = 0) -> None:
+        eventually(
+            lambda: text in self.processes[name].output()[after:],
+            timeout,
+            f"{name} printing {text!r}",
+        )
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(Exception):
+                process.kill()
+
+    def outputs(self) -> str:
+        return "\n".join(
+            f"===== {name}\n{p.output()[-3000:]}" for name, p in self.processes.items()
+        )
