@@ -22,6 +22,7 @@ from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
 from controller_app import selectors as sel
+from controller_app.cluster.status import cluster_status, moves_over_time
 from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.errors import ControllerError, NoWatermarkError
 from controller_app.health import node_health
@@ -125,6 +126,23 @@ def dashboard_live(request: HttpRequest) -> JsonResponse:
             "nodesDown": [n for n, v in nodes.items() if v is None],
         }
     )
+
+
+# -- cluster ------------------------------------------------------------------------------------
+
+
+@page
+def cluster(request: HttpRequest) -> HttpResponse:
+    """Nodes, their sessions and containers, the leader, the latest moves, and a chart of the
+    containers each node held over those moves; ``?part=tables`` is the tables alone (htmx
+    refreshes them every few seconds)."""
+    found = cluster_status()
+    if request.GET.get("part") == "tables":
+        return render(request, "admin_ui/_cluster_tables.html", {"cluster": found})
+    times, series = moves_over_time(found)
+    chart = {"times": [dt.datetime.fromisoformat(t).timestamp() for t in times],
+             "series": series}  # fmt: skip
+    return render(request, "admin_ui/cluster.html", context(request, cluster=found, chart=chart))
 
 
 # -- scopes -------------------------------------------------------------------------------------

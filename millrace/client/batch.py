@@ -22,6 +22,10 @@ from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 
+#: How long a read follows a segment whose node is away before it fails (a failover takes
+#: the session timeout, a renewal and the container's recovery).
+FOLLOW_SECONDS = 60.0
+
 #: Bytes asked of the segment store per read.
 READ_BYTES = 1024 * 1024
 
@@ -136,13 +140,27 @@ class AsyncBatchClient:
                     await ahead
 
     async def _read(self, segment: SegmentRange, offset: int) -> bytes:
-        client = await self.pool.get(segment.host, segment.port)
-        try:
-            result = await client.read_segment(
-                segment.name, offset, min(READ_BYTES, segment.end_offset - offset),
-                token=segment.token,
-            )  # fmt: skip
-        except ssc.SegmentTruncatedError as exc:
-            info = await client.get_info(segment.name, token=segment.token)
-            raise RangeTruncatedError(segment.name, info.start_offset) from exc
+        """One read of the range at ``offset``. While its node is away or answers WrongHost
+        (its container moved or restarts), the node is looked up again and the read retried
+        for up to ``FOLLOW_SECONDS``; then the error stands."""
+        node = (segment.host, segment.port)
+        delay, deadline = 0.1, asyncio.get_running_loop().time() + FOLLOW_SECONDS
+        while True:
+            try:
+                client = await self.pool.get(*node)
+                result = await client.read_segment(
+                    segment.name, offset, min(READ_BYTES, segment.end_offset - offset),
+                    token=segment.token,
+                )  # fmt: skip
+                break
+            except ssc.SegmentTruncatedError as exc:
+                info = await client.get_info(segment.name, token=segment.token)
+                raise RangeTruncatedError(segment.name, info.start_offset) from exc
+            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                with contextlib.suppress(Exception):  # (the controller away too: ask again later)
+                    node = await self.controller.segment_node(segment.name)
         return bytes(result.data[: segment.end_offset - offset])

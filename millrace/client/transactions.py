@@ -13,13 +13,15 @@ meanwhile. ``ping()`` extends the lease (a transaction not pinged within it is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point
+from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 
 #: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
@@ -123,7 +125,8 @@ class Transaction:
         known = self._writers.get(shadow.name)
         if known is None:
             known = (uuid.uuid4(), shadow.segment_id)
-            await client.setup_append(shadow.name, known[0])
+            with self.owner.forgetting(shadow.segment_id):
+                await client.setup_append(shadow.name, known[0])
             self._writers[shadow.name] = known
         return client, known[0]
 
@@ -140,8 +143,10 @@ class Transaction:
         """Wait until every event written to the transaction is durable in its shadows."""
         for writer, parent in self._writers.values():
             client = await self.owner.client_for(parent)
-            await client.flush(writer)
-        await asyncio.gather(*self._acks)
+            with self.owner.forgetting(parent):
+                await client.flush(writer)
+        with self.owner.forgetting(*(parent for _, parent in self._writers.values())):
+            await asyncio.gather(*self._acks)
 
     async def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
         """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING
@@ -176,7 +181,19 @@ class AsyncTransactionalWriter:
         if node is None:
             node = await self.controller.segment_uri(self.scope, self.stream, parent_id)
             self._nodes[parent_id] = node
-        return await self._pool.get(*node)
+        with self.forgetting(parent_id):
+            return await self._pool.get(*node)
+
+    @contextlib.contextmanager
+    def forgetting(self, *parent_ids: int) -> Iterator[None]:
+        """Forget where these segments are served when the block fails for want of their
+        node (away, or WrongHost: the container moved): the next transaction asks again."""
+        try:
+            yield
+        except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
+            for parent_id in parent_ids:
+                self._nodes.pop(parent_id, None)
+            raise
 
     async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT, writer_id: str = "") -> Transaction:
         """A new transaction; ``writer_id`` names who writes it (``open_txn_ids`` finds the

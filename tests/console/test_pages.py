@@ -58,7 +58,7 @@ def pages(w: dict[str, Any]) -> list[str]:
         f"{base}/events?from=head&download=csv", f"/scopes/{sc}/transactions/",
         f"/scopes/{sc}/readergroups/", f"/scopes/{sc}/readergroups/rg/",
         "/audit/", "/audit/?user=x&object=y&action=stream.&since=2026-01-01T00:00",
-        "/audit/?format=csv",
+        "/audit/?format=csv", "/cluster/", "/cluster/?part=tables",
     ]  # fmt: skip
 
 
@@ -208,3 +208,25 @@ def test_the_stream_page_shows_how_to_use_it_from_spark(world: dict[str, Any]) -
     assert 'spark.read.format("millrace")' in page
     assert f'"scope": "{world["sc"]}", "stream": "st"' in page
     assert "http://testserver" in page  # the node's own address
+
+
+def test_the_cluster_page_shows_nodes_the_leader_the_moves_and_their_chart(db: None) -> None:
+    from controller_app.cluster.leader import Leader
+    from controller_app.cluster.membership import DatabaseMembership
+    from millrace.kernel.membership import NodeCard
+
+    membership, clock = DatabaseMembership(), [100.0]
+    for name in ("n1", "n2"):
+        membership.join(NodeCard(name, "127.0.0.1", 7001 + int(name[1]), None, 4))
+    leader = Leader("the-leader", 5.0, clock=lambda: clock[0])
+    leader.round()
+    clock[0] += 1
+    membership.renew("n1")
+    membership.renew("n2")
+    leader.round()
+    page = browser("viewer").get("/cluster/").content.decode()
+    assert "the-leader" in page and 'data-node="n1"' in page and 'data-node="n2"' in page
+    assert page.count("new</td>") == 4  # four containers placed
+    assert '"series": {"n1": [' in page and "cluster.js" in page  # the chart's data
+    tables = browser("viewer").get("/cluster/?part=tables").content.decode()
+    assert "<h1>" not in tables and 'id="cluster-moves"' in tables

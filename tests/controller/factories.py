@@ -258,8 +258,27 @@ class AuditEntryFactory(DjangoModelFactory):
     result = "ok"
 
 
+class ClusterLeaseFactory(DjangoModelFactory):
+    class Meta:
+        model = models.ClusterLease
+
+    name = factory.Sequence(lambda n: f"lease{n}")
+
+
+class ContainerMoveFactory(DjangoModelFactory):
+    class Meta:
+        model = models.ContainerMove
+
+    container = factory.Sequence(lambda n: n)
+    to_node = "node-1"
+    epoch = factory.Sequence(lambda n: n + 1)
+    reason = "new"
+
+
 ALL_FACTORIES = [
     AuditEntryFactory,
+    ClusterLeaseFactory,
+    ContainerMoveFactory,
     ScopeFactory,
     StreamFactory,
     StreamTagFactory,
