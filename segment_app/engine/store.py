@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +57,10 @@ class SegmentStore:
         self._following = asyncio.Lock()
         #: Why no request is served now (``suspend``), or None.
         self.suspended: str | None = None
+        #: A cluster node's pause check (``watch``): the monotonic time its watch last ran,
+        #: and how old that may be before a request finds the node was paused.
+        self.watched_at = 0.0
+        self.watch_limit_s: float | None = None
         #: ``container_for`` of the segments appended to lately (a plain dict is the cheapest
         #: lookup for every append of a group).
         self._routes: dict[str, int] = {}
@@ -68,6 +73,13 @@ class SegmentStore:
         The node calls it while its disk is nearly full, so that tier-1, the metadata and the
         status files keep room to recover."""
         self.refusal = reason
+
+    def watch(self, limit_s: float) -> None:
+        """The node's pause check runs (it calls this every tick): a request that comes more
+        than ``limit_s`` after the last tick finds the process was paused and suspends the
+        store itself, before it serves anything (the check's own task runs only after the
+        requests that waited in the sockets)."""
+        self.watched_at, self.watch_limit_s = time.monotonic(), limit_s
 
     def suspend(self, reason: str | None) -> None:
         """Serve no request for any container (``ContainerOfflineError(reason)``, a WrongHost on
@@ -200,6 +212,13 @@ class SegmentStore:
     def container(self, name: str) -> SegmentContainer:
         container_id = container_for(name, self.config.container_count)
         container = self.containers.get(container_id)
+        if self.watch_limit_s is not None and self.suspended is None:
+            gap = time.monotonic() - self.watched_at
+            if gap > self.watch_limit_s:
+                self.suspend(
+                    f"this node was paused for {gap:.1f} s: it serves again once it has renewed"
+                    " its session and checked which containers are still its own"
+                )
         if self.suspended is not None:
             raise ContainerOfflineError(self.suspended, segment=name)
         if container is None:

@@ -58,7 +58,8 @@ class NodeSession:
         #: Monotonic time of the last renewal that answered, or None.
         self.renewed_at: float | None = None
         self._failing = False
-        self._paused_at = float("-inf")
+        #: Monotonic time a pause was found (None: serving): a renewal asked after it ends it.
+        self._paused_at: float | None = None
         self._wanted: dict[int, int] = {}
         self._changed = asyncio.Event()
 
@@ -94,20 +95,25 @@ class NodeSession:
             return
 
     async def _watch_pauses(self) -> None:
-        """Suspend the store when this process was not running for half a session timeout."""
+        """Suspend the store when this process was not running for half a session timeout:
+        found here, or by the first request after the pause (``SegmentStore.watch``)."""
         step = min(0.1, self.interval_s)
+        limit = self.session_timeout_s / 2
         last = time.monotonic()
+        self.store.watch(limit)
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
             gap, last = now - last, now
-            if gap >= self.session_timeout_s / 2:
-                self._paused_at = now
+            if gap >= limit and self.store.suspended is None:
                 self.store.suspend(
                     f"this node was paused for {gap:.1f} s: it serves again once it has renewed"
                     " its session and checked which containers are still its own"
                 )
-                log.warning("paused for %.1f s: serving nothing until the session is renewed", gap)
+            if self.store.suspended is not None and self._paused_at is None:
+                self._paused_at = now
+                log.warning("%s", self.store.suspended)
+            self.store.watch(limit)
 
     async def _renew_forever(self) -> None:
         while True:
@@ -135,9 +141,10 @@ class NodeSession:
         self.renewed_at = time.monotonic()
         self._wanted = assigned
         self._changed.set()
-        if self.store.suspended is not None and asked_at > self._paused_at:
+        if self._paused_at is not None and asked_at > self._paused_at:
             await self.store.release(assigned)  # what moved away is stopped before serving
             self.store.suspend(None)
+            self._paused_at = None
             log.warning("serving again after the pause")
 
     async def _follow_forever(self) -> None:

@@ -45,7 +45,7 @@ from segment_app.engine.logs.operations import (
     Operation,
     encode_operation,
 )
-from tiers.base import DurableDataLog, LogAddress
+from tiers.base import DataLogFencedError, DurableDataLog, LogAddress
 
 __all__ = ["DurableLog"]
 
@@ -496,7 +496,10 @@ class DurableLog:
     def _fail(self, error: BaseException) -> None:
         if self.failure is None:
             self.failure = error
-            log.error("durable log failed; container goes offline: %r", error)
+            if isinstance(error, DataLogFencedError):  # another owner took over: expected
+                log.warning("container fenced by a newer owner; it goes offline here: %s", error)
+            else:
+                log.error("durable log failed; container goes offline: %r", error)
         self.updater.clear()
         self._fail_all(ContainerOfflineError(f"tier-1 write failed, rolled back: {error!r}"))
         self._frame_done.set()
