@@ -28,6 +28,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -55,6 +56,9 @@ WRITE_RATE = 250.0
 #: From a node's SIGKILL to its containers assigned elsewhere and served: the session timeout
 #: (5 s), a renewal (1 s), recovery; generous for a loaded 2-core machine.
 FAILOVER_SECONDS = 30
+#: The cluster's session timeout (``MILLRACE_NODE_SESSION_TIMEOUT_S``'s default).
+SESSION_TIMEOUT_SECONDS = 5
+OUTAGE_SECONDS = 20.0
 
 
 class Run:
@@ -377,3 +381,39 @@ def test_without_fencing_and_the_pause_check_the_same_run_loses_or_duplicates(
         run.kill_all()
     acknowledged, _ = run.probe
     assert acknowledged, "unguarded, the woken node acknowledges for a container it lost"
+
+
+def test_a_database_outage_moves_no_container_and_appends_go_on(
+    cluster: LocalCluster, postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    """PostgreSQL stopped for 20 s (four session timeouts): nobody can renew, and nobody is
+    judged gone; the writers' appends are acknowledged throughout; once it is back, the leader
+    watches a whole timeout before it would call anyone gone, and every node renews meanwhile."""
+    _, other = _leader_and_follower(cluster)
+    owners, moves = cluster.owners(other), len(cluster.status(other)["moves"])
+    run = Run(cluster, cluster.base(other), tmp_path)
+    try:
+        run.wait_written(0.1)
+        postgres.stop()
+        try:
+            before = run.written()
+            time.sleep(OUTAGE_SECONDS)
+            during = run.written() - before
+        finally:
+            postgres.start()
+        assert during >= WRITE_RATE * OUTAGE_SECONDS / 2, f"{during} events written in the outage"
+        time.sleep(2 * SESSION_TIMEOUT_SECONDS)
+        assert eventually(lambda: _status_or_none(cluster, other), 60, "REST answering again")
+        assert cluster.owners(other) == owners
+        assert len(cluster.status(other)["moves"]) == moves
+        run.finish()
+    finally:
+        run.kill_all()
+    check(tmp_path)
+
+
+def _status_or_none(cluster: LocalCluster, i: int) -> dict[str, Any] | None:
+    try:
+        return cluster.status(i)
+    except OSError:
+        return None
