@@ -123,6 +123,8 @@ class SegmentStore:
                     container_id, container.assignment_epoch)  # fmt: skip
 
     async def _take(self, container_id: int, assignment_epoch: int) -> None:
+        log.info("container %d assigned (assignment %d): recovering it", container_id,
+                 assignment_epoch)  # fmt: skip
         container = self.factory(container_id)
         container.assignment_epoch = assignment_epoch
         try:

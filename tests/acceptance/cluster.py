@@ -78,6 +78,7 @@ class LocalCluster:
         controllers: int = 2,
         containers: int = 6,
         unsafe: str = "",
+        environ: dict[str, str] | None = None,
     ) -> None:
         self.where = where
         self.database_url = database_url
@@ -101,6 +102,7 @@ class LocalCluster:
         }
         if unsafe:
             self.env["MILLRACE_TEST_UNSAFE"] = unsafe
+        self.env |= environ or {}
         self.web_dir = where / "web"
         self.processes: dict[str, Process] = {}
         self.node_ports = free_ports(nodes)

@@ -52,7 +52,7 @@ class PrivatePostgres:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
 
-def _postgres_bin() -> Path | None:
+def postgres_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if found:
         return Path(found[-1]).parent
@@ -62,7 +62,7 @@ def _postgres_bin() -> Path | None:
 
 @pytest.fixture
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
-    bin_dir = _postgres_bin()
+    bin_dir = postgres_bin()
     if bin_dir is None:
         pytest.skip("no PostgreSQL server binaries (pg_ctl) on this machine")
     if os.geteuid() == 0:
