@@ -9,13 +9,16 @@ the database serializes the UPDATEs, and a renewal that races an expiry simply l
 
 from __future__ import annotations
 
+import logging
 import time
 
 from django.db.models import F, Q
 
 from controller_app.models import ClusterLease
 
-__all__ = ["Lease", "now_ms"]
+__all__ = ["Lease", "LeaseGate", "now_ms"]
+
+log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
@@ -62,3 +65,35 @@ class Lease:
                 expires_ms=0
             )
             self.term = None
+
+
+class LeaseGate:
+    """Whether this process may act now, as the holder of lease ``name`` (one Celery beat of
+    several ticks): ``may_act()`` holds or takes the lease at most every ``check_s`` seconds.
+    While the database does not answer, a holder goes on until its lease would have expired,
+    then stops (another may take it once the database is back); a process that does not hold
+    it waits."""
+
+    def __init__(self, name: str, holder: str, ttl_s: float, check_s: float) -> None:
+        self.lease = Lease(name, holder, ttl_s)
+        self.ttl_s, self.check_s = ttl_s, check_s
+        self._checked_at = float("-inf")
+        self._held_until = float("-inf")
+
+    def may_act(self, now: float) -> bool:
+        """``now``: a monotonic time."""
+        if now - self._checked_at >= self.check_s:
+            self._checked_at = now
+            was = self._held_until > now
+            try:
+                held = self.lease.hold()
+            except Exception as exc:
+                if was:
+                    log.warning("cannot renew the %s lease (%s); acting on until it expires",
+                                self.lease.name, type(exc).__name__)  # fmt: skip
+            else:
+                self._held_until = now + self.ttl_s if held else float("-inf")
+                if held != was:
+                    log.warning("%s the %s lease (term %s)", "took" if held else "lost",
+                                self.lease.name, self.lease.term)  # fmt: skip
+        return self._held_until > now

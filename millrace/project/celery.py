@@ -8,6 +8,7 @@ must have imported this module (e.g. from the ``AppConfig.ready`` of the app def
 that ``shared_task`` sends through this app and its broker, not Celery's default one.
 """
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -83,9 +84,12 @@ def _stop_worker_heartbeat(**kwargs: Any) -> None:
 
 class HeartbeatScheduler(PersistentScheduler):
     """Celery beat's scheduler that also records beat's heartbeat, at most every
-    ``HEARTBEAT_INTERVAL_SECONDS``, from its tick: beat is alive as long as it ticks."""
+    ``HEARTBEAT_INTERVAL_SECONDS``, from its tick: beat is alive as long as it ticks. On a
+    shared metadata database (``DATABASE_URL``) several beats may run, on several hosts: only
+    the holder of the ``beat`` lease sends the periodic jobs; the others stand by."""
 
     _last_heartbeat = 0.0
+    _gate: Any = None
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         from controller_app import heartbeats
@@ -94,11 +98,29 @@ class HeartbeatScheduler(PersistentScheduler):
         if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
             heartbeats.record("beat")
             self._last_heartbeat = now
+        if not self._may_tick(now):
+            return heartbeats.HEARTBEAT_INTERVAL_SECONDS  # standing by
         interval: float = super().tick(*args, **kwargs)
         return min(interval, heartbeats.HEARTBEAT_INTERVAL_SECONDS)
+
+    def _may_tick(self, now: float) -> bool:
+        from django.conf import settings
+
+        if settings.MILLRACE.database_url is None:  # one host, one beat (the standalone)
+            return True
+        if self._gate is None:
+            from controller_app.cluster.leader import holder_name
+            from controller_app.cluster.leases import LeaseGate
+
+            ttl = float(settings.MILLRACE.session_timeout_s) * 2
+            self._gate = LeaseGate("beat", holder_name(), ttl_s=ttl, check_s=ttl / 5)
+        return bool(self._gate.may_act(now))
 
     def close(self) -> None:
         from controller_app import heartbeats
 
         heartbeats.forget("beat")
+        if self._gate is not None:  # another beat may take over at once
+            with contextlib.suppress(Exception):
+                self._gate.lease.release()
         super().close()

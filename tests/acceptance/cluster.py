@@ -3,8 +3,9 @@
 Responsibility: ``LocalCluster`` runs, on one metadata database (a PostgreSQL server of the
 test's own, ``tests.acceptance.postgres``): ``millrace migrate``, segment store nodes
 (``millrace segmentstore --advertise``) whose tier-1 and tier-2 are shared directories (the
-one-host stand-in for shared tiers), controllers (each may lead), a Celery worker and beat
-(the controllers, worker and beat share one data directory: the embedded broker's files).
+one-host stand-in for shared tiers), controllers (each may lead), a Celery worker and two
+beats, one of which ticks (the controllers, worker and beats share one data directory: the
+embedded broker's files).
 Authentication is on; the administrator's token comes from ``millrace token create``. Each
 process is its own process group, so the tests SIGKILL, SIGSTOP and SIGCONT it for real; every
 one is killed when the test ends. ``status()`` is ``GET /v1/cluster`` with the token.
@@ -134,7 +135,8 @@ class LocalCluster:
         for i, port in enumerate(self.http_ports):
             self._spawn(f"controller-{i}", "controller", *web, "--http-port", str(port))
         self._spawn("worker", "worker", *web, "--concurrency", "2")
-        self._spawn("beat", "beat", *web)
+        for i in range(2):  # two beats: one holds the beat lease and ticks
+            self._spawn(f"beat-{i}", "beat", *web, "--schedule", str(self.where / f"beat-{i}"))
         for port in self.http_ports:
             eventually(lambda p=port: self._answers(p), 60, f"the controller on port {port}")
         eventually(self.spread, 60, "every container assigned to a live node")
@@ -208,6 +210,9 @@ class LocalCluster:
             timeout,
             f"{name} printing {text!r}",
         )
+
+    def output(self, name: str) -> str:
+        return self.processes[name].output()
 
     def close(self) -> None:
         for process in self.processes.values():

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from controller_app.cluster.leader import Leader, balance
+from controller_app.cluster.leases import LeaseGate
 from controller_app.cluster.membership import DatabaseMembership
 from controller_app.models import ClusterLease, ContainerAssignment, ContainerMove
 from millrace.kernel.membership import NodeCard
@@ -151,3 +152,13 @@ def test_a_node_with_another_container_count_is_refused(cluster: Any) -> None:
     membership, _, _ = cluster
     with pytest.raises(ValueError, match="this cluster has 6 segment containers"):
         membership.join(_card("n4", containers=8))
+
+
+def test_one_beat_of_two_acts_and_the_other_takes_over_when_it_stops() -> None:
+    first = LeaseGate("beat", "beat-a", ttl_s=10, check_s=2)
+    second = LeaseGate("beat", "beat-b", ttl_s=10, check_s=2)
+    assert first.may_act(100.0) and not second.may_act(100.0)
+    assert first.may_act(101.0) and not second.may_act(101.0)  # (between checks)
+    first.lease.release()  # beat-a stops cleanly
+    assert second.may_act(103.0)
+    assert not first.may_act(103.0)  # its next check finds the lease taken
