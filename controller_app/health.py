@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import datetime as dt
 import os
 import time
 from collections.abc import Callable
@@ -40,8 +41,11 @@ from typing import Any
 import celery
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models import Count
+from django.utils import timezone
 
 from controller_app import heartbeats
+from controller_app.choices import NodeRole, NodeSession
 from controller_app.models import Node
 from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel.status_files import (
@@ -137,7 +141,20 @@ def _nodes() -> list[tuple[str, int]]:
     host that report themselves (their status files): a node's health is its own, never the
     database's."""
     try:
-        return [(node.host, node.port) for node in Node.objects.order_by("node_id")]
+        fresh = timezone.now() - dt.timedelta(seconds=settings.MILLRACE.session_timeout_s)
+        rows = (
+            Node.objects.exclude(role=NodeRole.CONTROLLER)
+            .exclude(session=NodeSession.LEFT)
+            .annotate(held=Count("assignments"))
+            .order_by("node_id")
+        )
+        # A cluster node gone for good (its session expired, its containers moved) is history,
+        # not a part that is down; one that still holds containers is checked.
+        return [
+            (node.host, node.port) for node in rows
+            if node.session == NodeSession.STATIC or node.held
+            or (node.last_heartbeat is not None and node.last_heartbeat > fresh)
+        ]  # fmt: skip
     except DatabaseError:
         return _local_nodes()
 
@@ -169,6 +186,8 @@ def segment_store_health(
         details[where] = "answers" if failure is None else f"DOWN: {failure}"
         up = up and failure is None
         for number, container in (reports.get(address) or {}).get("containers", {}).items():
+            if container["state"] == "not assigned":  # a cluster node's: another node's now
+                continue
             running = container["state"] == "running"
             details[f"container {number}"] = f"{container['state']}, epoch {container['epoch']}"
             up = up and running
