@@ -488,7 +488,7 @@ def register_segment_store(
 # -- the command -----------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> list[str]:
+def cli_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "millrace.ops.cli", *args]
 
 
@@ -499,22 +499,22 @@ def build_children(
     wire_host = store.host if store.host != "0.0.0.0" else "127.0.0.1"
     segmentstore = Child(
         "segmentstore",
-        _cli("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
+        cli_argv("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
              "--port", str(store.port)),
         port_open(wire_host, store.port),
         wire_answers(wire_host, store.port),
     )  # fmt: skip
     worker = Child(
         "worker",
-        _cli("worker", "--data-dir", str(data_dir), "--concurrency", str(worker_concurrency)),
+        cli_argv("worker", "--data-dir", str(data_dir), "--concurrency", str(worker_concurrency)),
         lambda: False,
     )
-    beat = Child("beat", _cli("beat", "--data-dir", str(data_dir)), lambda: False)
+    beat = Child("beat", cli_argv("beat", "--data-dir", str(data_dir)), lambda: False)
     for child in (worker, beat):
         child.ready = heartbeat_fresh(child.name, child)
     controller = Child(
         "controller",
-        _cli("controller", "--data-dir", str(data_dir), "--host", http_host,
+        cli_argv("controller", "--data-dir", str(data_dir), "--host", http_host,
              "--http-port", str(http_port), "--no-assign"),
         http_ok(f"{health}/health/liveness"),
     )  # fmt: skip

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -45,7 +47,7 @@ from millrace.kernel.naming import container_for
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.postgres import PrivatePostgres
-from tests.acceptance.standalone_node import eventually, request
+from tests.acceptance.standalone_node import eventually, free_ports, request
 from tests.acceptance.test_node_heals import Program
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -419,3 +421,60 @@ def _status_or_none(cluster: LocalCluster, i: int) -> dict[str, Any] | None:
         return cluster.status(i)
     except OSError:
         return None
+
+
+def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
+    postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
+    up, the leader spreads the containers, events written through one controller are read
+    through the other, and SIGTERM stops every process."""
+    http, wire = free_ports(1)[0], free_ports(1)[0]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
+    env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1"}
+    data = tmp_path / "lc"
+    out = tmp_path / "local.out"
+    with open(out, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "millrace.ops.cli", "cluster", "local", "--data-dir", str(data),
+             "--http-port", str(http), "--segmentstore-port", str(wire)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        eventually(lambda: "The local cluster is running" in out.read_text(), 120, "the cluster")
+        token = (data / "admin-token").read_text().strip()
+        status = eventually(
+            lambda: (found := _cluster_json(http, token)) and len(
+                [n for n in found["nodes"] if n["containers"]]) == 3 and found,
+            60, "the containers spread over three nodes",
+        )  # fmt: skip
+        assert status["leader"] is not None
+        writer = StreamManager(f"http://127.0.0.1:{http}", token=token)
+        writer.create_scope("try")
+        writer.create_stream("try", "it", initial_segments=4)
+        with writer.create_writer("try", "it") as events:
+            for i in range(100):
+                events.write_event(f"event {i}", routing_key=f"k{i % 10}")
+        reader = StreamManager(f"http://127.0.0.1:{http + 1}", token=token)
+        got = reader.create_reader("try", "it")
+        seen = {bytes(e.data) for e in iter(lambda: got.read_next(timeout=10), None)}
+        assert seen == {f"event {i}".encode() for i in range(100)}
+        writer.close()
+        reader.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, out.read_text()[-3000:]
+    assert "millrace cluster local: stopped" in out.read_text()
+
+
+def _cluster_json(http: int, token: str) -> dict[str, Any] | None:
+    try:
+        found = subprocess.run(
+            [sys.executable, "-m", "millrace.ops.cli", "cluster", "status", "--json",
+             "--url", f"http://127.0.0.1:{http}", "--token", token],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(found.stdout) if found.returncode == 0 else None

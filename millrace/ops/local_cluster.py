@@ -1,0 +1,142 @@
+"""``millrace cluster local``: a cluster of processes on loopback, for trying it on one machine.
+
+Responsibility: start, on the metadata database of ``DATABASE_URL``, ``nodes`` segment store
+nodes (``millrace segmentstore --advertise 127.0.0.1:<port>``, each with a data directory of
+its own under the cluster's, all sharing one file tier-1 root and one filesystem tier-2 root
+there, unless the tier variables say otherwise), ``controllers`` controllers (each may lead),
+a Celery worker and two beats (one ticks, the other stands by), and supervise them as the
+standalone does (``millrace.ops.standalone.Supervisor``: a child that exits is restarted).
+Every child gets the cluster's token secret and Django key in its environment, so what one
+signs another accepts. Ctrl-C or SIGTERM stops them all; the nodes leave the cluster as they go.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from millrace.kernel.config import SegmentStoreSettings, WebSettings
+from millrace.kernel.status_files import supervisor_state_path
+from millrace.ops.standalone import (
+    Child,
+    StandaloneError,
+    Supervisor,
+    cli_argv,
+    ensure_admin,
+    ensure_port_free,
+    heartbeat_fresh,
+    http_ok,
+    wire_answers,
+)
+
+__all__ = ["cluster_environment", "run"]
+
+
+def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str, str]:
+    """What every child of the local cluster gets in its environment besides the caller's."""
+    shared = data_dir / "shared"
+    env = {
+        "MILLRACE_TOKEN_SECRET": store.token_secret,
+        "MILLRACE_SECRET_KEY": WebSettings.from_env().secret_key,
+        "MILLRACE_SEGMENTSTORE_METRICS_PORT": "0",  # (one port per host would collide)
+    }
+    if store.tier1 == "file" and "root" not in store.tier1_options:
+        options = {**store.tier1_options, "root": str(shared / "tier1")}
+        env["MILLRACE_TIER1_OPTIONS"] = json.dumps(options)
+    if store.tier2 == "filesystem" and "root" not in store.tier2_options:
+        options = {**store.tier2_options, "root": str(shared / "tier2")}
+        env["MILLRACE_TIER2_OPTIONS"] = json.dumps(options)
+    return env
+
+
+def _children(
+    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int
+) -> list[Child]:
+    children = []
+    for i in range(nodes):
+        port = wire_port + i
+        children.append(Child(
+            f"node-{i}",
+            cli_argv("segmentstore", "--data-dir", str(data_dir / f"node-{i}"), "--port", str(port),
+                 "--advertise", f"127.0.0.1:{port}", "--node-id", f"node-{i}"),
+            wire_answers("127.0.0.1", port),
+        ))  # fmt: skip
+    for name, argv in (("worker", ["--concurrency", "2"]), ("beat-0", []), ("beat-1", [])):
+        role = name.split("-")[0]
+        extra = ["--schedule", str(data_dir / f"{name}-schedule")] if role == "beat" else []
+        argv = cli_argv(role, "--data-dir", str(data_dir), *argv, *extra)
+        child = Child(name, argv, lambda: False)
+        child.ready = heartbeat_fresh(role, child)
+        children.append(child)
+    for i in range(controllers):
+        port = http_port + i
+        children.append(Child(
+            f"controller-{i}",
+            cli_argv("controller", "--data-dir", str(data_dir), "--http-port", str(port)),
+            http_ok(f"http://127.0.0.1:{port}/health/liveness"),
+        ))  # fmt: skip
+    return children
+
+
+def run(
+    *, data_dir: Path, store: SegmentStoreSettings, nodes: int, controllers: int, http_port: int
+) -> int:
+    """Run the local cluster until SIGINT or SIGTERM; the exit status."""
+    for i in range(nodes):
+        ensure_port_free(f"node-{i}", "127.0.0.1", store.port + i, "--segmentstore-port")
+    for i in range(controllers):
+        ensure_port_free(f"controller-{i}", "127.0.0.1", http_port + i, "--http-port")
+    token, password, first = ensure_admin(data_dir)
+    os.environ.update(cluster_environment(data_dir, store))
+    children = _children(data_dir, nodes, controllers, http_port, store.port)
+    states = supervisor_state_path(data_dir)
+    states.parent.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(children, state_file=states, unsafe=store.unsafe)
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_requested.set()
+        supervisor.stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        supervisor.start_all()
+        _print_ready(data_dir, nodes, controllers, http_port, store.port, token, password, first)
+        supervisor.watch()
+        return 0
+    except StandaloneError as exc:
+        if stop_requested.is_set():
+            return 0
+        print(f"millrace cluster local: error: {exc}", flush=True)
+        return 1
+    finally:
+        print("millrace cluster local: stopping", flush=True)
+        supervisor.stop_all()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("millrace cluster local: stopped", flush=True)
+
+
+def _print_ready(
+    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int,
+    token: str, password: str, first: bool,
+) -> None:  # fmt: skip
+    urls = ", ".join(f"http://127.0.0.1:{http_port + i}/" for i in range(controllers))
+    lines = [
+        "",
+        "The local cluster is running. Ctrl-C stops it.",
+        f"  controllers   {urls}  (REST under /v1/, the console, WebSockets; any of them)",
+        f"  nodes         {nodes} segment store nodes on tcp://127.0.0.1:{wire_port}"
+        f"-{wire_port + nodes - 1}",
+        f"  credentials   {data_dir / 'admin-token'} (API token), "
+        f"{data_dir / 'admin-password'} (console password)",
+        f"  try:          millrace cluster status --url http://127.0.0.1:{http_port} "
+        f"--token $(cat {data_dir / 'admin-token'})",
+    ]
+    if first:
+        lines += [f"  admin token   {token}", f"  admin password {password}"]
+    print("\n".join(lines) + "\n", flush=True)
