@@ -45,8 +45,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from controller_app import heartbeats
-from controller_app.choices import NodeRole, NodeSession
-from controller_app.models import Node
+from controller_app import selectors as sel
+from controller_app.choices import NodeSession
 from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel.status_files import (
     node_status_path,
@@ -142,12 +142,7 @@ def _nodes() -> list[tuple[str, int]]:
     database's."""
     try:
         fresh = timezone.now() - dt.timedelta(seconds=settings.MILLRACE.session_timeout_s)
-        rows = (
-            Node.objects.exclude(role=NodeRole.CONTROLLER)
-            .exclude(session=NodeSession.LEFT)
-            .annotate(held=Count("assignments"))
-            .order_by("node_id")
-        )
+        rows = sel.segment_store_nodes().annotate(held=Count("assignments")).order_by("node_id")
         # A cluster node gone for good (its session expired, its containers moved) is history,
         # not a part that is down; one that still holds containers is checked.
         return [

@@ -246,7 +246,7 @@ def read_traffic() -> Traffic:
     neither hot nor cold this round."""
     segments: dict[str, SegmentTraffic] = {}
     uptime = math.inf
-    for node in Node.objects.exclude(metrics_port=None):
+    for node in sel.segment_store_nodes().exclude(metrics_port=None):
         url = f"http://{node.host}:{node.metrics_port}/traffic"
         try:
             headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
@@ -287,7 +287,7 @@ def read_node_metrics() -> dict[str, dict[str, float] | None]:
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, dict[str, float] | None] = {}
-    for node in Node.objects.order_by("node_id"):
+    for node in sel.segment_store_nodes().order_by("node_id"):
         if node.metrics_port is None:
             found[node.node_id] = None
             continue

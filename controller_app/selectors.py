@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from controller_app.choices import StreamState, TxnState
+from controller_app.choices import NodeRole, NodeSession, StreamState, TxnState
 from controller_app.errors import (
     InvalidStreamCutError,
     NoNodeForSegmentError,
@@ -610,9 +610,16 @@ def reader_groups_reading(stream: Stream) -> list[ReaderGroup]:
     return list(rows.filter(configuration__streams__has_key=stream.scoped_name).order_by("name"))
 
 
+def segment_store_nodes() -> Any:
+    """The segment store nodes that may serve (a query set): not the controllers a cluster
+    registers, not the nodes that left it."""
+    return Node.objects.exclude(role=NodeRole.CONTROLLER).exclude(session=NodeSession.LEFT)
+
+
 def nodes_with_containers() -> list[Node]:
     """Registered segment store nodes with ``container_count`` (1 query)."""
-    return list(Node.objects.annotate(container_count=Count("assignments")).order_by("node_id"))
+    found = segment_store_nodes().annotate(container_count=Count("assignments"))
+    return list(found.order_by("node_id"))
 
 
 def workflow_counts() -> list[TaskCount]:
