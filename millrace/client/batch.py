@@ -16,15 +16,11 @@ import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from millrace.client.controller import AsyncControllerClient
+from millrace.client.controller import FOLLOW_SECONDS, AsyncControllerClient
 from millrace.client.events import EventRead, EventSplitter
 from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
-
-#: How long a read follows a segment whose node is away before it fails (a failover takes
-#: the session timeout, a renewal and the container's recovery).
-FOLLOW_SECONDS = 60.0
 
 #: Bytes asked of the segment store per read.
 READ_BYTES = 1024 * 1024

@@ -14,22 +14,30 @@ as they are, without event headers, to the stream's only segment; a byte stream 
 scaled. Writes are appends of an idempotent writer (acknowledged once durable; ``flush``
 waits for all). ``read`` returns what is there from the current position (waiting up to
 ``timeout`` at the tail) and ``b""`` once the stream is sealed and read to its end. Reading
-below the head raises ``ByteStreamTruncatedError`` naming the head. A lost connection fails
-the writes in flight with ``ConnectionLostError``: the caller writes again after checking
-``current_tail_offset`` (conditional writes make that safe).
+below the head raises ``ByteStreamTruncatedError`` naming the head. A lost connection (or a
+WrongHost: the segment's container moved to another node of a cluster) fails the writes in
+flight with that error, and the byte stream asks the controller where the segment is served
+now: the caller writes again after checking ``current_tail_offset`` (conditional writes make
+that safe). A read follows the segment to its new node by itself, for up to
+``FOLLOW_SECONDS``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
-from millrace.client.controller import AsyncControllerClient
+from millrace.client.controller import FOLLOW_SECONDS, AsyncControllerClient
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 
 #: Bytes asked per read of the segment store, at most.
 READ_CHUNK_BYTES = 1024 * 1024
+#: The pause between two tries of a read while the node is away.
+RELOCATE_PAUSE_SECONDS = 0.2
+#: The node is away, or does not serve the segment now (WrongHost).
+_AWAY = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError)
 
 
 class ConditionalAppendFailedError(Exception):
@@ -84,6 +92,13 @@ class AsyncByteStream:
         assert self._pool is not None, "use AsyncByteStream.open"
         return await self._pool.get(*self._node)
 
+    async def _relocate(self) -> None:
+        """The node was lost or answered WrongHost (its container moved, or restarts): ask
+        where the segment is served now; the next write sets its appends up there."""
+        self._writing = False
+        with contextlib.suppress(Exception):  # (the controller away too: the next failure asks)
+            self._node = await self.controller.segment_node(self._segment)
+
     # -- offsets and position ------------------------------------------------------------------
 
     async def _info(self) -> ssc.SegmentInfo:
@@ -124,12 +139,19 @@ class AsyncByteStream:
             return b""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        away_until = loop.time() + FOLLOW_SECONDS
         while True:
-            client = await self._client()
             try:
+                client = await self._client()
                 got = await client.read_segment(
                     self._segment, self._position, min(size, READ_CHUNK_BYTES)
                 )
+            except _AWAY:
+                if loop.time() > away_until:
+                    raise
+                await asyncio.sleep(RELOCATE_PAUSE_SECONDS)
+                await self._relocate()
+                continue
             except ssc.SegmentTruncatedError as exc:
                 raise ByteStreamTruncatedError(
                     f"offset {self._position} of {self.scope}/{self.stream} was truncated;"
@@ -158,34 +180,38 @@ class AsyncByteStream:
 
     async def write(self, data: bytes) -> int:
         """Append ``data`` at the tail (durable once ``flush`` returns); its length."""
-        client = await self._setup()
         try:
+            client = await self._setup()
             await client.append_block(self._writer_id, bytes(data), raw=True)
-        except ssc.ConnectionLostError:
-            self._writing = False
+        except _AWAY:
+            await self._relocate()
             raise
         return len(data)
 
     async def write_conditional(self, data: bytes, expected_offset: int) -> int:
         """Append ``data`` only if the tail is at ``expected_offset`` (several writers can
         coordinate through this); durable when it returns. The new tail offset."""
-        client = await self._setup()
         try:
+            client = await self._setup()
             await client.conditional_append(self._writer_id, bytes(data), expected_offset)
         except ssc.BadOffsetError:
             tail = await self.current_tail_offset()
             raise ConditionalAppendFailedError(
                 f"the tail of {self.scope}/{self.stream} is at {tail}, not {expected_offset}"
             ) from None
-        except ssc.ConnectionLostError:
-            self._writing = False
+        except _AWAY:
+            await self._relocate()
             raise
         return expected_offset + len(data)
 
     async def flush(self) -> None:
         """Wait until every write so far is durable."""
         if self._writing:
-            await (await self._client()).flush(self._writer_id)
+            try:
+                await (await self._client()).flush(self._writer_id)
+            except _AWAY:
+                await self._relocate()
+                raise
 
     async def truncate(self, offset: int) -> None:
         """Drop the bytes before ``offset`` (Pravega's ``truncateDataBefore``)."""

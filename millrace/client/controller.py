@@ -17,6 +17,10 @@ import httpx
 from millrace.client.routing import SegmentWithRange
 from millrace.kernel.naming import parent_name, parse_segment_name
 
+#: How long a read follows a segment whose node is away (asking ``segment_node`` again)
+#: before it fails: a failover takes the session timeout, a renewal and the recovery.
+FOLLOW_SECONDS = 60.0
+
 #: Seconds one REST call may take (a scale or seal waits for the controller's worker).
 REQUEST_TIMEOUT_SECONDS = 60.0
 #: How long a call keeps trying while the controller is away (connection refused: restarting)
