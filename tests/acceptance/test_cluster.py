@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,8 @@ from tests.acceptance.standalone_node import eventually, free_ports, request
 from tests.acceptance.test_node_heals import Program
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 WRITERS, READERS = 2, 2
 PER_WRITER = 6000
@@ -114,6 +117,9 @@ class Run:
         self.tail = Program("resume", SimpleNamespace(base=base, token=token), f"{self.scope}/st",
                             where)  # fmt: skip
         self.procs["tail"] = self.tail.process
+        self.spark = SparkIngest(cluster, base, self.scope, where) if shutil.which("java") else None
+        if self.spark is None:
+            print("no java on this machine: the Spark ingest is left out of the run")
         self.stopfile = where / "txn.stop"
         self.procs["txn"] = spawn(
             where, "txn", "txn", base, token, self.scope, str(where / "txn.log"), str(self.stopfile)
@@ -155,12 +161,53 @@ class Run:
             assert self.procs[f"r{i}"].wait(300) == 0, self.stderr(f"r{i}")
         assert self.tail.wait(120) == 0, self.tail.err.read_text()[-3000:]
         (self.where / "tail.lines").write_text("\n".join(self.tail.lines()))
+        if self.spark is not None:
+            self.spark.check()
 
     def kill_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+class SparkIngest:
+    """``millrace ingest`` of a JSON file into ``<scope>/spark`` with a local Spark job, as a
+    user types it, running while the nodes and the leader fail; then every row is in the stream
+    exactly once."""
+
+    ROWS = 20_000
+
+    def __init__(self, cluster: LocalCluster, base: str, scope: str, where: Path) -> None:
+        self.base, self.token, self.scope = base, cluster.token, scope
+        rows = where / "spark-in"
+        rows.mkdir()
+        (rows / "rows.json").write_text("".join(
+            json.dumps({"key": f"s{i % 16}", "event": f"spark-{i}"}) + "\n"
+            for i in range(self.ROWS)
+        ))  # fmt: skip
+        self.out = where / "spark.out"
+        with open(self.out, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "millrace.ops.cli", "ingest", str(rows), "--format", "json",
+                 "--stream", f"{scope}/spark", "--create", "--segments", "4",
+                 "--key-column", "key", "--event-column", "event",
+                 "--url", base, "--token", cluster.token],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            )  # fmt: skip
+
+    def check(self) -> None:
+        assert self.process.wait(600) == 0, self.out.read_text()[-3000:]
+        assert f"ingested into {self.scope}/spark: {self.ROWS:,} events" in self.out.read_text()
+        manager = StreamManager(self.base, token=self.token)
+        reader = manager.create_reader(self.scope, "spark")
+        events: list[str] = []
+        while len(events) < self.ROWS:
+            batch = reader.read_batch(4096, timeout=10)
+            assert batch, f"the stream has {len(events)} of the {self.ROWS} rows"
+            events += [bytes(e.data).decode() for e in batch]
+        manager.close()
+        assert sorted(events) == sorted(f"spark-{i}" for i in range(self.ROWS))
 
 
 @pytest.fixture
