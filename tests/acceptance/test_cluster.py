@@ -50,6 +50,7 @@ from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.postgres import PrivatePostgres
 from tests.acceptance.standalone_node import eventually, free_ports, request
 from tests.acceptance.test_node_heals import Program
+from tests.tiers.nats_servers import nats_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -69,7 +70,7 @@ OUTAGE_SECONDS = 20.0
 class Run:
     """The client processes of one run, and what they wrote."""
 
-    def __init__(self, cluster: LocalCluster, base: str, where: Path) -> None:
+    def __init__(self, cluster: LocalCluster, base: str, where: Path, spark: bool = True) -> None:
         self.cluster, self.base, self.where = cluster, base, where
         self.scope = f"c{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -117,8 +118,10 @@ class Run:
         self.tail = Program("resume", SimpleNamespace(base=base, token=token), f"{self.scope}/st",
                             where)  # fmt: skip
         self.procs["tail"] = self.tail.process
-        self.spark = SparkIngest(cluster, base, self.scope, where) if shutil.which("java") else None
-        if self.spark is None:
+        self.spark = None
+        if spark and shutil.which("java"):
+            self.spark = SparkIngest(cluster, base, self.scope, where)
+        elif spark:
             print("no java on this machine: the Spark ingest is left out of the run")
         self.stopfile = where / "txn.stop"
         self.procs["txn"] = spawn(
@@ -525,3 +528,36 @@ def _cluster_json(http: int, token: str) -> dict[str, Any] | None:
     except subprocess.TimeoutExpired:
         return None
     return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+def test_on_jetstream_a_killed_nodes_containers_are_recovered_from_the_replicated_log(
+    postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    """Tier-1 on a three-server JetStream cluster (replicas 3), the tier safe across hosts: a
+    node is SIGKILLed under load and started again; its containers are recovered by the others
+    from JetStream, then balanced back, and nothing acknowledged is lost or duplicated."""
+    with nats_servers(tmp_path / "nats", 3) as servers:
+        options = json.dumps({"servers": [s.url for s in servers], "replicas": 3})
+        cluster = LocalCluster(tmp_path / "cluster", postgres.url, controllers=1,
+                               environ={"MILLRACE_TIER1": "jetstream",
+                                        "MILLRACE_TIER1_OPTIONS": options})  # fmt: skip
+        where = tmp_path / "run"
+        where.mkdir()
+        try:
+            cluster.start()
+            run = Run(cluster, cluster.base(0), where, spark=False)
+            try:
+                nodes = {f"node-{i}" for i in range(3)}
+                run.wait_written(0.2)
+                cluster.processes["node-0"].kill()
+                eventually(lambda: cluster.spread(nodes - {"node-0"}), FAILOVER_SECONDS,
+                           "failover")  # fmt: skip
+                run.wait_written(0.5)
+                cluster.start_node(0)
+                eventually(lambda: cluster.spread(nodes), FAILOVER_SECONDS, "rebalance")
+                run.finish()
+            finally:
+                run.kill_all()
+        finally:
+            cluster.close()
+    check(where)
