@@ -22,8 +22,8 @@ from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
 from controller_app import selectors as sel
-from controller_app.cluster.status import cluster_status, moves_over_time
 from controller_app.api.serializers import StreamPropertySerializer
+from controller_app.cluster.status import cluster_status, moves_over_time
 from controller_app.errors import ControllerError, NoWatermarkError
 from controller_app.health import node_health
 from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream

@@ -76,11 +76,14 @@ class AsyncControllerClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
+    async def call(
+        self, method: str, path: str, body: Any = None, *, changes: bool | None = None
+    ) -> Any:
         """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``.
 
         A call whose connection was never made is retried whatever its method; one cut after it
-        was sent only if it reads (``GET``), since a change may have been made."""
+        was sent only if it changes nothing (``changes``: default, whether it is not a
+        ``GET``), since a change may have been made."""
         loop = asyncio.get_running_loop()
         delay, deadline = RETRY_DELAY_SECONDS, loop.time() + PATIENCE_SECONDS
         while True:
@@ -88,7 +91,8 @@ class AsyncControllerClient:
                 response = await self._http.request(method, path, json=body)
             except httpx.TransportError as exc:
                 unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-                if not (unsent or method == "GET") or loop.time() + delay > deadline:
+                safe = method == "GET" if changes is None else not changes
+                if not (unsent or safe) or loop.time() + delay > deadline:
                     raise
             else:
                 if response.status_code != 503 or loop.time() + delay > deadline:
@@ -212,7 +216,8 @@ class AsyncControllerClient:
         return found
 
     async def delegation_token(self, scope: str, stream: str) -> str:
-        found = await self.call("POST", f"/scopes/{scope}/streams/{stream}/delegation-token")
+        path = f"/scopes/{scope}/streams/{stream}/delegation-token"
+        found = await self.call("POST", path, changes=False)  # (a new token: safe to ask again)
         return str(found["token"])
 
 

@@ -105,6 +105,9 @@ class LocalCluster:
             self.env["MILLRACE_TEST_UNSAFE"] = unsafe
         self.env |= environ or {}
         self.web_dir = where / "web"
+        #: Node index -> environment over the cluster's for that node alone (e.g. its own
+        #: ``DATABASE_URL`` through a proxy a test cuts).
+        self.node_env: dict[int, dict[str, str]] = {}
         self.processes: dict[str, Process] = {}
         self.node_ports = free_ports(nodes)
         self.http_ports = free_ports(controllers)
@@ -142,7 +145,8 @@ class LocalCluster:
         eventually(self.spread, 60, "every container assigned to a live node")
 
     def start_node(self, i: int) -> Process:
-        """Start segment store node ``i`` (again, after a kill: same port, same data dir)."""
+        """Start segment store node ``i`` (again, after a kill: same port, same data dir), with
+        ``node_env[i]`` over the cluster's environment."""
         port = self.node_ports[i]
         return self._spawn(
             f"node-{i}",
@@ -155,10 +159,11 @@ class LocalCluster:
             f"127.0.0.1:{port}",
             "--node-id",
             f"node-{i}",
+            env=self.node_env.get(i),
         )
 
-    def _spawn(self, name: str, *args: str) -> Process:
-        self.processes[name] = Process(name, list(args), self.env, self.where)
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Process:
+        self.processes[name] = Process(name, list(args), self.env | (env or {}), self.where)
         return self.processes[name]
 
     def _answers(self, port: int) -> bool:

@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from millrace.client.errors import ContainerOfflineError
 from millrace.client.events import encode_event
 from millrace.client.manager import StreamManager
 from millrace.client.transport.sync import SyncSegmentStoreClient
@@ -47,6 +48,7 @@ from millrace.kernel.claims import READ_UPDATE, mint_token
 from millrace.kernel.naming import container_for
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
+from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.postgres import PrivatePostgres
 from tests.acceptance.standalone_node import eventually, free_ports, request
 from tests.acceptance.test_node_heals import Program
@@ -295,7 +297,7 @@ def _scenario(cluster: LocalCluster, run: Run, leading: str, other: int) -> None
     #    it wakes.
     run.wait_written(0.75)
     paused = cluster.processes["node-2"]
-    probe = Probe(cluster, run, "node-2", other)
+    probe = Probe(cluster, run.base, run.scope, "node-2", other)
     paused.signal(signal.SIGSTOP)
     probe.send()
     try:
@@ -311,14 +313,15 @@ def _scenario(cluster: LocalCluster, run: Run, leading: str, other: int) -> None
 
 
 class Probe:
-    """An append to ``node``'s container sent while the node is stopped: acknowledged or not
-    when it wakes, and whether its event is then in the segment (read from its new owner)."""
+    """An append to ``node``'s container sent after the container moved (the node stopped or
+    cut off meanwhile): acknowledged or not, and whether its event is then in the segment
+    (read from its new owner)."""
 
     EVENT = b"probe-event"
 
-    def __init__(self, cluster: LocalCluster, run: Run, node: str, via: int) -> None:
-        self.cluster, self.run = cluster, run
-        status, answer = request(run.base, "GET", f"/v1/scopes/{run.scope}/streams/probe/segments",
+    def __init__(self, cluster: LocalCluster, base: str, scope: str, node: str, via: int) -> None:
+        self.cluster = cluster
+        status, answer = request(base, "GET", f"/v1/scopes/{scope}/streams/probe/segments",
                                  cluster.token)  # fmt: skip
         assert status == 200, answer
         owners = cluster.owners(via)
@@ -331,7 +334,15 @@ class Probe:
         self.client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=self.token,
                                              timeout=120)  # fmt: skip
         self.writer = uuid.uuid4()
-        self.client.setup_append(self.segment, self.writer)
+        eventually(self._set_up, FAILOVER_SECONDS, f"{node} serving {self.segment}")
+
+    def _set_up(self) -> bool:
+        """The append session, once the node runs the container (assigned is not started)."""
+        try:
+            self.client.setup_append(self.segment, self.writer)
+        except ContainerOfflineError:
+            return False
+        return True
 
     def send(self) -> None:
         self.ack = self.client.append_block(self.writer, [encode_event(self.EVENT)], raw=True)
@@ -345,13 +356,19 @@ class Probe:
             acknowledged = False
         finally:
             self.client.close()
-        host, port = _node_of(self.cluster, via, self.segment)
-        reader = SyncSegmentStoreClient(host, port, delegation_token=self.token)
+        (data,) = eventually(lambda: self._read(via), FAILOVER_SECONDS, f"{self.segment} served")
+        return acknowledged, self.EVENT in data
+
+    def _read(self, via: int) -> tuple[bytes] | None:
+        """The segment's bytes from its owner now; None while it does not serve it yet."""
+        reader = SyncSegmentStoreClient(*_node_of(self.cluster, via, self.segment),
+                                        delegation_token=self.token)  # fmt: skip
         try:
-            data = bytes(reader.read_segment(self.segment, 0, 1 << 20, token=self.token).data)
+            return (bytes(reader.read_segment(self.segment, 0, 1 << 20, token=self.token).data),)
+        except ContainerOfflineError:
+            return None
         finally:
             reader.close()
-        return acknowledged, self.EVENT in data
 
 
 def _node_of(cluster: LocalCluster, via: int, segment: str) -> tuple[str, int]:
@@ -479,7 +496,7 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
     """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
     up, the leader spreads the containers, events written through one controller are read
     through the other, and SIGTERM stops every process."""
-    http, wire = free_ports(1)[0], free_ports(1)[0]
+    http, wire = _free_run(2), _free_run(3)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
     env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1"}
@@ -561,3 +578,65 @@ def test_on_jetstream_a_killed_nodes_containers_are_recovered_from_the_replicate
         finally:
             cluster.close()
     check(where)
+
+
+@pytest.mark.parametrize("unsafe", ["", "no-fencing"])
+def test_a_node_cut_off_from_the_database_is_fenced_once_its_containers_move(
+    postgres: PrivatePostgres, tmp_path: Path, unsafe: str
+) -> None:
+    """Node 2 reaches PostgreSQL through a proxy, which then refuses it: the node cannot renew,
+    serves on (the database may be what is down), and its clients stay connected. The leader
+    moves its containers; once their new owner runs them, an append sent to node 2 is not
+    acknowledged and not stored: the new owner's tier-1 epoch fences it. With fencing switched
+    off (``no-fencing``) node 2 acknowledges it, though the container is no longer its own."""
+    database = postgres.url.rsplit("/", 1)[1]
+    proxy = FaultyProxy(postgres.port)
+    cluster = LocalCluster(tmp_path, postgres.url, controllers=1, unsafe=unsafe)
+    cluster.node_env[2] = {"DATABASE_URL": f"postgres://postgres@127.0.0.1:{proxy.port}/{database}"}
+    try:
+        cluster.start()
+        manager = StreamManager(cluster.base(0), token=cluster.token)
+        manager.create_scope("cut")
+        manager.create_stream("cut", "probe", initial_segments=32)
+        manager.close()
+        probe = Probe(cluster, cluster.base(0), "cut", "node-2", 0)
+        container = container_for(probe.segment, cluster.containers)
+        marks = {name: len(cluster.output(name)) for name in ("node-0", "node-1")}
+        proxy.refuse(True)
+        eventually(lambda: cluster.spread({"node-0", "node-1"}), FAILOVER_SECONDS,
+                   "the cut-off node's containers moving")  # fmt: skip
+        owner = cluster.owners(0)[container]
+        cluster.wait_for_line(owner, f"container {container} running at epoch", FAILOVER_SECONDS,
+                              after=marks[owner])  # fmt: skip
+        probe.send()
+        acknowledged, stored = probe.outcome(0)
+    finally:
+        cluster.close()
+        proxy.close()
+    if unsafe:
+        assert acknowledged, "unguarded, the cut-off node acknowledges for a container it lost"
+    else:
+        assert (acknowledged, stored) == (False, False)
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive ports of 127.0.0.1 that were free a moment ago."""
+    import socket
+
+    for _ in range(100):
+        first = free_ports(1)[0]
+        if first + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError(f"no {count} consecutive free ports")

@@ -104,10 +104,14 @@ def run_local(args: argparse.Namespace, rest: list[str]) -> int:
     needs("django", "the cluster")
     migrate(verbosity=0)
     from millrace.ops import local_cluster
+    from millrace.ops.standalone import StandaloneError
 
     print(f"millrace cluster local {millrace_version()}: data directory {store.data_dir}; "
           f"{args.nodes} nodes, {args.controllers} controllers", flush=True)  # fmt: skip
-    return local_cluster.run(
-        data_dir=store.data_dir, store=store, nodes=args.nodes,
-        controllers=args.controllers, http_port=args.http_port,
-    )  # fmt: skip
+    try:
+        return local_cluster.run(
+            data_dir=store.data_dir, store=store, nodes=args.nodes,
+            controllers=args.controllers, http_port=args.http_port,
+        )  # fmt: skip
+    except StandaloneError as exc:  # (a port in use: before anything started)
+        raise CommandError(str(exc)) from None
