@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 from pathlib import Path
-from typing import Any
 
 from millrace.kernel.config import SegmentStoreSettings, WebSettings
-from millrace.kernel.status_files import supervisor_state_path
 from millrace.ops.standalone import (
     Child,
-    StandaloneError,
-    Supervisor,
     cli_argv,
     ensure_admin,
     ensure_port_free,
     heartbeat_fresh,
     http_ok,
+    supervise,
     wire_answers,
 )
 
@@ -93,32 +88,12 @@ def run(
     token, password, first = ensure_admin(data_dir)
     os.environ.update(cluster_environment(data_dir, store))
     children = _children(data_dir, nodes, controllers, http_port, store.port)
-    states = supervisor_state_path(data_dir)
-    states.parent.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(children, state_file=states, unsafe=store.unsafe)
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop_requested.set()
-        supervisor.stopping.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        supervisor.start_all()
-        _print_ready(data_dir, nodes, controllers, http_port, store.port, token, password, first)
-        supervisor.watch()
-        return 0
-    except StandaloneError as exc:
-        if stop_requested.is_set():
-            return 0
-        print(f"millrace cluster local: error: {exc}", flush=True)
-        return 1
-    finally:
-        print("millrace cluster local: stopping", flush=True)
-        supervisor.stop_all()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        print("millrace cluster local: stopped", flush=True)
+    return supervise(
+        "millrace cluster local", children, data_dir, store.unsafe,
+        lambda: _print_ready(
+            data_dir, nodes, controllers, http_port, store.port, token, password, first
+        ),
+    )  # fmt: skip
 
 
 def _print_ready(

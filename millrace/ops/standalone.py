@@ -552,9 +552,25 @@ def run(
         http_port=http_port,
         worker_concurrency=worker_concurrency,
     )
+    return supervise(
+        "millrace standalone", children, data_dir, store.unsafe,
+        lambda: _print_ready(data_dir, store, http_host, http_port, token, password, first),
+    )  # fmt: skip
+
+
+def supervise(
+    name: str,
+    children: list[Child],
+    data_dir: Path,
+    unsafe: frozenset[str],
+    on_ready: Callable[[], None],
+) -> int:
+    """Start ``children``, call ``on_ready``, and keep them running until SIGINT or SIGTERM
+    (``Supervisor``); then stop them in reverse order. The exit status: 0 after a stop, 1 when
+    the first start failed (``name`` says who, on stderr)."""
     states = supervisor_state_path(data_dir)
     states.parent.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(children, state_file=states, unsafe=store.unsafe)
+    supervisor = Supervisor(children, state_file=states, unsafe=unsafe)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -564,20 +580,20 @@ def run(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         supervisor.start_all()
-        _print_ready(data_dir, store, http_host, http_port, token, password, first)
+        on_ready()
         supervisor.watch()
         return 0
     except StandaloneError as exc:
         if stop_requested.is_set():
             return 0
-        print(f"millrace standalone: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
     finally:
-        print("millrace standalone: stopping", flush=True)
+        print(f"{name}: stopping", flush=True)
         supervisor.stop_all()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        print("millrace standalone: stopped", flush=True)
+        print(f"{name}: stopped", flush=True)
 
 
 def _print_ready(

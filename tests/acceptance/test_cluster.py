@@ -40,6 +40,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -579,17 +580,7 @@ def test_a_node_cut_off_from_the_database_is_fenced_once_its_containers_move(
     moves its containers; once their new owner runs them, an append sent to node 2 is not
     acknowledged and not stored: the new owner's tier-1 epoch fences it. With fencing switched
     off (``no-fencing``) node 2 acknowledges it, though the container is no longer its own."""
-    database = postgres.url.rsplit("/", 1)[1]
-    proxy = FaultyProxy(postgres.port)
-    cluster = LocalCluster(tmp_path, postgres.url, controllers=1, unsafe=unsafe)
-    cluster.node_env[2] = {"DATABASE_URL": f"postgres://postgres@127.0.0.1:{proxy.port}/{database}"}
-    try:
-        cluster.start()
-        manager = StreamManager(cluster.base(0), token=cluster.token)
-        manager.create_scope("cut")
-        manager.create_stream("cut", "probe", initial_segments=32)
-        manager.close()
-        probe = Probe(cluster, cluster.base(0), "cut", "node-2", 0)
+    with _node_2_behind_a_proxy(postgres, tmp_path, unsafe) as (cluster, proxy, probe):
         container = container_for(probe.segment, cluster.containers)
         marks = {name: len(cluster.output(name)) for name in ("node-0", "node-1")}
         proxy.refuse(True)
@@ -600,9 +591,6 @@ def test_a_node_cut_off_from_the_database_is_fenced_once_its_containers_move(
                               after=marks[owner])  # fmt: skip
         probe.send()
         acknowledged, stored = probe.outcome(0)
-    finally:
-        cluster.close()
-        proxy.close()
     if unsafe:
         assert acknowledged, "unguarded, the cut-off node acknowledges for a container it lost"
     else:
@@ -641,17 +629,7 @@ def test_a_node_woken_from_a_pause_serves_nothing_until_it_has_renewed(
     is asked about the segment: it answers WrongHost (it was paused, it has not renewed). With
     the pause check switched off (``no-pause-check``) it answers from its stale state: a
     length short of the segment's real one."""
-    database = postgres.url.rsplit("/", 1)[1]
-    proxy = FaultyProxy(postgres.port)
-    cluster = LocalCluster(tmp_path, postgres.url, controllers=1, unsafe=unsafe)
-    cluster.node_env[2] = {"DATABASE_URL": f"postgres://postgres@127.0.0.1:{proxy.port}/{database}"}
-    try:
-        cluster.start()
-        manager = StreamManager(cluster.base(0), token=cluster.token)
-        manager.create_scope("nap")
-        manager.create_stream("nap", "probe", initial_segments=32)
-        manager.close()
-        probe = Probe(cluster, cluster.base(0), "nap", "node-2", 0)
+    with _node_2_behind_a_proxy(postgres, tmp_path, unsafe) as (cluster, proxy, probe):
         paused = cluster.processes["node-2"]
         paused.signal(signal.SIGSTOP)
         proxy.refuse(True)
@@ -674,9 +652,6 @@ def test_a_node_woken_from_a_pause_serves_nothing_until_it_has_renewed(
             answer: Any = exc
         else:
             answer = stale
-    finally:
-        cluster.close()
-        proxy.close()
     if unsafe:
         assert answer == 0 < length, f"unguarded, the woken node answers its stale {answer}"
     else:
@@ -689,3 +664,25 @@ def _set_up(client: SyncSegmentStoreClient, segment: str, writer: uuid.UUID) -> 
     except ContainerOfflineError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def _node_2_behind_a_proxy(
+    postgres: PrivatePostgres, tmp_path: Path, unsafe: str
+) -> Iterator[tuple[LocalCluster, FaultyProxy, Probe]]:
+    """A cluster whose node 2 reaches PostgreSQL through a proxy a test can cut, and a probe
+    connected to node 2 on a segment of one of its containers."""
+    database = postgres.url.rsplit("/", 1)[1]
+    proxy = FaultyProxy(postgres.port)
+    cluster = LocalCluster(tmp_path, postgres.url, controllers=1, unsafe=unsafe)
+    cluster.node_env[2] = {"DATABASE_URL": f"postgres://postgres@127.0.0.1:{proxy.port}/{database}"}
+    try:
+        cluster.start()
+        manager = StreamManager(cluster.base(0), token=cluster.token)
+        manager.create_scope("probed")
+        manager.create_stream("probed", "probe", initial_segments=32)
+        manager.close()
+        yield cluster, proxy, Probe(cluster, cluster.base(0), "probed", "node-2", 0)
+    finally:
+        cluster.close()
+        proxy.close()
