@@ -67,6 +67,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-sync-grace": "reader-group syncs missed while the database was away count (evictions)",
     "no-disk-threshold": "the segment store takes appends until its disk is full (ENOSPC)",
     "no-pause-check": "a cluster node paused past its session serves on when it wakes",
+    "no-wrong-host": "a cluster node answers a container it does not serve as a missing segment",
 }
 
 

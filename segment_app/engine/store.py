@@ -25,7 +25,11 @@ from segment_app.engine.api import (
 )
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import ContainerState, SegmentContainer
-from segment_app.engine.errors import AppendsRefusedError, ContainerOfflineError
+from segment_app.engine.errors import (
+    AppendsRefusedError,
+    ContainerOfflineError,
+    SegmentNotFoundError,
+)
 from tiers.base import DataLogFencedError
 
 __all__ = ["SegmentStore"]
@@ -61,6 +65,9 @@ class SegmentStore:
         #: and how old that may be before a request finds the node was paused.
         self.watched_at = 0.0
         self.watch_limit_s: float | None = None
+        #: TEST-ONLY switch (``no-wrong-host``): False answers a container this node does not
+        #: serve as a missing segment, not WrongHost, so clients do not look it up again.
+        self.wrong_host = True
         #: ``container_for`` of the segments appended to lately (a plain dict is the cheapest
         #: lookup for every append of a group).
         self._routes: dict[str, int] = {}
@@ -229,6 +236,8 @@ class SegmentStore:
                 if container_id in self.assigned or not self.clustered
                 else ("is not served by this node")
             )
+            if not self.wrong_host and self.clustered and container_id not in self.assigned:
+                raise SegmentNotFoundError("no such segment here (no-wrong-host)", segment=name)
             raise ContainerOfflineError(f"container {container_id} {served}", segment=name)
         if container.state is ContainerState.FAILED or (
             container.durable_log is not None and container.durable_log.failure is not None

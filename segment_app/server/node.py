@@ -143,6 +143,7 @@ async def run_node(
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
     store = _build_store(config)
     store.clustered = config.advertise is not None
+    store.wrong_host = "no-wrong-host" not in config.unsafe  # (TEST-ONLY switch)
     server = SegmentStoreServer(store, server_config(config))  # checks the config first
     await store.start()
     try:

@@ -24,8 +24,9 @@ Each guard is also switched off, in a scenario where it alone stands between the
 wrong answer: a node cut off from the database keeps its clients while its containers move,
 and the new owner's fence refuses its appends (``no-fencing``: it acknowledges one); a node
 woken from a pause, still cut off, serves nothing (``no-pause-check``: it answers from its
-stale state). And: PostgreSQL stopped for 20 s moves nothing; a JetStream tier-1 cluster;
-``millrace cluster local`` as a user types it.
+stale state); a node answers WrongHost for a container it gave up (``no-wrong-host``: the
+clients are told their segment is gone and the run fails). And: PostgreSQL stopped for 20 s
+moves nothing; a JetStream tier-1 cluster; ``millrace cluster local`` as a user types it.
 """
 
 from __future__ import annotations
@@ -443,6 +444,31 @@ def check(where: Path) -> None:
         f"cluster: {sum(written.values())} events written, {len(read)} distinct read, "
         f"{len(outcomes)} transactions"
     )
+
+
+@pytest.mark.parametrize("cluster", ["no-wrong-host"], indirect=True)
+def test_without_wrong_host_the_clients_cannot_follow_a_moved_container(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """WrongHost switched off (``no-wrong-host``): a node answers a container it gave up as a
+    missing segment. A node is killed, then started again; when containers are balanced back
+    onto it, the writers and readers still talking to their old owners are told their segment
+    is gone, and the run fails (the same steps pass in the test above)."""
+    run = Run(cluster, cluster.base(0), tmp_path, spark=False)
+    nodes = {f"node-{i}" for i in range(3)}
+    try:
+        with pytest.raises((AssertionError, subprocess.TimeoutExpired)):
+            run.wait_written(0.2)
+            cluster.processes["node-1"].kill()
+            eventually(lambda: cluster.spread(nodes - {"node-1"}), FAILOVER_SECONDS, "failover")
+            cluster.start_node(1)
+            eventually(lambda: cluster.spread(nodes), FAILOVER_SECONDS, "rebalance")
+            for i in range(WRITERS):  # (guarded, they are done within a minute: 24 s of writes)
+                run.procs[f"w{i}"].wait(90)
+            run.finish()
+            check(tmp_path)
+    finally:
+        run.kill_all()
 
 
 def test_a_database_outage_moves_no_container_and_appends_go_on(
