@@ -31,6 +31,7 @@ import httpx
 from django.db import transaction
 
 from controller_app import selectors as sel
+from controller_app.cluster.membership import check_container_count
 from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
 from controller_app.models import Container, ContainerAssignment, Node
 from controller_app.ports import SegmentState, SegmentTraffic, Traffic
@@ -61,12 +62,7 @@ def register_node(
     The container count is fixed for the life of a cluster; a different count from the one
     registered before is refused (segments would move to other containers).
     """
-    known = sel.container_count()
-    if known and known != container_count:
-        raise ValueError(
-            f"this cluster has {known} segment containers; the node offers {container_count} "
-            "(MILLRACE_CONTAINERS must stay the same for the life of a cluster)"
-        )
+    check_container_count(container_count)
     with transaction.atomic():
         node, _ = Node.objects.update_or_create(
             node_id=node_id, defaults={"host": host, "port": port, "metrics_port": metrics_port}

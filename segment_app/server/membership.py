@@ -55,8 +55,6 @@ class NodeSession:
         self.interval_s = session_timeout_s / 5
         #: TEST-ONLY switch: without it a paused node serves on when it wakes.
         self.pause_check = pause_check
-        #: Monotonic time of the last renewal that answered, or None.
-        self.renewed_at: float | None = None
         self._failing = False
         #: Monotonic time a pause was found (None: serving): a renewal asked after it ends it.
         self._paused_at: float | None = None
@@ -138,7 +136,6 @@ class NodeSession:
         if self._failing:
             log.warning("session renewed again")
         self._failing = False
-        self.renewed_at = time.monotonic()
         self._wanted = assigned
         self._changed.set()
         if self._paused_at is not None and asked_at > self._paused_at:
