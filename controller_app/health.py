@@ -54,6 +54,7 @@ from millrace.kernel.status_files import (
     read_fresh,
     supervisor_state_path,
 )
+from millrace.kernel.tls import peer_context
 
 #: The longest a health request takes: a contributor that has not answered by then is down.
 HEALTH_TIMEOUT_SECONDS = 3.0
@@ -130,7 +131,9 @@ def database_health() -> Health:
 def _probe(address: tuple[str, int]) -> str | None:
     """None when the node at ``address`` answers the keep-alive, else why not."""
     try:
-        probe_segment_store(*address, timeout=PROBE_TIMEOUT_SECONDS)
+        probe_segment_store(
+            *address, timeout=PROBE_TIMEOUT_SECONDS, tls=peer_context(settings.MILLRACE_TLS)
+        )
     except ProbeError as exc:
         return str(exc)
     return None

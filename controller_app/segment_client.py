@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
+from django.conf import settings
 from django.db import transaction
 
 from controller_app import selectors as sel
@@ -39,6 +40,7 @@ from controller_app.tokens import delegation_token
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
+from millrace.kernel.tls import peer_context
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -56,8 +58,10 @@ def register_node(
     container_count: int,
     node_id: str = "standalone",
     metrics_port: int | None = None,
+    tls: bool = False,
 ) -> Node:
-    """Record the node ``node_id`` at ``host:port`` and assign it every container.
+    """Record the node ``node_id`` at ``host:port`` (``tls``: its ports need TLS) and assign it
+    every container.
 
     The container count is fixed for the life of a cluster; a different count from the one
     registered before is refused (segments would move to other containers).
@@ -65,7 +69,8 @@ def register_node(
     check_container_count(container_count)
     with transaction.atomic():
         node, _ = Node.objects.update_or_create(
-            node_id=node_id, defaults={"host": host, "port": port, "metrics_port": metrics_port}
+            node_id=node_id,
+            defaults={"host": host, "port": port, "metrics_port": metrics_port, "tls": tls},
         )
         for number in range(container_count):
             container, _ = Container.objects.get_or_create(number=number)
@@ -102,8 +107,9 @@ class SegmentStorePort:
             client = self._clients.get(key)
             if client is None or client._client.is_closed:
                 client = SyncSegmentStoreClient(
-                    uri.host, uri.port, request_timeout=REQUEST_TIMEOUT_SECONDS
-                )
+                    uri.host, uri.port, request_timeout=REQUEST_TIMEOUT_SECONDS,
+                    ssl=peer_context(settings.MILLRACE_TLS),
+                )  # fmt: skip
                 self._clients[key] = client
             return client
 
@@ -236,6 +242,15 @@ def segment_store() -> SegmentStorePort:
 TRAFFIC_TIMEOUT_SECONDS = 2.0
 
 
+def _metrics_port(node: Node, path: str) -> tuple[str, httpx.Response]:
+    """(URL, answer) of ``GET path`` on the node's metrics port (``https://`` when the node
+    needs TLS), with a delegation token for everything (``httpx.HTTPError`` if it fails)."""
+    url = f"{'https' if node.tls else 'http'}://{node.host}:{node.metrics_port}{path}"
+    headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
+    verify = peer_context(settings.MILLRACE_TLS) or True
+    return url, httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS, verify=verify)
+
+
 def read_traffic() -> Traffic:
     """What the traffic monitors of the registered nodes say (``GET /traffic`` on each one's
     metrics port). A node that does not answer counts as just started: its segments are
@@ -243,10 +258,9 @@ def read_traffic() -> Traffic:
     segments: dict[str, SegmentTraffic] = {}
     uptime = math.inf
     for node in sel.segment_store_nodes().exclude(metrics_port=None):
-        url = f"http://{node.host}:{node.metrics_port}/traffic"
+        url = f"{node.address} /traffic"
         try:
-            headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
-            answer = httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS)
+            url, answer = _metrics_port(node, "/traffic")
             found = answer.raise_for_status().json()
             entries = {
                 e["segment"]: SegmentTraffic(
@@ -287,10 +301,9 @@ def read_node_metrics() -> dict[str, dict[str, float] | None]:
         if node.metrics_port is None:
             found[node.node_id] = None
             continue
-        url = f"http://{node.host}:{node.metrics_port}/metrics"
+        url = f"{node.address} /metrics"
         try:
-            headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
-            answer = httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS)
+            url, answer = _metrics_port(node, "/metrics")
             sums = dict.fromkeys(NODE_SAMPLES.values(), 0.0)
             for family in text_string_to_metric_families(answer.raise_for_status().text):
                 for sample in family.samples:

@@ -476,9 +476,11 @@ class NodeUri:
 
     host: str
     port: int
+    #: The node needs TLS.
+    tls: bool = False
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{'tls://' if self.tls else ''}{self.host}:{self.port}"
 
 
 def container_count() -> int:
@@ -504,7 +506,7 @@ def node_uri(segment_name: str, count: int | None = None) -> NodeUri:
     )
     if assignment is None:
         raise NoNodeForSegmentError(f"container {number} of {segment_name} has no node")
-    return NodeUri(assignment.node.host, assignment.node.port)
+    return NodeUri(assignment.node.host, assignment.node.port, assignment.node.tls)
 
 
 def segment_uri(stream: Stream, segment_id: int, count: int | None = None) -> NodeUri:

@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -44,6 +45,7 @@ from millrace.client.routing import SegmentWithRange
 from millrace.client.streamcut import StreamCut
 from millrace.client.writer import AsyncEventWriter
 from millrace.kernel.claims import READ_UPDATE, stream_resource
+from millrace.kernel.tls import peer_context
 
 #: Events one request may carry, and how long it waits for them to be durable: long enough to
 #: ride through a segment store restart, short enough for HTTP clients' own timeouts. After it
@@ -68,6 +70,10 @@ def _in_thread(function: Any) -> Any:
 
 class LocalController:
     """What ``AsyncEventWriter`` asks of the controller, answered from this node's tables."""
+
+    def __init__(self) -> None:
+        #: TLS to the segment store nodes: this process's (``MILLRACE_TLS_*``).
+        self.tls = peer_context(settings.MILLRACE_TLS)
 
     async def delegation_token(self, scope: str, stream: str) -> str:
         resource = stream_resource(scope, stream)

@@ -336,7 +336,7 @@ class SegmentUriView(APIView):
         sel.segment_record(row, segment_id)
         uri = sel.segment_uri(row, segment_id)
         name = sel.segment_name(row, segment_id)
-        return Response({"segment": name, "host": uri.host, "port": uri.port})
+        return Response({"segment": name, "host": uri.host, "port": uri.port, "tls": uri.tls})
 
 
 class SegmentsBetweenView(APIView):

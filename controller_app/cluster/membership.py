@@ -75,6 +75,7 @@ class DatabaseMembership:
                 defaults={"host": card.host, "port": card.port, "role": NodeRole.SEGMENT_STORE},
             )
             node.host, node.port, node.metrics_port = card.host, card.port, card.metrics_port
+            node.tls = card.tls
             node.role, node.session = NodeRole.SEGMENT_STORE, NodeSession.LIVE
             node.started_at = node.last_heartbeat = now
             node.renewals += 1

@@ -23,6 +23,7 @@ class Node(models.Model):
     metrics_port = models.IntegerField(
         null=True, blank=True, help_text="Its metrics endpoint (/metrics, /traffic); null: none."
     )
+    tls = models.BooleanField(default=False, help_text="Its ports need TLS (tls://host:port).")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     session = models.CharField(
@@ -40,7 +41,12 @@ class Node(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.node_id} ({self.host}:{self.port})"
+        return f"{self.node_id} ({self.address})"
+
+    @property
+    def address(self) -> str:
+        """Where clients reach it: ``host:port``, ``tls://host:port`` when it needs TLS."""
+        return f"{'tls://' if self.tls else ''}{self.host}:{self.port}"
 
 
 class Container(models.Model):

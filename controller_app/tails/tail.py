@@ -53,6 +53,7 @@ from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 from millrace.kernel.claims import READ, stream_resource
 from millrace.kernel.naming import parse_segment_name
+from millrace.kernel.tls import peer_context
 
 #: Seconds between two looks at a stream's newest watermark (per stream, shared by the
 #: process's subscriptions of it: ``_WATERMARKS``).
@@ -111,7 +112,7 @@ class TailConsumer(AsyncWebsocketConsumer):
         #: Segment id -> next offset of each segment being read (what a resume starts from).
         self.reading: dict[int, int] = {}
         await self.accept()
-        self.pool = SegmentStorePool(request_timeout=60.0)
+        self.pool = SegmentStorePool(request_timeout=60.0, ssl=peer_context(settings.MILLRACE_TLS))
         self.send_lock = asyncio.Lock()
         self.runner: asyncio.Task[Any] | None = None
         try:

@@ -61,7 +61,7 @@ class RangeTruncatedError(Exception):
 class AsyncBatchClient:
     def __init__(self, controller: AsyncControllerClient) -> None:
         self.controller = controller
-        self.pool = SegmentStorePool()
+        self.pool = SegmentStorePool(ssl=controller.tls)
 
     async def close(self) -> None:
         await self.pool.close()

@@ -3,6 +3,12 @@
 What writers and readers need from the controller: scopes and streams, the current segments,
 a segment's successors, where a segment is served, and delegation tokens for the segment
 store. Errors come back as ``ControllerError`` with the API's stable ``code``.
+
+TLS: an ``https://`` (or ``tls://``, Pravega's spelling) URL means TLS to the controller and to
+every segment store node, verified against ``tls_ca`` (default: the system's trust store) and,
+unless ``validate_hostname`` is off, the host names. A node advertises whether it needs TLS; a
+client whose choice differs fails at once with ``TlsRefused`` saying so, as it does for an
+unknown CA, an expired certificate or another host's certificate.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import httpx
 
 from millrace.client.routing import SegmentWithRange
 from millrace.kernel.naming import parent_name, parse_segment_name
+from millrace.kernel.tls import TLS_PORT, TlsRefused, client_context, refusal
 
 #: How long a read follows a segment whose node is away (asking ``segment_node`` again)
 #: before it fails: a failover takes the session timeout, a renewal and the recovery.
@@ -48,15 +55,26 @@ def _retry_after(response: httpx.Response, delay: float) -> float:
 
 
 @functools.cache
-def _tls() -> ssl.SSLContext:
-    """The TLS context of every client of this process, made once: httpx makes one per client
+def _plain() -> ssl.SSLContext:
+    """The context httpx is given for ``http://`` URLs, made once: httpx makes one per client
     (loading the CA bundle, tens of milliseconds) even for ``http://``, and a Spark task
     makes a client per task."""
     return httpx.create_ssl_context()
 
 
+def http_url(uri: str) -> str:
+    """``uri`` as an HTTP URL: ``tls://`` (Pravega's spelling) is ``https://``; a URL with
+    another scheme is refused."""
+    if uri.startswith("tls://"):
+        return "https://" + uri.removeprefix("tls://")
+    if not uri.startswith(("http://", "https://")):
+        raise ValueError(f"{uri!r}: give the controller's URL, http://host:9091 or https://...")
+    return uri
+
+
 class AsyncControllerClient:
-    """REST calls to one controller (``http://host:9091``), authenticated by an API token."""
+    """REST calls to one controller (``http://host:9091``, ``https://`` for TLS), authenticated
+    by an API token."""
 
     def __init__(
         self,
@@ -65,13 +83,26 @@ class AsyncControllerClient:
         *,
         timeout: float = REQUEST_TIMEOUT_SECONDS,
         user_agent: str | None = None,
+        tls_ca: str | None = None,
+        validate_hostname: bool = True,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ):
+        uri = http_url(uri)
         headers = {"Authorization": f"Token {token}"} if token else {}
         if user_agent is not None:
             headers["User-Agent"] = user_agent
+        #: TLS to the controller and the segment store nodes (None: plaintext).
+        self.tls: ssl.SSLContext | None = None
+        if uri.startswith("https://"):
+            self.tls = client_context(
+                tls_ca, verify_hostname=validate_hostname, cert_file=tls_cert, key_file=tls_key
+            )
+        self.url = httpx.URL(uri)
         self._http = httpx.AsyncClient(
-            base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout, verify=_tls()
-        )
+            base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout,
+            verify=self.tls or _plain(),
+        )  # fmt: skip
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -90,6 +121,7 @@ class AsyncControllerClient:
             try:
                 response = await self._http.request(method, path, json=body)
             except httpx.TransportError as exc:
+                await self._tls_refusal(exc)
                 unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
                 safe = method == "GET" if changes is None else not changes
                 if not (unsent or safe) or loop.time() + delay > deadline:
@@ -108,6 +140,21 @@ class AsyncControllerClient:
                 code, message = "http-error", response.text[:200]
             raise ControllerError(response.status_code, code, message)
         return response.json() if response.content else None
+
+    async def _tls_refusal(self, exc: httpx.TransportError) -> None:
+        """Raise ``TlsRefused`` when TLS is why ``exc`` happened (it is not worth a retry)."""
+        if not isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError | httpx.ReadError):
+            return
+        cause: BaseException = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        port = self.url.port or (443 if self.url.scheme == "https" else 80)
+        reason = await refusal(
+            cause, self.url.host, port, f"the controller at {self.url}", tls=self.tls is not None,
+            fix="use an https:// URL", closed=isinstance(exc, httpx.RemoteProtocolError),
+        )  # fmt: skip
+        if reason is not None:
+            raise TlsRefused(reason) from None
 
     # -- scopes and streams ----------------------------------------------------------------
 
@@ -175,10 +222,18 @@ class AsyncControllerClient:
         return [(_segment(item), list(item["predecessors"])) for item in found["successors"]]
 
     async def segment_uri(self, scope: str, stream: str, segment_id: int) -> tuple[str, int]:
+        """The node serving the segment (Pravega's getURI); ``TlsRefused`` when the node needs
+        TLS and this client is plaintext, or the other way round."""
         found = await self.call(
             "GET", f"/scopes/{scope}/streams/{stream}/segments/{segment_id}/uri"
         )
-        return str(found["host"]), int(found["port"])
+        host, port = str(found["host"]), int(found["port"])
+        if bool(found.get("tls")) != (self.tls is not None):
+            where = f"segment store {host}:{port}"
+            if self.tls is None:
+                raise TlsRefused(TLS_PORT.format(where=where, fix="use an https:// URL"))
+            raise TlsRefused(f"{where} does not serve TLS (it advertises a plaintext port)")
+        return host, port
 
     async def segment_node(self, name: str) -> tuple[str, int]:
         """The node serving the segment of qualified name ``name`` now (after a WrongHost or a

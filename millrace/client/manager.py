@@ -36,10 +36,12 @@ _C = TypeVar("_C", bound="_Closing")
 
 
 class AsyncStreamManager:
-    """Scopes, streams and writers, on asyncio."""
+    """Scopes, streams and writers, on asyncio. ``tls`` options (``tls_ca``,
+    ``validate_hostname``, ``tls_cert``/``tls_key``) go to ``AsyncControllerClient``; an
+    ``https://`` URL turns TLS on."""
 
-    def __init__(self, controller_uri: str, token: str = "") -> None:
-        self.controller = AsyncControllerClient(controller_uri, token)
+    def __init__(self, controller_uri: str, token: str = "", **tls: Any) -> None:
+        self.controller = AsyncControllerClient(controller_uri, token, **tls)
 
     async def create_scope(self, scope: str) -> bool:
         return await self.controller.create_scope(scope)
@@ -360,9 +362,24 @@ class StreamManager(_Closing):
     """Scopes, streams and writers, blocking (Pravega's Python client names). A context
     manager: closing it closes the writers, readers and byte streams still open."""
 
-    def __init__(self, controller_uri: str, token: str = "") -> None:
+    def __init__(
+        self,
+        controller_uri: str,
+        token: str = "",
+        *,
+        tls_ca: str | None = None,
+        validate_hostname: bool = True,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> None:
+        """``controller_uri``: ``http://host:9091``, or ``https://`` (``tls://``) for TLS to
+        the controller and the segment store nodes, trusting ``tls_ca`` (a PEM file; default:
+        the system's trust store) and checking host names unless ``validate_hostname`` is off;
+        ``tls_cert``/``tls_key`` present a client certificate (mutual TLS)."""
+        tls = {"tls_ca": tls_ca, "validate_hostname": validate_hostname,
+               "tls_cert": tls_cert, "tls_key": tls_key}  # fmt: skip
         self._loop = IoLoop()
-        self._async = self._loop.run(_make(controller_uri, token))
+        self._async = self._loop.run(_make(controller_uri, token, tls))
         self._loop.on_exit(self, self._async.close)
 
     def create_scope(self, scope: str) -> bool:
@@ -453,5 +470,5 @@ class StreamManager(_Closing):
         self._loop.stop()
 
 
-async def _make(uri: str, token: str) -> AsyncStreamManager:
-    return AsyncStreamManager(uri, token)  # httpx's client belongs to the loop it is made on
+async def _make(uri: str, token: str, tls: dict[str, Any]) -> AsyncStreamManager:
+    return AsyncStreamManager(uri, token, **tls)  # httpx's client belongs to the loop it is made on

@@ -19,8 +19,10 @@ The names, parameters and defaults are those of the official client (``StreamMan
 address; and with ``auth_enabled=True`` the credentials are a Millrace token, taken from the
 ``token=`` keyword or the ``MILLRACE_TOKEN`` environment variable (the official client reads
 Pravega's credentials from the environment likewise). ``tls_enabled`` asks for an ``https://``
-URL. Everything runs on Millrace's own client (``millrace.client``), so the speed and the
-guarantees are Millrace's.
+(or ``tls://``) URL, trusting ``trust_store`` (a PEM CA file, Pravega's ``trustStore``; default:
+the system's); ``disable_cert_verification`` turns off the host-name check (Pravega's
+``validateHostName=false``), never the check of the chain. Everything runs on Millrace's own
+client (``millrace.client``), so the speed and the guarantees are Millrace's.
 """
 
 from __future__ import annotations
@@ -177,14 +179,15 @@ class StreamManager(_Shown):
         disable_cert_verification: bool = False,
         *,
         token: str | None = None,
+        trust_store: str | None = None,
     ) -> None:
-        if not controller_uri.startswith(("http://", "https://")):
+        if not controller_uri.startswith(("http://", "https://", "tls://")):
             raise ValueError(
                 f"controller_uri {controller_uri!r}: give Millrace's HTTP URL "
                 "(for example http://127.0.0.1:9091), not a tcp:// controller address"
             )
-        if tls_enabled and not controller_uri.startswith("https://"):
-            raise ValueError("tls_enabled=True needs an https:// URL")
+        if tls_enabled and controller_uri.startswith("http://"):
+            raise ValueError("tls_enabled=True needs an https:// (or tls://) URL")
         if auth_enabled and token is None:
             token = os.environ.get(TOKEN_VARIABLE)
             if not token:
@@ -192,7 +195,10 @@ class StreamManager(_Shown):
                     f"auth_enabled=True: pass token=... or set {TOKEN_VARIABLE} to a Millrace token"
                 )
         self.controller_uri = controller_uri
-        self._manager = _Manager(controller_uri, token=token or "")
+        self._manager = _Manager(
+            controller_uri, token=token or "", tls_ca=trust_store,
+            validate_hostname=not disable_cert_verification,
+        )  # fmt: skip
         self._io = self._manager._loop
         self._controller = self._manager._async.controller
 

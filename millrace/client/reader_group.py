@@ -327,7 +327,7 @@ class AsyncGroupReader:
         )
         self._generation = answer["generation"]
         self._refresh = answer["groupRefreshTimeMs"] / 1000
-        self._pool = SegmentStorePool()
+        self._pool = SegmentStorePool(ssl=self.group.controller.tls)
         self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
 
     # -- handing out events --------------------------------------------------------------------

@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "LogSettings",
     "SegmentStoreSettings",
+    "TlsSettings",
     "Variable",
     "WebSettings",
     "parse_bool",
@@ -559,6 +560,72 @@ class LogSettings:
         return read_settings(cls, env)
 
 
+def _file(name: str) -> Callable[[Env], str | None]:
+    def parse(env: Env) -> str | None:
+        raw = env.get(name, "").strip()
+        if not raw:
+            return None
+        path = Path(raw).expanduser().absolute()
+        if not path.is_file():
+            raise _bad(name, raw, "no such file")
+        return str(path)
+
+    return parse
+
+
+def _ca_file() -> Any:
+    return env_optional(
+        "MILLRACE_TLS_CA_FILE", "the CA certificates this process trusts (PEM)",
+        _file("MILLRACE_TLS_CA_FILE"), "the system's trust store",
+    )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsSettings:
+    """TLS of one process: on its listening ports (the wire port, the HTTP port, the metrics
+    port) and on its connections to the others. Pravega's names, in Millrace's spelling."""
+
+    enabled: bool = env_bool(
+        "MILLRACE_TLS_ENABLED", False,
+        "serve TLS on every port of this process and speak TLS to segment store nodes",
+    )  # fmt: skip
+    cert_file: str | None = env_optional(
+        "MILLRACE_TLS_CERT_FILE", "this process's certificate chain (PEM), re-read when it "
+        "changes", _file("MILLRACE_TLS_CERT_FILE"), "none",
+    )  # fmt: skip
+    key_file: str | None = env_optional(
+        "MILLRACE_TLS_KEY_FILE", "the private key of the certificate (PEM), re-read with it",
+        _file("MILLRACE_TLS_KEY_FILE"), "none",
+    )  # fmt: skip
+    ca_file: str | None = _ca_file()
+    client_auth: bool = env_bool(
+        "MILLRACE_TLS_CLIENT_AUTH", False,
+        "servers ask every peer for a certificate signed by the CA (mutual TLS between "
+        "nodes); this process presents its own to the nodes it calls",
+    )  # fmt: skip
+    verify_hostname: bool = env_bool(
+        "MILLRACE_TLS_VERIFY_HOSTNAME", True,
+        "a peer's certificate must name the host connected to (Pravega's validateHostName)",
+    )  # fmt: skip
+    reload_s: int = env_int(
+        "MILLRACE_TLS_RELOAD_S", 2, "seconds between checks of the certificate and key files",
+        low=1, high=3600,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.enabled and not (self.cert_file and self.key_file):
+            raise ConfigError(
+                "MILLRACE_TLS_ENABLED is on: set MILLRACE_TLS_CERT_FILE and MILLRACE_TLS_KEY_FILE"
+            )
+        if self.client_auth and not self.ca_file:
+            raise ConfigError("MILLRACE_TLS_CLIENT_AUTH is on: set MILLRACE_TLS_CA_FILE")
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> TlsSettings:
+        """Read the ``MILLRACE_TLS_*`` variables of ``env``."""
+        return read_settings(cls, env)
+
+
 def _token(env: Env) -> str | None:
     return env.get("MILLRACE_TOKEN", "").strip() or None
 
@@ -574,8 +641,11 @@ class ClientSettings:
     token: str | None = env_optional(
         "MILLRACE_TOKEN", "API token of the commands", _token, "<data dir>/admin-token"
     )
+    #: The CA an ``https://`` node is verified with.
+    tls_ca: str | None = _ca_file()
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ClientSettings:
-        """Read ``MILLRACE_URL``, ``MILLRACE_TOKEN`` and ``MILLRACE_DATA_DIR`` of ``env``."""
+        """Read ``MILLRACE_URL``, ``MILLRACE_TOKEN``, ``MILLRACE_TLS_CA_FILE`` and
+        ``MILLRACE_DATA_DIR`` of ``env``."""
         return read_settings(cls, env)

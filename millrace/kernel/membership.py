@@ -23,6 +23,8 @@ class NodeCard:
     port: int
     metrics_port: int | None
     container_count: int
+    #: Its ports need TLS (clients see ``tls://host:port``).
+    tls: bool = False
 
 
 class Membership(Protocol):

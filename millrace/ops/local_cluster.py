@@ -16,7 +16,8 @@ import json
 import os
 from pathlib import Path
 
-from millrace.kernel.config import SegmentStoreSettings, WebSettings
+from millrace.kernel.config import SegmentStoreSettings, TlsSettings, WebSettings
+from millrace.kernel.tls import peer_context
 from millrace.ops.standalone import (
     Child,
     cli_argv,
@@ -51,6 +52,8 @@ def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str
 def _children(
     data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int
 ) -> list[Child]:
+    tls = peer_context(TlsSettings.from_env())  # (each child serves TLS when it is on)
+    scheme = "https" if tls else "http"
     children = []
     for i in range(nodes):
         port = wire_port + i
@@ -58,7 +61,7 @@ def _children(
             f"node-{i}",
             cli_argv("segmentstore", "--data-dir", str(data_dir / f"node-{i}"), "--port", str(port),
                  "--advertise", f"127.0.0.1:{port}", "--node-id", f"node-{i}"),
-            wire_answers("127.0.0.1", port),
+            wire_answers("127.0.0.1", port, tls),
         ))  # fmt: skip
     for name, argv in (("worker", ["--concurrency", "2"]), ("beat-0", []), ("beat-1", [])):
         role = name.split("-")[0]
@@ -72,7 +75,7 @@ def _children(
         children.append(Child(
             f"controller-{i}",
             cli_argv("controller", "--data-dir", str(data_dir), "--http-port", str(port)),
-            http_ok(f"http://127.0.0.1:{port}/health/liveness"),
+            http_ok(f"{scheme}://127.0.0.1:{port}/health/liveness", tls),
         ))  # fmt: skip
     return children
 

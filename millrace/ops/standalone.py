@@ -36,6 +36,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -47,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from millrace.client.transport.probe import ProbeError, probe_segment_store
+from millrace.kernel.config import TlsSettings
 from millrace.kernel.status_files import supervisor_state_path, write_status
+from millrace.kernel.tls import peer_context
 
 #: Seconds a child has to stop after SIGTERM before it gets SIGKILL.
 STOP_GRACE_SECONDS = 10.0
@@ -389,10 +392,12 @@ def port_open(host: str, port: int) -> Callable[[], bool]:
     return check
 
 
-def http_ok(url: str) -> Callable[[], bool]:
+def http_ok(url: str, tls: ssl.SSLContext | None = None) -> Callable[[], bool]:
+    """The URL answers below 500 within a second (``https://`` verified with ``tls``)."""
+
     def check() -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=1.0) as response:
+            with urllib.request.urlopen(url, timeout=1.0, context=tls) as response:
                 return bool(response.status < 500)
         except OSError:
             return False
@@ -400,12 +405,13 @@ def http_ok(url: str) -> Callable[[], bool]:
     return check
 
 
-def wire_answers(host: str, port: int) -> Callable[[], bool]:
-    """The segment store's wire server answers a keep-alive ``Hello`` within a second."""
+def wire_answers(host: str, port: int, tls: ssl.SSLContext | None = None) -> Callable[[], bool]:
+    """The segment store's wire server answers a keep-alive ``Hello`` within a second (over
+    TLS with ``tls``)."""
 
     def check() -> bool:
         try:
-            probe_segment_store(host, port, timeout=1.0)
+            probe_segment_store(host, port, timeout=1.0, tls=tls)
         except ProbeError:
             return False
         return True
@@ -475,13 +481,13 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
 
 
 def register_segment_store(
-    host: str, port: int, container_count: int, metrics_port: int | None = None
+    host: str, port: int, container_count: int, metrics_port: int | None = None, tls: bool = False
 ) -> None:
     from controller_app.segment_client import register_node
 
     register_node(
         host=host, port=port, container_count=container_count, node_id="standalone",
-        metrics_port=metrics_port or None,
+        metrics_port=metrics_port or None, tls=tls,
     )  # fmt: skip
 
 
@@ -495,14 +501,16 @@ def cli_argv(*args: str) -> list[str]:
 def build_children(
     *, data_dir: Path, store: Any, http_host: str, http_port: int, worker_concurrency: int
 ) -> list[Child]:
-    health = f"http://{'127.0.0.1' if http_host in ('0.0.0.0', '') else http_host}:{http_port}"
+    tls = peer_context(TlsSettings.from_env())
+    scheme = "https" if tls else "http"
+    health = f"{scheme}://{'127.0.0.1' if http_host in ('0.0.0.0', '') else http_host}:{http_port}"
     wire_host = store.host if store.host != "0.0.0.0" else "127.0.0.1"
     segmentstore = Child(
         "segmentstore",
         cli_argv("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
              "--port", str(store.port)),
         port_open(wire_host, store.port),
-        wire_answers(wire_host, store.port),
+        wire_answers(wire_host, store.port, tls),
     )  # fmt: skip
     worker = Child(
         "worker",
@@ -516,7 +524,7 @@ def build_children(
         "controller",
         cli_argv("controller", "--data-dir", str(data_dir), "--host", http_host,
              "--http-port", str(http_port), "--no-assign"),
-        http_ok(f"{health}/health/liveness"),
+        http_ok(f"{health}/health/liveness", tls),
     )  # fmt: skip
     return [segmentstore, worker, beat, controller]
 
@@ -539,11 +547,13 @@ def run(
     ensure_port_free("segment store", store.host, store.port, "--segmentstore-port")
     ensure_port_free("HTTP", http_host, http_port, "--http-port")
     token, password, first = ensure_admin(data_dir)
+    tls = TlsSettings.from_env().enabled
     register_segment_store(
         "127.0.0.1" if store.host == "0.0.0.0" else store.host,
         store.port,
         store.container_count,
         store.metrics_port,
+        tls,
     )
     children = build_children(
         data_dir=data_dir,
@@ -554,7 +564,7 @@ def run(
     )
     return supervise(
         "millrace standalone", children, data_dir, store.unsafe,
-        lambda: _print_ready(data_dir, store, http_host, http_port, token, password, first),
+        lambda: _print_ready(data_dir, store, http_host, http_port, token, password, first, tls),
     )  # fmt: skip
 
 
@@ -604,19 +614,21 @@ def _print_ready(
     token: str,
     password: str,
     first: bool,
+    tls: bool = False,
 ) -> None:
     host = "127.0.0.1" if http_host in ("0.0.0.0", "") else http_host
+    http, ws, wire = ("https", "wss", "tls") if tls else ("http", "ws", "tcp")
     lines = [
         "",
-        "Millrace is running. Ctrl-C stops it.",
-        f"  REST API      http://{host}:{http_port}/v1/   (schema: /api/schema/)",
-        f"  console       http://{host}:{http_port}/      (user {ADMIN_USER})",
-        f"  WebSockets    ws://{host}:{http_port}/ws/",
-        f"  wire protocol tcp://{store.host}:{store.port}   (segment store)",
+        "Millrace is running. Ctrl-C stops it." + (" TLS on every port." if tls else ""),
+        f"  REST API      {http}://{host}:{http_port}/v1/   (schema: /api/schema/)",
+        f"  console       {http}://{host}:{http_port}/      (user {ADMIN_USER})",
+        f"  WebSockets    {ws}://{host}:{http_port}/ws/",
+        f"  wire protocol {wire}://{store.host}:{store.port}   (segment store)",
         f"  credentials   {data_dir / 'admin-token'} (API token), "
         f"{data_dir / 'admin-password'} (console password)",
         f'  try:          curl -H "Authorization: Token $(cat {data_dir / "admin-token"})" '
-        f"http://{host}:{http_port}/v1/scopes",
+        f"{http}://{host}:{http_port}/v1/scopes" + (" --cacert <your CA file>" if tls else ""),
     ]
     if first:
         lines += [f"  admin token   {token}", f"  admin password {password}"]

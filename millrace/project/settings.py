@@ -18,7 +18,13 @@ import dj_database_url
 
 from controller_app import task_names
 from millrace.kernel import logs
-from millrace.kernel.config import ConfigError, LogSettings, WebSettings, mask_url_password
+from millrace.kernel.config import (
+    ConfigError,
+    LogSettings,
+    TlsSettings,
+    WebSettings,
+    mask_url_password,
+)
 
 
 def database_config(database_url: str | None, data_dir: Path) -> dict[str, Any]:
@@ -111,6 +117,8 @@ def celery_broker(redis_url: str | None, data_dir: Path) -> tuple[str, dict[str,
 
 
 MILLRACE = WebSettings.from_env()
+#: TLS of this process: its HTTP port (uvicorn's) and its connections to segment store nodes.
+MILLRACE_TLS = TlsSettings.from_env()
 BASE_DIR = Path(__file__).resolve().parents[2]  # the repository: millrace/project/settings.py
 
 SECRET_KEY = MILLRACE.secret_key

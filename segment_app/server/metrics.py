@@ -9,6 +9,9 @@ epoch, cache use, tier-2 lag and tier-1 backlog; the acknowledgement latency of 
 histogram); and the process's own (CPU, memory, file descriptors). ``GET /traffic``: the traffic
 monitor's snapshot as JSON, which the controller's auto-scaler reads each round.
 
+With TLS (``MILLRACE_TLS_ENABLED``) the port serves HTTPS with the node's certificate; each
+connection's handshake runs in its request's thread, so a slow peer holds up no other.
+
 The HTTP server runs in a thread of its own (``wsgiref``, one thread per request); it only
 reads what the event loop replaces whole (the monitor's snapshot, the store's health), so it
 takes no lock on the append path.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -158,6 +163,24 @@ def metrics_app(
     return app
 
 
+class _TlsWSGIServer(ThreadingWSGIServer):
+    """HTTPS: accepted sockets are wrapped at once and shake hands in their own thread."""
+
+    tls: ssl.SSLContext
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        return self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.do_handshake()
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("metrics port: TLS handshake with %s failed: %s", client_address, exc)
+            return
+        super().finish_request(request, client_address)
+
+
 class MetricsServer:
     """The metrics port, served from a daemon thread; ``close`` stops it."""
 
@@ -168,10 +191,14 @@ class MetricsServer:
         traffic: TrafficMonitor,
         health: Callable[[], dict[str, Any]],
         authorizer: Authorizer,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        server_class: type[ThreadingWSGIServer] = ThreadingWSGIServer
+        if tls is not None:
+            server_class = type("TlsWSGIServer", (_TlsWSGIServer,), {"tls": tls})
         self._server = make_server(
             host, port, metrics_app(traffic, health, authorizer),
-            server_class=ThreadingWSGIServer, handler_class=_QuietHandler,
+            server_class=server_class, handler_class=_QuietHandler,
         )  # fmt: skip
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from millrace.kernel import logs
-from millrace.kernel.config import LogSettings, SegmentStoreSettings
+from millrace.kernel.config import LogSettings, SegmentStoreSettings, TlsSettings
 from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.status_files import node_status_path, write_status
+from millrace.kernel.tls import CertificateReloader, server_context
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store, tier2_options
 from segment_app.engine.config import (
     ContainerConfig,
@@ -134,17 +135,22 @@ async def run_node(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[SegmentStoreServer], None] | None = None,
     membership: Membership | None = None,
+    tls: TlsSettings | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server.
     With ``config.advertise``, the node joins the cluster through ``membership`` and serves
-    the containers its leader assigns; without, it serves every container."""
+    the containers its leader assigns; without, it serves every container. With ``tls``
+    enabled, the wire and metrics ports serve TLS with a certificate re-read when its files
+    change."""
     stop = stop or asyncio.Event()
     if config.advertise is not None and membership is None:
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
     store = _build_store(config)
     store.clustered = config.advertise is not None
     store.wrong_host = "no-wrong-host" not in config.unsafe  # (TEST-ONLY switch)
-    server = SegmentStoreServer(store, server_config(config))  # checks the config first
+    context = server_context(tls) if tls is not None and tls.enabled else None
+    reloader = CertificateReloader(context, tls).start() if context and tls else None
+    server = SegmentStoreServer(store, server_config(config), tls=context)  # checks the config
     await store.start()
     try:
         await server.start()
@@ -154,7 +160,8 @@ async def run_node(
         gc.freeze()
         try:
             print(
-                f"Millrace segment store listening on {config.host}:{server.port} "
+                f"Millrace segment store listening on {'tls://' if context else ''}"
+                f"{config.host}:{server.port} "
                 f"(data dir {config.data_dir})",
                 flush=True,
             )
@@ -166,6 +173,7 @@ async def run_node(
             session = None
             if membership is not None and config.advertise is not None:
                 card = node_card(config, server.port, metrics.port if metrics else None)
+                card = dataclasses.replace(card, tls=context is not None)
                 session = asyncio.create_task(NodeSession(
                     membership, card, store, session_timeout_s=config.session_timeout_s,
                     pause_check="no-pause-check" not in config.unsafe,
@@ -188,6 +196,8 @@ async def run_node(
             await server.stop()
     finally:
         await store.stop()
+        if reloader is not None:
+            reloader.stop()
     log.info("segment store stopped")
 
 
@@ -218,12 +228,14 @@ def _start_metrics(
         return None
     try:
         metrics = MetricsServer(
-            config.host, config.metrics_port, server.traffic, health, server.authorizer
-        )
+            config.host, config.metrics_port, server.traffic, health, server.authorizer,
+            tls=server.tls,
+        )  # fmt: skip
     except OSError as exc:
         log.warning("no metrics on %s:%d: %s", config.host, config.metrics_port, exc)
         return None
-    log.info("metrics on http://%s:%d/metrics", config.host, metrics.port)
+    scheme = "https" if server.tls else "http"
+    log.info("metrics on %s://%s:%d/metrics", scheme, config.host, metrics.port)
     return metrics
 
 
@@ -347,6 +359,7 @@ def serve(
     settings: SegmentStoreSettings,
     log: LogSettings | None = None,
     membership: Membership | None = None,
+    tls: TlsSettings | None = None,
 ) -> int:
     """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
     as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
@@ -360,7 +373,7 @@ def serve(
         logs.configure(log)
     keep_freed_memory()
     try:
-        asyncio.run(run_node(settings, membership=membership))
+        asyncio.run(run_node(settings, membership=membership, tls=tls))
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable
 
@@ -90,9 +91,12 @@ class SegmentStoreServer:
         config: ServerConfig | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
         self.config = config or ServerConfig()
+        #: The port's TLS (None: plaintext); its certificate may be reloaded in place.
+        self.tls = tls
         self.authorizer: Authorizer = (
             TokenVerifier(self.config.token_secret, clock=clock)
             if self.config.auth_enabled
@@ -120,8 +124,12 @@ class SegmentStoreServer:
             self.config.host,
             self.config.port,
             reuse_address=True,
+            ssl=self.tls,
         )
-        log.info("wire server listening on %s:%d", self.config.host, self.port)
+        log.info(
+            "wire server listening on %s://%s:%d",
+            "tls" if self.tls else "tcp", self.config.host, self.port,
+        )  # fmt: skip
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (pending replies are lost)."""

@@ -20,6 +20,7 @@ class SegmentStorePool:
     """Connections of one event loop, by ``(host, port)``."""
 
     def __init__(self, **client_options: Any) -> None:
+        #: ``SegmentStoreClient.connect``'s options (``ssl``: TLS to the nodes, ...).
         self.client_options = client_options
         self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -43,7 +44,10 @@ class SegmentStorePool:
         asked for again when the segment store says it has expired (tokens last
         MILLRACE_TOKEN_TTL_SECONDS; writers and readers live longer)."""
         fetch = functools.partial(controller.delegation_token, scope, stream)
-        return cls(delegation_token=await fetch(), token_refresh=fetch, **client_options)
+        return cls(
+            delegation_token=await fetch(), token_refresh=fetch, ssl=controller.tls,
+            **client_options,
+        )  # fmt: skip
 
     async def get(self, host: str, port: int) -> SegmentStoreClient:
         key = (host, port)

@@ -9,10 +9,13 @@ kernel but never answers, and the probe fails when its timeout runs out.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import time
 
 from millrace.kernel import wire as wire
+from millrace.kernel.tls import explain
 
 __all__ = ["ProbeError", "probe_segment_store"]
 
@@ -26,12 +29,17 @@ class ProbeError(Exception):
     """The node did not answer the keep-alive in time, or answered nonsense; says which."""
 
 
-def probe_segment_store(host: str, port: int, timeout: float = 1.0) -> float:
-    """Seconds the node took to answer a ``Hello``; ``ProbeError`` when it did not in
-    ``timeout`` seconds (all of it: connect, send and answer)."""
+def probe_segment_store(
+    host: str, port: int, timeout: float = 1.0, *, tls: ssl.SSLContext | None = None
+) -> float:
+    """Seconds the node took to answer a ``Hello`` (over TLS with ``tls``); ``ProbeError``
+    when it did not in ``timeout`` seconds (all of it: connect, handshakes and answer)."""
     started = time.monotonic()
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if tls is not None:
+                sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=host))
             sock.settimeout(max(timeout - (time.monotonic() - started), 0.001))
             sock.sendall(
                 wire.encode_frame(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
@@ -43,7 +51,8 @@ def probe_segment_store(host: str, port: int, timeout: float = 1.0) -> float:
     except TimeoutError:
         raise ProbeError(f"no answer from {host}:{port} within {timeout:g} s") from None
     except OSError as exc:
-        raise ProbeError(f"{host}:{port}: {exc.strerror or exc}") from None
+        reason = explain(exc, f"{host}:{port}")
+        raise ProbeError(reason or f"{host}:{port}: {exc.strerror or exc}") from None
     except wire.ProtocolError as exc:
         raise ProbeError(f"{host}:{port} answered a malformed frame: {exc}") from None
     if not isinstance(answer, wire.Hello):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Any
 
 from millrace.client.errors import (
@@ -57,6 +58,7 @@ from millrace.client.transport.calls import (
 )
 from millrace.client.transport.connection import Connection
 from millrace.kernel import wire
+from millrace.kernel.tls import TlsRefused, refusal
 
 __all__ = [
     "NO_EVENT_NUMBER",
@@ -116,12 +118,27 @@ class SegmentStoreClient:
         self.conditional_append = appends.conditional_append
 
     @classmethod
-    async def connect(cls, host: str, port: int, **kwargs: Any) -> SegmentStoreClient:
-        """Open a connection and exchange Hello (raises ConnectionLostError on a version clash)."""
+    async def connect(
+        cls, host: str, port: int, *, ssl: SSLContext | None = None, **kwargs: Any
+    ) -> SegmentStoreClient:
+        """Open a connection (over TLS with ``ssl``) and exchange Hello. Raises
+        ConnectionLostError on a version clash and ``TlsRefused``, saying why, when TLS is
+        wrong on either side (a plaintext client on a TLS port, an unknown CA ...)."""
         client = cls(**kwargs)
         loop = asyncio.get_running_loop()
-        await loop.create_connection(lambda: client.connection, host, port)
-        await client.connection.handshake()
+        try:
+            await loop.create_connection(lambda: client.connection, host, port, ssl=ssl)
+            await client.connection.handshake()
+        except (OSError, ConnectionLostError) as exc:
+            client.connection.abort(ConnectionLostError(str(exc)))
+            reason = await refusal(
+                exc, host, port, f"segment store {host}:{port}", tls=ssl is not None,
+                fix="use an https:// (or tls://) controller URL",
+                closed=isinstance(exc, ConnectionLostError),
+            )  # fmt: skip
+            if reason is not None:
+                raise TlsRefused(reason) from None
+            raise
         return client
 
     @property

@@ -20,6 +20,7 @@ from millrace.kernel.config import (
     HTTP_PORT,
     LogSettings,
     SegmentStoreSettings,
+    TlsSettings,
     WebSettings,
     parse_advertise,
     variables,
@@ -44,6 +45,7 @@ _STORE = variables(SegmentStoreSettings)
 _WIRE_PORT = SegmentStoreSettings.port
 _WEB = variables(WebSettings)
 _LOG = variables(LogSettings)
+_TLS = variables(TlsSettings)
 
 
 def register(commands: Any, parents: Parents) -> None:
@@ -52,7 +54,7 @@ def register(commands: Any, parents: Parents) -> None:
         commands, "standalone", run_standalone,
         "Run a whole node on embedded defaults: segment store, controller (REST, console, "
         "WebSockets), Celery worker and beat.",
-        variables=_unique(_STORE + _WEB + _LOG), parents=both,
+        variables=_unique(_STORE + _WEB + _LOG + _TLS), parents=both,
     )  # fmt: skip
     _http_options(standalone)
     standalone.add_argument(
@@ -66,7 +68,7 @@ def register(commands: Any, parents: Parents) -> None:
     store = command(
         commands, "segmentstore", run_segmentstore,
         "Run a segment store node (the wire-protocol server and its containers).",
-        variables=_STORE + _LOG, parents=both,
+        variables=_STORE + _LOG + _TLS, parents=both,
     )  # fmt: skip
     store.add_argument(
         "--host", help="interface to listen on (default $MILLRACE_SEGMENTSTORE_HOST)"
@@ -91,7 +93,7 @@ def register(commands: Any, parents: Parents) -> None:
     controller = command(
         commands, "controller", run_controller,
         "Run the controller's ASGI app (REST API, console, WebSockets) under uvicorn.",
-        variables=_WEB + _LOG, parents=both,
+        variables=_WEB + _LOG + _TLS, parents=both,
     )  # fmt: skip
     _http_options(controller)
     controller.add_argument(
@@ -101,13 +103,13 @@ def register(commands: Any, parents: Parents) -> None:
     )  # fmt: skip
     worker = command(
         commands, "worker", run_worker, "Run a Celery worker for the controller's workflows.",
-        passthrough="celery worker", variables=_WEB + _LOG, parents=both,
+        passthrough="celery worker", variables=_WEB + _LOG + _TLS, parents=both,
     )  # fmt: skip
     worker.add_argument("--concurrency", type=int, default=2, metavar="N")
     command(
         commands, "beat", run_beat,
         "Run Celery beat (the periodic jobs). Run exactly one per cluster.",
-        passthrough="celery beat", variables=_WEB + _LOG, parents=both,
+        passthrough="celery beat", variables=_WEB + _LOG + _TLS, parents=both,
     )  # fmt: skip
     migrate_ = command(
         commands, "migrate", run_migrate, "Create or update the metadata database's tables.",
@@ -149,7 +151,7 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     )
     log = LogSettings.from_env()
     node = needs("segment_app.server.node", "the segment store")
-    return int(node.serve(settings, log, _membership(settings)))
+    return int(node.serve(settings, log, _membership(settings), TlsSettings.from_env()))
 
 
 def _membership(settings: SegmentStoreSettings) -> Any:
@@ -219,6 +221,16 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     gc.collect()
     gc.freeze()
     leader = _leader(args)
+    tls = TlsSettings.from_env()
+    reloader = None
+    https: dict[str, Any] = {}
+    if tls.enabled:  # the certificate is re-read, in place, when its files change
+        from millrace.kernel.tls import CertificateReloader, server_context
+
+        context = server_context(tls)
+        reloader = CertificateReloader(context, tls).start()
+        https = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file,
+                 "ssl_context_factory": lambda config, default: context}  # fmt: skip
     uvicorn.run(
         "millrace.project.asgi:application",
         host=args.host,
@@ -227,7 +239,10 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
         log_config=logs.uvicorn_config(log),
         lifespan="off",
         proxy_headers=False,
+        **https,
     )
+    if reloader is not None:
+        reloader.stop()
     if leader is not None:
         leader.stop()
         leader.join(5)

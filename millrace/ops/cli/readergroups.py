@@ -167,7 +167,7 @@ def readergroup_read(args: argparse.Namespace) -> None:
     from millrace.client.manager import StreamManager
     from millrace.client.reader_group import TruncatedDataError
 
-    manager = StreamManager(remote.url(args), token=remote.token(args))
+    manager = StreamManager(remote.url(args), token=remote.token(args), tls_ca=remote.ca(args))
     reader = None
     seen = 0
     try:

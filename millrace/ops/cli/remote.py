@@ -1,8 +1,9 @@
 """What the client's commands share: the node they talk to and its credentials, REST calls
 through the Python client, and their output.
 
-They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091) with
-``--token`` (default ``$MILLRACE_TOKEN``, else the standalone administrator's
+They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091;
+``https://`` for TLS, verified with ``--ca``, default ``$MILLRACE_TLS_CA_FILE`` or the system's
+trust store) with ``--token`` (default ``$MILLRACE_TOKEN``, else the standalone administrator's
 ``<data dir>/admin-token``); ``--json`` prints machine-readable output. They need only the base
 install (the client SDK).
 """
@@ -48,6 +49,25 @@ def url(args: argparse.Namespace) -> str:
     return str(args.url or settings().url).rstrip("/")
 
 
+def ca(args: argparse.Namespace) -> str | None:
+    """The CA file an ``https://`` node is verified with (``--ca``, else the variable)."""
+    return getattr(args, "ca", None) or settings().tls_ca
+
+
+def verify(args: argparse.Namespace) -> Any:
+    """httpx's ``verify`` for the node: its CA when one is given, else the system's."""
+    from millrace.kernel.tls import client_context
+
+    return client_context(ca(args))
+
+
+def ws_tls(args: argparse.Namespace, uri: str) -> Any:
+    """The TLS context of a ``wss://`` connection (None for ``ws://``)."""
+    from millrace.kernel.tls import client_context
+
+    return client_context(ca(args)) if uri.startswith("wss://") else None
+
+
 def split(name: str) -> tuple[str, str]:
     """``SCOPE/NAME`` as its two parts."""
     scope, _, stream = name.partition("/")
@@ -64,9 +84,12 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
     import httpx
 
     from millrace.client.controller import AsyncControllerClient, ControllerError
+    from millrace.kernel.tls import TlsRefused
 
     async def calling() -> Any:
-        client = AsyncControllerClient(url(args), token(args), timeout=90, user_agent=CLI_AGENT)
+        client = AsyncControllerClient(
+            url(args), token(args), timeout=90, user_agent=CLI_AGENT, tls_ca=ca(args)
+        )
         try:
             return await client.call(method, path, body)
         finally:
@@ -76,6 +99,8 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
         return asyncio.run(calling())
     except httpx.HTTPError as exc:
         raise CommandError(f"cannot reach {url(args)}: {exc}") from None
+    except TlsRefused as exc:
+        raise CommandError(str(exc)) from None
     except ControllerError as exc:
         raise CommandError(f"{exc.code}: {exc.message}") from None
 
@@ -91,6 +116,10 @@ def options() -> argparse.ArgumentParser:
     parent.add_argument(
         "--token", help="API token (default $MILLRACE_TOKEN or <data dir>/admin-token)"
     )
+    parent.add_argument(
+        "--ca", metavar="FILE",
+        help="CA file an https:// node is verified with (default $MILLRACE_TLS_CA_FILE)",
+    )  # fmt: skip
     parent.add_argument("--json", action="store_true", help="machine-readable output")
     return parent
 

@@ -20,6 +20,10 @@ def register(commands: Any, parents: Parents) -> None:
         "--url", help=f"the node (default $MILLRACE_URL or {ClientSettings.url})"
     )
     node_status.add_argument("--json", action="store_true", help="the health tree as JSON")
+    node_status.add_argument(
+        "--ca", metavar="FILE",
+        help="CA file an https:// node is verified with (default $MILLRACE_TLS_CA_FILE)",
+    )  # fmt: skip
 
 
 def run_status(args: argparse.Namespace, rest: list[str]) -> int:
@@ -27,7 +31,7 @@ def run_status(args: argparse.Namespace, rest: list[str]) -> int:
     import httpx  # (when the command runs: ``millrace --help`` stays fast)
 
     try:
-        response = httpx.get(f"{remote.url(args)}/health", timeout=10)
+        response = httpx.get(f"{remote.url(args)}/health", timeout=10, verify=remote.verify(args))
         tree = response.json()
     except (httpx.HTTPError, ValueError) as exc:
         raise CommandError(f"cannot reach {remote.url(args)}: {exc}") from None

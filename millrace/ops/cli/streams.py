@@ -152,7 +152,7 @@ def stream_append(args: argparse.Namespace, rest: list[str] | None = None) -> No
 
     from millrace.client.manager import StreamManager
 
-    manager = StreamManager(remote.url(args), token=remote.token(args))
+    manager = StreamManager(remote.url(args), token=remote.token(args), tls_ca=remote.ca(args))
     try:
         writer = manager.create_writer(scope, stream)
         count = 0
@@ -183,6 +183,8 @@ def stream_read(args: argparse.Namespace) -> None:
 async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
     import websockets
 
+    from millrace.kernel.tls import explain
+
     base = remote.url(args).replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     query = f"from={quote(args.start)}&encoding=utf-8"
     uri = f"{base}/ws/streams/{quote(scope)}/{quote(stream)}?{query}"
@@ -190,7 +192,7 @@ async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
     seen = 0
     try:
         async with websockets.connect(
-            uri, additional_headers=headers, origin=remote.url(args)
+            uri, additional_headers=headers, origin=remote.url(args), ssl=remote.ws_tls(args, uri)
         ) as ws:
             async for raw in ws:
                 message = json.loads(raw)
@@ -210,4 +212,5 @@ async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
                     if args.limit and seen >= args.limit:
                         return
     except (OSError, websockets.WebSocketException) as exc:
-        raise CommandError(f"WebSocket {uri.split('?')[0]}: {exc}") from None
+        where = f"WebSocket {uri.split('?')[0]}"
+        raise CommandError(explain(exc, where) or f"{where}: {exc}") from None
