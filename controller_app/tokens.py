@@ -6,11 +6,42 @@ Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>
 
 from __future__ import annotations
 
+import datetime
+import functools
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
-from millrace.kernel.claims import mint_token
+from millrace.kernel.claims import TokenKeys, mint_token
+
+
+class TokenExpiredError(Exception):
+    """An API token older than ``MILLRACE_API_TOKEN_TTL_DAYS``; the message says what to do."""
+
+
+def expires_at(token: Any) -> datetime.datetime | None:
+    """When the API token ``token`` (a DRF ``Token``) stops working; None: never."""
+    days = settings.MILLRACE.api_token_ttl_days
+    return token.created + datetime.timedelta(days=days) if days else None
+
+
+def user_of(key: str) -> Any:
+    """The active user whose API token is ``key``; None for no such token (or an inactive
+    user); ``TokenExpiredError`` for an expired one."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.select_related("user").filter(key=key).first()
+    if token is None or not token.user.is_active:
+        return None
+    end = expires_at(token)
+    if end is not None and end <= timezone.now():
+        raise TokenExpiredError(
+            f"the API token of {token.user.username} expired on {end:%Y-%m-%d %H:%M} UTC "
+            f"(MILLRACE_API_TOKEN_TTL_DAYS); `millrace token rotate {token.user.username}` "
+            "makes a new one"
+        )
+    return token.user
 
 
 def token_for(user: Any) -> str:
@@ -29,4 +60,14 @@ def delegation_token(resource: str, access: str, ttl_seconds: float | None = Non
     if not settings.MILLRACE.auth_enabled:
         return ""
     ttl = settings.MILLRACE.token_ttl_seconds if ttl_seconds is None else ttl_seconds
-    return mint_token(settings.MILLRACE.token_secret, resource, access, ttl)
+    return mint_token(token_keys().signing, resource, access, ttl)
+
+
+@functools.cache
+def token_keys() -> TokenKeys:
+    """The node's token secrets: ``MILLRACE_TOKEN_SECRET`` (or the persisted one), or, after a
+    rotation, the keyring file's (re-read when it changes)."""
+    node = settings.MILLRACE
+    return TokenKeys(
+        node.token_secret, node.token_keyring, overlap="no-token-overlap" not in node.unsafe
+    )

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import getpass
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from controller_app.audit import record
-from controller_app.roles import ROLES, grant
-from controller_app.tokens import token_for
+from controller_app.roles import ROLES, grant, role_of
+from controller_app.tokens import expires_at, token_for
 
 
 def create_user_token(
@@ -31,10 +32,10 @@ def create_user_token(
         else:
             user = user_model.objects.create_user(username, password=None)
         grant(user, "admin" if superuser else role)  # type: ignore[arg-type]
-        _audit_local("user.create", username)
+        audit_local("user.create", username)
     if rotate:
         Token.objects.filter(user=user).delete()
-        _audit_local("token.rotate", username)
+        audit_local("token.rotate", username)
     return token_for(user)
 
 
@@ -49,11 +50,50 @@ def create_user(username: str, role: str) -> tuple[str, str]:
     password = secrets.token_urlsafe(12)
     user = user_model.objects.create_user(username, password=password)
     grant(user, role)  # type: ignore[arg-type]
-    _audit_local("user.create", username, f"role {role}")
+    audit_local("user.create", username, f"role {role}")
     return password, token_for(user)
 
 
-def _audit_local(action: str, obj: str, detail: str = "") -> None:
+def api_tokens() -> list[dict[str, Any]]:
+    """Every API token: its user, the user's role, when it was made and expires, and the first
+    characters of its key (enough to tell two apart, never enough to use)."""
+    found = []
+    for token in Token.objects.select_related("user").order_by("user__username"):
+        end = expires_at(token)
+        found.append({
+            "user": token.user.username,
+            "role": role_of(token.user),
+            "created": token.created.strftime("%Y-%m-%d %H:%M"),
+            "expires": end.strftime("%Y-%m-%d %H:%M") if end else None,
+            "prefix": token.key[:6],
+        })  # fmt: skip
+    return found
+
+
+def rotate_token(username: str) -> str:
+    """A new API token for ``username``; the old one stops working at once."""
+    user = _existing(username)
+    Token.objects.filter(user=user).delete()
+    audit_local("token.rotate", username)
+    return token_for(user)
+
+
+def revoke_token(username: str) -> None:
+    """Delete the API token of ``username``: it stops working at once."""
+    user = _existing(username)
+    if not Token.objects.filter(user=user).delete()[0]:
+        raise ValueError(f"user {username!r} has no API token")
+    audit_local("token.revoke", username)
+
+
+def _existing(username: str) -> Any:
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValueError(f"no user {username!r}")
+    return user
+
+
+def audit_local(action: str, obj: str, detail: str = "") -> None:
     """An audit row for a change made by a local command (``millrace user/token ...``)."""
     record(action, obj, username=f"local:{getpass.getuser()}", source="cli", address="local",
            detail=detail)  # fmt: skip

@@ -50,6 +50,11 @@ class Options:
     default_retention_size_bytes: int = 0
     approx_bytes_per_trigger: int = 0
     metadata: str = ""
+    #: TLS (an ``https://``/``tls://`` controller): the CA file (on every executor's host) the
+    #: controller and the segment store nodes are verified with, Pravega's ``trustStore``.
+    trust_store: str = ""
+    #: Check the nodes' host names against their certificates (Pravega's validateHostName).
+    validate_hostname: bool = True
     token: str = dataclasses.field(default="", repr=False)
 
     @classmethod
@@ -74,11 +79,14 @@ class Options:
         for required in ("controller", "scope", *(() if listing else ("stream",))):
             if not values.get(required):
                 raise OptionError(f"millrace: option {required!r} is required")
-        if not values["controller"].startswith(("http://", "https://")):
+        if not values["controller"].startswith(("http://", "https://", "tls://")):
             raise OptionError(
                 f"millrace: option 'controller' must be Millrace's HTTP URL, not "
                 f"{values['controller']!r}"
             )
+        trust_store = values.get("trust_store")
+        if trust_store and not Path(trust_store).is_file():
+            raise OptionError(f"millrace: option 'trust_store': no such file {trust_store!r}")
         if token_file and not values.get("token"):
             try:
                 values["token"] = Path(token_file).read_text().strip()

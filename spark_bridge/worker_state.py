@@ -42,20 +42,27 @@ PINGS_PER_LEASE = 3
 
 
 def manager_of(options: Options) -> StreamManager:
-    return StreamManager(options.controller, token=options.token)
+    return StreamManager(
+        options.controller, token=options.token, tls_ca=options.trust_store or None,
+        validate_hostname=options.validate_hostname,
+    )  # fmt: skip
 
 
 #: This worker's transactional writers, by controller, token, scope and stream: the tasks a
 #: worker runs one after the other share one client, its connections, its delegation token and
 #: the nodes of the stream's segments, instead of asking the controller for them again (a
 #: task's setup took ~0.1 s and 6 REST calls).
-_TASK_WRITERS: dict[tuple[str, str, str, str], tuple[StreamManager, Any]] = {}
+_TASK_WRITERS: dict[tuple[str, ...], tuple[StreamManager, Any]] = {}
 _WRITERS_LOCK = threading.Lock()  # (a task and the lease keeper's thread both ask)
+
+
+def _writers_key(options: Options) -> tuple[str, ...]:
+    return (options.controller, options.token, options.trust_store, options.scope, options.stream)
 
 
 def task_writers(options: Options) -> Any:
     """This worker's transactional writer for the options' stream (made once)."""
-    key = (options.controller, options.token, options.scope, options.stream)
+    key = _writers_key(options)
     with _WRITERS_LOCK:
         found = _TASK_WRITERS.get(key)
         if found is None:
@@ -71,7 +78,7 @@ def task_writers(options: Options) -> Any:
 
 def forget_task_writers(options: Options) -> None:
     """Close and drop this worker's writer for the options' stream (after a failure)."""
-    key = (options.controller, options.token, options.scope, options.stream)
+    key = _writers_key(options)
     with _WRITERS_LOCK:
         found = _TASK_WRITERS.pop(key, None)
     if found is not None:

@@ -7,6 +7,8 @@ from typing import Any
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 
+from controller_app.tokens import TokenExpiredError, user_of
+
 KEYWORDS = (b"token", b"bearer")
 
 
@@ -26,3 +28,13 @@ class BearerOrTokenAuthentication(TokenAuthentication):
         except UnicodeError:
             raise exceptions.AuthenticationFailed("the token has characters no token has") from None
         return self.authenticate_credentials(key)
+
+    def authenticate_credentials(self, key: str) -> Any:
+        """DRF's check, and the token's expiry (``MILLRACE_API_TOKEN_TTL_DAYS``)."""
+        try:
+            user = user_of(key)
+        except TokenExpiredError as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        if user is None:
+            raise exceptions.AuthenticationFailed("invalid token (revoked, rotated or mistyped)")
+        return user, key

@@ -19,6 +19,8 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import OriginValidator
 from django.db import InterfaceError, OperationalError
 
+from controller_app.tokens import TokenExpiredError, user_of
+
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers", ()):
@@ -33,12 +35,12 @@ def token_from_scope(scope: dict[str, Any]) -> str | None:
 
 @database_sync_to_async
 def _user_for(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
+    """The token's user; None for a token that is unknown or has expired (refused, as no
+    token is)."""
+    try:
+        return user_of(key)
+    except TokenExpiredError:
         return None
-    return token.user
 
 
 class TokenAuthMiddleware(BaseMiddleware):

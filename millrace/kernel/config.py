@@ -69,6 +69,9 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-disk-threshold": "the segment store takes appends until its disk is full (ENOSPC)",
     "no-pause-check": "a cluster node paused past its session serves on when it wakes",
     "no-wrong-host": "a cluster node answers a container it does not serve as a missing segment",
+    "no-token-overlap": "a rotated token secret stops verifying at once (no overlap)",
+    "no-hostname-check": "TLS clients do not check the peer's host name against its certificate",
+    "no-signin-limit": "the console's sign-in takes any number of failed attempts",
 }
 
 
@@ -291,6 +294,22 @@ def _auth() -> Any:
     )
 
 
+def _keyring_path(env: Env, data_dir: Path) -> Path:
+    raw = env.get("MILLRACE_TOKEN_KEYRING_FILE", "").strip()
+    return Path(raw).expanduser().absolute() if raw else data_dir / "secrets" / "token-keyring"
+
+
+def _token_keyring() -> Any:
+    help = (
+        "the token secrets after a rotation (`millrace token secret rotate`): the one that "
+        "signs and those still verifying; re-read when it changes (share it between hosts)"
+    )
+    variable = Variable(
+        "MILLRACE_TOKEN_KEYRING_FILE", help, _keyring_path, "<data dir>/secrets/token-keyring"
+    )
+    return dataclasses.field(default=Path(DEFAULT_DATA_DIR), metadata={"variable": variable})
+
+
 def _token_secret() -> Any:
     return env_secret(
         "MILLRACE_TOKEN_SECRET", "token-secret", "secret key signing the delegation tokens"
@@ -385,6 +404,7 @@ class SegmentStoreSettings:
     )
     auth_enabled: bool = _auth()
     token_secret: str = _token_secret()
+    token_keyring: Path = _token_keyring()  # noqa: RUF009 - a field specifier
     tier2_flush_delay_ms: int = env_int(
         "MILLRACE_TIER2_FLUSH_DELAY_MS", 10_000,
         "a segment's data goes to tier-2 once this old (ms; Pravega's flushThresholdMillis)",
@@ -473,10 +493,16 @@ class WebSettings:
     )
     auth_enabled: bool = _auth()
     token_secret: str = _token_secret()
+    token_keyring: Path = _token_keyring()  # noqa: RUF009 - a field specifier
     token_ttl_seconds: int = env_int(
         "MILLRACE_TOKEN_TTL_SECONDS", 600,
         "lifetime of the delegation tokens this node issues (Pravega's is 600 s too)",
         low=2, high=7 * 86400,
+    )  # fmt: skip
+    api_token_ttl_days: int = env_int(
+        "MILLRACE_API_TOKEN_TTL_DAYS", 0,
+        "days an API token works after it was made (0: until revoked or rotated)",
+        low=0, high=3650,
     )  # fmt: skip
     debug: bool = env_bool("MILLRACE_DEBUG", False, "Django's debug mode; never in production")
     allowed_hosts: tuple[str, ...] = _declared(

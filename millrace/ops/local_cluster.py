@@ -37,6 +37,7 @@ def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str
     shared = data_dir / "shared"
     env = {
         "MILLRACE_TOKEN_SECRET": store.token_secret,
+        "MILLRACE_TOKEN_KEYRING_FILE": str(store.token_keyring),
         "MILLRACE_SECRET_KEY": WebSettings.from_env().secret_key,
         "MILLRACE_SEGMENTSTORE_METRICS_PORT": "0",  # (one port per host would collide)
     }

@@ -57,6 +57,8 @@ def server_config(settings: SegmentStoreSettings) -> ServerConfig:
         port=settings.port,
         auth_enabled=settings.auth_enabled,
         token_secret=settings.token_secret,
+        token_keyring=settings.token_keyring,
+        token_overlap="no-token-overlap" not in settings.unsafe,
         read_tail_wait_seconds=settings.read_tail_wait_seconds,
         autoscale_window_s=settings.autoscale_window_s,
         traffic_monitor=settings.traffic_monitor,

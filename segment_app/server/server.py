@@ -17,8 +17,9 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from millrace.kernel.claims import TokenVerifier
+from millrace.kernel.claims import TokenKeys, TokenVerifier
 from millrace.kernel.config import SegmentStoreSettings
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.server.auth import AllowAll, Authorizer
@@ -44,8 +45,12 @@ class ServerConfig:
     port: int = SegmentStoreSettings.port
     #: Check delegation tokens (JWT, HS256) on every request that carries one.
     auth_enabled: bool = True
-    #: Shared secret the tokens are signed with (required when ``auth_enabled``).
+    #: Shared secret the tokens are signed with (required when ``auth_enabled``) ...
     token_secret: str = dataclasses.field(default="", repr=False)
+    #: ... unless this keyring file (a rotation's) names the secrets (``TokenKeys``).
+    token_keyring: Path | None = None
+    #: Retiring secrets verify until their time (off: TEST-ONLY ``no-token-overlap``).
+    token_overlap: bool = True
     #: How long a read at the tail of an open segment waits for data before answering empty.
     read_tail_wait_seconds: float = SegmentStoreSettings.read_tail_wait_seconds
     #: Most bytes in one SegmentRead reply (Java: 2 MiB).
@@ -97,11 +102,13 @@ class SegmentStoreServer:
         self.config = config or ServerConfig()
         #: The port's TLS (None: plaintext); its certificate may be reloaded in place.
         self.tls = tls
-        self.authorizer: Authorizer = (
-            TokenVerifier(self.config.token_secret, clock=clock)
-            if self.config.auth_enabled
-            else AllowAll()
-        )
+        self.authorizer: Authorizer = AllowAll()
+        if self.config.auth_enabled:
+            keys = TokenKeys(
+                self.config.token_secret, self.config.token_keyring, clock=clock,
+                overlap=self.config.token_overlap,
+            )  # fmt: skip
+            self.authorizer = TokenVerifier(keys, clock=clock)
         settings = RequestSettings(
             self.config.read_tail_wait_seconds, self.config.read_reply_bytes_max
         )

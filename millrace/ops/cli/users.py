@@ -1,16 +1,21 @@
-"""The commands that make credentials: ``user create``, ``token create`` and ``mint-token``.
+"""The commands that make credentials: ``user create``, ``token create|list|rotate|revoke``,
+``token secret show|rotate`` and ``mint-token``.
 
-``user create`` and ``token create`` write the metadata database (the server extra);
-``mint-token`` signs a segment store delegation token with the token secret, which needs only
-the kernel.
+``user create`` and the API token commands write the metadata database (the server extra);
+``token secret`` reads and rotates the delegation-token secrets (``TokenKeys``: the keyring
+file) and ``mint-token`` signs a segment store delegation token with the signing one, which
+need only the kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import time
 from typing import Any
 
-from millrace.kernel.claims import ACCESS_LEVELS, READ, ROLES, mint_token
+from millrace.kernel.claims import ACCESS_LEVELS, READ, ROLES, TokenKeys, mint_token
 from millrace.kernel.config import SegmentStoreSettings, WebSettings, variables
 from millrace.ops.cli.base import (
     EXIT_OK,
@@ -23,6 +28,13 @@ from millrace.ops.cli.base import (
 )
 
 _WEB = variables(WebSettings)
+_KEY_VARIABLES = (
+    "MILLRACE_DATA_DIR",
+    "MILLRACE_TOKEN_SECRET",
+    "MILLRACE_TOKEN_KEYRING_FILE",
+    "MILLRACE_TOKEN_TTL_SECONDS",
+)
+_KEYS = [v for v in _WEB if v.name in _KEY_VARIABLES]
 
 
 def register(commands: Any, parents: Parents) -> None:
@@ -39,6 +51,43 @@ def register(commands: Any, parents: Parents) -> None:
     create.add_argument(
         "--role", choices=ROLES, default="operator", help="a new user's role (default operator)"
     )
+    listing = command(
+        actions, "list", run_token_list,
+        "List the API tokens: user, role, made, expires (MILLRACE_API_TOKEN_TTL_DAYS), key prefix.",
+        variables=_WEB, parents=[parents.data_dir],
+    )  # fmt: skip
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    for name, summary in (
+        ("rotate", "Replace USER's API token (the old one stops working at once); print it."),
+        ("revoke", "Delete USER's API token: it stops working at once."),
+    ):
+        action = command(
+            actions, name, run_token_change, summary, variables=_WEB, parents=[parents.data_dir]
+        )
+        action.add_argument("user", metavar="USER")
+    secret = command(
+        actions, "secret", None,
+        "Show or rotate the secret that signs delegation tokens (wire protocol, metrics).",
+        parents=[parents.data_dir],
+    )  # fmt: skip
+    secret_actions = secret.add_subparsers(dest="secret_command", metavar="ACTION", required=True)
+    show = command(
+        secret_actions, "show", run_secret_show,
+        "The signing secret's and the retiring secrets' fingerprints, with their end.",
+        variables=_KEYS, parents=[parents.data_dir],
+    )  # fmt: skip
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    rotate = command(
+        secret_actions, "rotate", run_secret_rotate,
+        "Make a new signing secret; the old one verifies for --overlap more seconds (every "
+        "process re-reads the keyring file within a second).",
+        variables=_KEYS, parents=[parents.data_dir],
+    )  # fmt: skip
+    rotate.add_argument(
+        "--overlap", type=float, metavar="SECONDS",
+        help="how long the old secret still verifies (default: twice MILLRACE_TOKEN_TTL_SECONDS;"
+        " at least one token lifetime, or tokens signed just before fail)",
+    )  # fmt: skip
     user = command(
         commands, "user", None, "Manage users and their roles.", parents=[parents.data_dir]
     )
@@ -54,7 +103,8 @@ def register(commands: Any, parents: Parents) -> None:
         commands, "mint-token", run_mint_token,
         "Print a segment store delegation token signed with the token secret.",
         variables=[v for v in variables(SegmentStoreSettings)
-                   if v.name in ("MILLRACE_DATA_DIR", "MILLRACE_TOKEN_SECRET")],
+                   if v.name in ("MILLRACE_DATA_DIR", "MILLRACE_TOKEN_SECRET",
+                                 "MILLRACE_TOKEN_KEYRING_FILE")],
         parents=[parents.data_dir],
     )  # fmt: skip
     mint.add_argument("resource", help='segment name, prefix ending in "/", or "*"')
@@ -89,10 +139,89 @@ def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+def run_token_list(args: argparse.Namespace, rest: list[str]) -> int:
+    needs("django", "the metadata database")
+    migrate(verbosity=0)
+    from controller_app.users import api_tokens
+
+    tokens = api_tokens()
+    if args.json:
+        print(json.dumps(tokens, indent=2))
+        return EXIT_OK
+    for t in tokens:
+        print(f"{t['user']:<20} {t['role'] or '-':<9} made {t['created']}  "
+              f"expires {t['expires'] or 'never'}  {t['prefix']}…")  # fmt: skip
+    return EXIT_OK
+
+
+def run_token_change(args: argparse.Namespace, rest: list[str]) -> int:
+    """``token rotate USER`` (prints the new token) and ``token revoke USER``."""
+    needs("django", "the metadata database")
+    migrate(verbosity=0)
+    from controller_app.users import revoke_token, rotate_token
+
+    try:
+        if args.token_command == "rotate":
+            print(rotate_token(args.user))
+        else:
+            revoke_token(args.user)
+            print(f"the API token of {args.user} is revoked")
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    return EXIT_OK
+
+
+def _keys() -> TokenKeys:
+    settings = WebSettings.from_env()
+    return TokenKeys(settings.token_secret, settings.token_keyring)
+
+
+def run_secret_show(args: argparse.Namespace, rest: list[str]) -> int:
+    found = _keys().describe()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return EXIT_OK
+    print(f"signing   {found['signing']}  (keyring {found['keyring']})")
+    for key in found["retiring"]:
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(key["until"]))
+        print(f"retiring  {key['fingerprint']}  verifies until {until}")
+    if found["error"]:
+        print(f"the keyring file does not load: {found['error']}")
+    return EXIT_OK
+
+
+def run_secret_rotate(args: argparse.Namespace, rest: list[str]) -> int:
+    keys = _keys()
+    overlap = args.overlap
+    if overlap is None:
+        overlap = 2 * WebSettings.from_env().token_ttl_seconds
+    old = keys.describe()["signing"]
+    try:
+        new = keys.rotate(overlap)
+    except (ValueError, OSError) as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    _audit_rotation(old, new, overlap)
+    print(f"signing {new} now; {old} verifies for {overlap:g} s more (keyring {keys.keyring})")
+    return EXIT_OK
+
+
+def _audit_rotation(old: str, new: str, overlap: float) -> None:
+    """In the audit log, where the metadata database is at hand (a segment store host may
+    have none: the rotation stands regardless)."""
+    with contextlib.suppress(Exception):
+        needs("django", "the audit log")
+        migrate(verbosity=0)
+        from controller_app.users import audit_local
+
+        audit_local("token-secret.rotate", new, f"replaces {old}; overlap {overlap:g} s")
+
+
 def run_mint_token(args: argparse.Namespace, rest: list[str]) -> int:
-    """The secret is ``--secret``, else ``MILLRACE_TOKEN_SECRET``, else the one persisted in
-    the data directory, as the segment store node uses."""
-    secret = args.secret or SegmentStoreSettings.from_env().token_secret
+    """The secret is ``--secret``, else the keyring's signing one, else
+    ``MILLRACE_TOKEN_SECRET``, else the one persisted in the data directory, as the segment
+    store node uses."""
+    node = SegmentStoreSettings.from_env()
+    secret = args.secret or TokenKeys(node.token_secret, node.token_keyring).signing
     try:
         print(mint_token(secret, args.resource, args.access, args.ttl))
     except ValueError as exc:
