@@ -12,6 +12,7 @@ class ControllerAppConfig(AppConfig):
         # Tasks must be sent through Millrace's Celery app (its broker), not Celery's default.
         from django.db.models.signals import post_migrate
 
+        import controller_app.signin  # noqa: F401 - its receivers audit sign-in refusals
         import millrace.project.celery  # noqa: F401
         from controller_app.roles import ensure_roles
 

@@ -3,8 +3,10 @@
 * REST and console requests: ``AuditMiddleware`` writes one row for each request that
   changes something (any method but GET, HEAD and OPTIONS) whose view names its action
   (``audit_actions = {"POST": "stream.scale"}`` on a REST view, ``audit_action`` on a
-  console view), and one for every refused request whatever its view (401 and 403). The
-  result comes from the status code; the detail from the error body.
+  console view), and one for every refused request whatever its view and method (401, 403
+  and 429: a bad, expired or revoked token too, a sign-in over the limit). The result comes
+  from the status code; the detail from the error body.
+* Sign-ins: each failure and each lockout (``controller_app.signin``).
 * The local CLI (``millrace user create``, ``token create``) and the background workflows
   (auto-scaling, retention) call ``record`` themselves.
 """
@@ -23,6 +25,8 @@ from controller_app.models import AuditEntry
 log = logging.getLogger(__name__)
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+#: The answers that refuse a caller: no or bad credentials, no permission, too many sign-ins.
+REFUSALS = (401, 403, 429)
 #: The URL parameters that name the object of a change, in the order they nest.
 OBJECT_PARTS = ("scope", "stream", "reader_group", "txn_id", "checkpoint", "reader")
 
@@ -87,7 +91,8 @@ def _detail(response: HttpResponse) -> str:
     return str(getattr(response, "audit_detail", "") or f"HTTP {response.status_code}")
 
 
-def _source(request: HttpRequest) -> str:
+def source_of(request: HttpRequest) -> str:
+    """Who made the request: the console, the CLI (its user agent) or a REST client."""
     if not request.path.startswith("/v1/"):
         return AuditEntry.Source.CONSOLE
     if str(request.META.get("HTTP_USER_AGENT", "")).startswith("millrace-cli"):
@@ -103,10 +108,10 @@ class AuditMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if request.method in SAFE_METHODS:
-            return response
         status = response.status_code
-        refused = status in (401, 403)
+        refused = status in REFUSALS
+        if request.method in SAFE_METHODS and not refused:
+            return response
         # A console change that failed answers with a redirect back to its page, marked here.
         failure = getattr(response, "audit_failure", None)
         action = _action(request)
@@ -128,7 +133,7 @@ class AuditMiddleware:
             action,
             named or (object_of(match.kwargs) if match else ""),
             username=user.get_username() if user is not None and user.is_authenticated else "",
-            source=_source(request),
+            source=source_of(request),
             address=client_address(request),
             result=result,
             detail="" if result == AuditEntry.Result.OK else failure or _detail(response),

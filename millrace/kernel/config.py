@@ -70,7 +70,6 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-pause-check": "a cluster node paused past its session serves on when it wakes",
     "no-wrong-host": "a cluster node answers a container it does not serve as a missing segment",
     "no-token-overlap": "a rotated token secret stops verifying at once (no overlap)",
-    "no-hostname-check": "TLS clients do not check the peer's host name against its certificate",
     "no-signin-limit": "the console's sign-in takes any number of failed attempts",
 }
 
@@ -503,6 +502,17 @@ class WebSettings:
         "MILLRACE_API_TOKEN_TTL_DAYS", 0,
         "days an API token works after it was made (0: until revoked or rotated)",
         low=0, high=3650,
+    )  # fmt: skip
+    signin_failures_max: int = env_int(
+        "MILLRACE_SIGNIN_FAILURES_MAX", 5,
+        "failed sign-ins (console, admin, REST Basic) of one user from one address before "
+        "they are refused for MILLRACE_SIGNIN_LOCKOUT_S",
+        low=1, high=1000,
+    )  # fmt: skip
+    signin_lockout_s: int = env_int(
+        "MILLRACE_SIGNIN_LOCKOUT_S", 900,
+        "seconds a user and address are refused after too many failed sign-ins",
+        low=1, high=7 * 86400,
     )  # fmt: skip
     debug: bool = env_bool("MILLRACE_DEBUG", False, "Django's debug mode; never in production")
     allowed_hosts: tuple[str, ...] = _declared(

@@ -14,13 +14,13 @@ the command line all use it. Nothing here reads the environment (``TlsSettings``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 import ssl
 import threading
 from collections.abc import Callable
+from typing import Literal
 
 from millrace.kernel.config import TlsSettings
 
@@ -30,9 +30,9 @@ __all__ = [
     "client_context",
     "explain",
     "peer_context",
+    "probe_peer",
     "refusal",
     "server_context",
-    "speaks_tls",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def peer_context(tls: TlsSettings) -> ssl.SSLContext | None:
 def explain(exc: BaseException, where: str) -> str | None:
     """What went wrong in the TLS handshake with ``where``, in one sentence; ``None`` when
     ``exc`` says nothing definite about TLS (a peer that closed the connection: ask
-    ``speaks_tls``)."""
+    ``probe_peer``)."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         code = exc.verify_code
         if code in (_EXPIRED, _NOT_YET_VALID):
@@ -122,7 +122,7 @@ def explain(exc: BaseException, where: str) -> str | None:
         if reason in ("WRONG_VERSION_NUMBER", "UNEXPECTED_MESSAGE", "RECORD_LAYER_FAILURE"):
             return PLAINTEXT_PORT.format(where=where)
         if "CERTIFICATE" in reason:
-            return f"{where} asks for a client certificate (mutual TLS) and refused ours ({reason})"
+            return CLIENT_CERT.format(where=where) + f" ({reason})"
         return f"{where}: TLS failed ({reason})"
     return None
 
@@ -131,28 +131,42 @@ def explain(exc: BaseException, where: str) -> str | None:
 PLAINTEXT_PORT = "{where} does not speak TLS (a plaintext port): connect without TLS"
 #: A plaintext client met a TLS port.
 TLS_PORT = "{where} serves TLS and this client connects in plaintext: {fix}"
+#: A TLS peer that wants a client certificate (mutual TLS) and was given none.
+CLIENT_CERT = "{where} asks for a client certificate (mutual TLS) and refused ours"
+#: What a peer that closed the connection during the handshake raises.
+_CLOSED = (EOFError, ConnectionResetError, ConnectionAbortedError, ssl.SSLError)
+
+Peer = Literal["down", "plaintext", "tls", "client-cert"]
 
 
-async def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether ``host:port`` completes a TLS handshake (its certificate unchecked): asked
+async def probe_peer(host: str, port: int, timeout: float = 2.0) -> Peer:
+    """What answers at ``host:port``: nothing (``down``), a plaintext port, a TLS port, or a TLS
+    port that wants a client certificate (its certificate unchecked; none presented). Asked
     when a peer closed a connection during the handshake, to say which side is wrong."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context), timeout
-        )
+        sock = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError, ssl.SSLError):
-        await writer.wait_closed()
-    return True
-
-
-#: What a peer that closed the connection during the handshake raises.
-_CLOSED = (EOFError, ConnectionResetError, ConnectionAbortedError, ssl.SSLError)
+        return "down"
+    reader, writer = sock
+    try:
+        await asyncio.wait_for(writer.start_tls(context, server_hostname=host), timeout)
+    except (OSError, TimeoutError):
+        writer.close()
+        return "plaintext"
+    try:  # TLS 1.3 refuses a missing client certificate after the handshake: the peer drops
+        # a connection that has sent nothing (an alert, a reset or an end), where a TLS port
+        # that has what it wants waits for the request
+        await asyncio.wait_for(reader.read(1), 0.5)
+    except TimeoutError:
+        return "tls"
+    except OSError:
+        pass
+    finally:
+        writer.close()
+    return "client-cert"
 
 
 async def refusal(
@@ -167,17 +181,19 @@ async def refusal(
 ) -> str | None:
     """Why a connection to ``host:port`` (``where``) failed, when TLS is the cause: ``exc``
     explained, or, when the peer closed the connection during the handshake (``exc`` says so,
-    or ``closed``), a check of whether it speaks TLS. ``None``: not TLS (e.g. the peer is down;
-    worth retrying)."""
+    or ``closed``), what a probe of the peer finds. ``None``: not TLS (e.g. the peer is down or
+    restarting; worth retrying)."""
     reason = explain(exc, where)
     if reason is not None:
         return reason
     if not (closed or isinstance(exc, _CLOSED)):
         return None
-    peer_tls = await speaks_tls(host, port)
-    if tls and not peer_tls:
+    peer = await probe_peer(host, port)
+    if tls and peer == "plaintext":
         return PLAINTEXT_PORT.format(where=where)
-    if not tls and peer_tls:
+    if tls and peer == "client-cert":
+        return CLIENT_CERT.format(where=where)
+    if not tls and peer in ("tls", "client-cert"):
         return TLS_PORT.format(where=where, fix=fix)
     return None
 

@@ -10,11 +10,13 @@ See README.md for the variables.
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from csp import constants as csp
 
 from controller_app import task_names
 from millrace.kernel import logs
@@ -135,9 +137,11 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served by the node (offline, and the CSP's 'self')
     "django_prometheus",
     "channels",
     "django_htmx",
+    "axes",
     "controller_app",
     "admin_ui",
 ]
@@ -155,6 +159,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controller_app.audit.AuditMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: it answers a sign-in refused for too many failures (controller_app/signin.py).
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -208,6 +215,45 @@ STATIC_URL = "static/"
 STATIC_ROOT = None
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+# -- the open network ------------------------------------------------------------------------
+# Sign-ins (the console's form, the Django admin's, REST Basic) are limited per user and
+# address by django-axes: MILLRACE_SIGNIN_FAILURES_MAX failures, then refused (429, saying
+# until when) for MILLRACE_SIGNIN_LOCKOUT_S; each failure and lockout is in the audit log.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = "no-signin-limit" not in MILLRACE.unsafe  # (TEST-ONLY switch)
+AXES_FAILURE_LIMIT = MILLRACE.signin_failures_max
+AXES_COOLOFF_TIME = datetime.timedelta(seconds=MILLRACE.signin_lockout_s)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "controller_app.signin.locked_out"
+AXES_VERBOSE = False
+# Behind TLS (MILLRACE_TLS_ENABLED): cookies only over HTTPS, and browsers told to keep to it.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = MILLRACE_TLS.enabled
+SECURE_HSTS_SECONDS = 365 * 86400 if MILLRACE_TLS.enabled else 0
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Only the node's own scripts and styles run (htmx, uPlot and Pico are vendored); no inline
+# script or style, no other origin, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [csp.SELF],
+        "script-src": [csp.SELF],
+        "style-src": [csp.SELF],
+        "img-src": [csp.SELF, "data:"],
+        "connect-src": [csp.SELF],
+        "font-src": [csp.SELF],
+        "object-src": [csp.NONE],
+        "base-uri": [csp.NONE],
+        "form-action": [csp.SELF],
+        "frame-ancestors": [csp.NONE],
+    }
+}
 # The console signs in with Django's authentication form.
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -233,6 +279,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Pravega's controller admin API under /v1/, and Millrace's additions.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [

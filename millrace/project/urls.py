@@ -2,7 +2,8 @@
 
 * ``/health...`` and ``/v1/health...``: health (no authentication);
 * ``/v1/...``: the REST API (Pravega's admin API and Millrace's additions);
-* ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI);
+* ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI, served
+  by the node with its script apart from the page, as the content security policy asks);
 * ``/admin/``: the Django admin;
 * ``/metrics``: Prometheus metrics (``controller_app.metrics``), with the API's authentication;
 * everything else: the browser console (``admin_ui.urls``): ``/`` is its dashboard, ``/login/``
@@ -13,7 +14,7 @@ Unknown API paths and server errors answer JSON (``controller_app.api.errors``).
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controller_app.api.views import PrometheusView
 
@@ -22,7 +23,7 @@ urlpatterns = [
     path("v1/", include("controller_app.api.health_urls")),
     path("v1/", include("controller_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("metrics", PrometheusView.as_view(), name="metrics"),
     path("", include("admin_ui.urls")),

@@ -94,6 +94,10 @@ class _Writer:
     failure: BaseException | None = None
 
 
+#: The first byte of a TLS record that opens a handshake (a ClientHello).
+_TLS_HANDSHAKE = 0x16
+
+
 class WireConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SegmentStoreServer) -> None:
         self.server = server
@@ -101,6 +105,9 @@ class WireConnection(asyncio.BufferedProtocol):
         self.store = server.store
         self.requests = server.requests
         self.assembler = wire.FrameAssembler(buffer_bytes=self.config.receive_buffer_bytes)
+        #: Where the connection's first bytes land, until they are looked at (``_tls_hello``).
+        self._first: memoryview | None = None
+        self._greeted = False
         self.transport: asyncio.Transport | None = None
         self.writers: dict[uuid.UUID, _Writer] = {}
         #: The same writers by the 16 bytes of their id.
@@ -139,9 +146,14 @@ class WireConnection(asyncio.BufferedProtocol):
             task.cancel()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.assembler.get_buffer()
+        buffer = self.assembler.get_buffer()
+        if not self._greeted:
+            self._first = buffer
+        return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        if not self._greeted and self._tls_hello(nbytes):
+            return
         try:
             frames = self.assembler.buffer_updated(nbytes)
         except wire.FramingError as exc:
@@ -157,6 +169,22 @@ class WireConnection(asyncio.BufferedProtocol):
             self._submit_batch()
 
     def eof_received(self) -> bool:
+        return False
+
+    def _tls_hello(self, nbytes: int) -> bool:
+        """Whether the first bytes are a TLS ClientHello on this plaintext port (a TLS client
+        that has the wrong port, or expects TLS here): it is closed at once, so the client's
+        handshake fails now (``does not speak TLS``) instead of waiting for its timeout."""
+        self._greeted = True
+        first, self._first = self._first, None
+        if first is None or nbytes < 2 or first[0] != _TLS_HANDSHAKE or first[1] != 3:
+            return False
+        if self.transport is not None and self.transport.get_extra_info("sslcontext") is None:
+            peer = self.transport.get_extra_info("peername")
+            log.warning("a TLS client (%s) on the plaintext wire port: closed", peer)
+            self.closed = True
+            self.transport.abort()
+            return True
         return False
 
     def pause_writing(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -41,7 +42,12 @@ class Standalone:
         environ.pop("MILLRACE_DATA_DIR", None)
         environ.update(services or {})
         environ.update(env or {})
-        self.base = f"http://127.0.0.1:{http_port}"
+        #: With TLS on (``env``), the CA file the node's certificate is verified with.
+        self.tls_ca: str | None = None
+        if environ.get("MILLRACE_TLS_ENABLED") == "1":
+            self.tls_ca = environ["MILLRACE_TLS_CA_FILE"]
+        self.base = f"{'https' if self.tls_ca else 'http'}://127.0.0.1:{http_port}"
+        self.wire_port = wire_port
         self.data_dir = data_dir
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -117,7 +123,7 @@ class Standalone:
     def health(self) -> tuple[int, Any]:
         """(HTTP status, body) of ``/health``; (0, error) when the node does not answer."""
         try:
-            return request(self.base, "GET", "/health")
+            return request(self.base, "GET", "/health", ca=self.tls_ca)
         except OSError as exc:
             return 0, repr(exc)
 
@@ -149,8 +155,15 @@ class Standalone:
 
 
 def request(
-    base: str, method: str, path: str, token: str | None = None, body: Any = None
+    base: str,
+    method: str,
+    path: str,
+    token: str | None = None,
+    body: Any = None,
+    *,
+    ca: str | None = None,
 ) -> tuple[int, Any]:
+    """(status, JSON body) of one call (``https://`` verified with the CA file ``ca``)."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, method=method)
     req.add_header("Accept", "application/json")
@@ -159,7 +172,8 @@ def request(
     if token:
         req.add_header("Authorization", f"Token {token}")
     try:
-        with urllib.request.urlopen(req, timeout=30) as response:
+        context = ssl.create_default_context(cafile=ca) if ca else None
+        with urllib.request.urlopen(req, timeout=30, context=context) as response:
             raw = response.read()
             return response.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:

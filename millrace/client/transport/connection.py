@@ -111,6 +111,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.congested = False
         lost = self.lost or ConnectionLostError(f"connection lost: {exc or 'closed'}")
+        if lost.__cause__ is None and exc is not None:
+            lost.__cause__ = exc  # (what TLS said, for ``TlsRefused``)
         self.lost = lost
         for future in self._pending.values():
             if not future.done():

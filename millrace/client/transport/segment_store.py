@@ -131,8 +131,9 @@ class SegmentStoreClient:
             await client.connection.handshake()
         except (OSError, ConnectionLostError) as exc:
             client.connection.abort(ConnectionLostError(str(exc)))
+            where, cause = f"segment store {host}:{port}", exc.__cause__ or exc
             reason = await refusal(
-                exc, host, port, f"segment store {host}:{port}", tls=ssl is not None,
+                cause, host, port, where, tls=ssl is not None,
                 fix="use an https:// (or tls://) controller URL",
                 closed=isinstance(exc, ConnectionLostError),
             )  # fmt: skip

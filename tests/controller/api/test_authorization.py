@@ -127,7 +127,8 @@ CREDENTIALS = {
 
 
 @pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-def test_denied_calls_change_nothing(world: dict[str, Any], kind: str) -> None:
+def test_denied_calls_change_nothing(world: dict[str, Any], kind: str, settings: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 1000  # (the sign-in limit has tests of its own)
     client = APIClient()
     client.credentials(**CREDENTIALS[kind])
     before = snapshot(world)
@@ -137,9 +138,8 @@ def test_denied_calls_change_nothing(world: dict[str, Any], kind: str) -> None:
         assert response.json()["code"] in ("not-authenticated", "authentication-failed")
         assert response.has_header("WWW-Authenticate")
     assert snapshot(world) == before
-    changes = [(m, p) for m, p, _ in endpoints(world) if m != "get"]
     refused = AuditEntry.objects.filter(result="refused", username="")
-    assert refused.count() == len(changes)
+    assert refused.count() == len(endpoints(world))  # every refusal, reads too
 
 
 @pytest.mark.parametrize("scheme", ["Token", "Bearer"])
