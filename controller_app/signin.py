@@ -22,7 +22,7 @@ from django.shortcuts import render
 from controller_app.audit import client_address, record, source_of
 from controller_app.models import AuditEntry
 
-__all__ = ["locked_out"]
+__all__ = ["locked_out", "lockout"]
 
 
 def _audit(action: str, username: str, request: HttpRequest | None, detail: str) -> None:
@@ -46,10 +46,8 @@ def _locked(sender: Any, request: Any, username: str | None, ip_address: str, **
     _audit("signin.locked", username or "", request, f"too many failed sign-ins from {ip_address}")
 
 
-def locked_out(
-    request: HttpRequest, original_response: HttpResponse | None, credentials: Any
-) -> HttpResponse:
-    """Axes' answer to a sign-in of a user and address over the failure limit."""
+def lockout(request: Any) -> tuple[str, int]:
+    """(what to say, seconds to wait) to a user and address refused for too many failures."""
     from django.conf import settings
 
     cool_off = get_cool_off(request)
@@ -59,6 +57,14 @@ def locked_out(
         f"too many failed sign-ins ({limit}) for this user from this address: sign-in is "
         f"refused for {_duration(seconds)}, then try again (or ask an administrator)"
     )
+    return message, seconds
+
+
+def locked_out(
+    request: HttpRequest, original_response: HttpResponse | None, credentials: Any
+) -> HttpResponse:
+    """Axes' answer to a sign-in of a user and address over the failure limit."""
+    message, seconds = lockout(request)
     if request.path.startswith("/v1/"):
         response: HttpResponse = JsonResponse(
             {"code": "too-many-sign-ins", "message": message}, status=429

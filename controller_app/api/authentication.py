@@ -5,9 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.authentication import (
+    BasicAuthentication,
+    TokenAuthentication,
+    get_authorization_header,
+)
 
+from controller_app.signin import lockout
 from controller_app.tokens import TokenExpiredError, user_of
+
+
+class TooManySignInsError(exceptions.Throttled):
+    """A user and address refused for too many failed sign-ins (429, ``Retry-After``)."""
+
+    default_code = "too-many-sign-ins"
+
+
+class LimitedBasicAuthentication(BasicAuthentication):
+    """DRF's Basic authentication under the sign-in limit (``controller_app.signin``): a user
+    and address over it are answered 429 saying until when, not "invalid password"."""
+
+    def authenticate_credentials(self, userid: str, password: str, request: Any = None) -> Any:
+        try:
+            return super().authenticate_credentials(userid, password, request)
+        except exceptions.AuthenticationFailed:
+            if request is None or not getattr(request, "axes_locked_out", False):
+                raise
+            message, seconds = lockout(request)
+            raise TooManySignInsError(wait=seconds, detail=message) from None
 
 KEYWORDS = (b"token", b"bearer")
 

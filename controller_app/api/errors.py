@@ -15,6 +15,7 @@ middleware that reads the session).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ from rest_framework.response import Response
 
 from controller_app import errors as ce
 from controller_app import outages
+from controller_app.api.authentication import TooManySignInsError
 from controller_app.api.fields import BodyTooLargeError, body_limit_message
 from millrace.client.transport import segment_store as ssc
 
@@ -63,6 +65,7 @@ _DRF = [
     (drf.MethodNotAllowed, "method-not-allowed"),
     (drf.NotAcceptable, "not-acceptable"),
     (drf.NotFound, "not-found"),
+    (TooManySignInsError, "too-many-sign-ins"),
     (drf.Throttled, "throttled"),
     (drf.ValidationError, "invalid-argument"),
 ]
@@ -112,6 +115,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             auth_header = getattr(exc, "auth_header", None)
             if auth_header:
                 headers["WWW-Authenticate"] = auth_header
+            if getattr(exc, "wait", None):
+                headers["Retry-After"] = str(math.ceil(exc.wait))
             message = _validation_message(exc.detail)
             return error(exc.status_code, code, message, headers)
     if isinstance(exc, ssc.SegmentSealedError):

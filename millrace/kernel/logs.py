@@ -114,6 +114,8 @@ def dict_config(settings: LogSettings) -> dict[str, Any]:
             }
         },
         "root": {"level": settings.level, "handlers": ["default"]},
+        # django-axes logs each failed sign-in at INFO: the audit log has them already.
+        "loggers": {"axes": {"level": "WARNING"}},
     }
 
 

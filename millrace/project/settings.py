@@ -264,7 +264,7 @@ REST_FRAMEWORK = {
         # First: its "WWW-Authenticate: Token" makes a missing credential a 401, not a 403.
         "controller_app.api.authentication.BearerOrTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        "controller_app.api.authentication.LimitedBasicAuthentication",
     ],
     # The caller's role (viewer, operator, admin) must allow the call; all may when auth is off.
     "DEFAULT_PERMISSION_CLASSES": ["controller_app.api.permissions.RolePermission"],
