@@ -48,6 +48,8 @@ class Standalone:
             self.tls_ca = environ["MILLRACE_TLS_CA_FILE"]
         self.base = f"{'https' if self.tls_ca else 'http'}://127.0.0.1:{http_port}"
         self.wire_port = wire_port
+        self.metrics_port = int(environ.get("MILLRACE_SEGMENTSTORE_METRICS_PORT") or 9092)
+        self.environ = environ
         self.data_dir = data_dir
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -64,6 +66,10 @@ class Standalone:
         )  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    def manager(self, **options: Any) -> StreamManager:
+        """A client of the node (over TLS, trusting its CA, when the node has TLS)."""
+        return StreamManager(self.base, token=self.token, tls_ca=self.tls_ca, **options)
 
     @property
     def token(self) -> str:

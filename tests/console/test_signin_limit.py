@@ -34,9 +34,7 @@ def carol() -> Any:
 
 
 def sign_in(client: Client, password: str, address: str = "10.0.0.7") -> Any:
-    return client.post(
-        "/login/", {"username": "carol", "password": password}, REMOTE_ADDR=address
-    )
+    return client.post("/login/", {"username": "carol", "password": password}, REMOTE_ADDR=address)
 
 
 def test_guessing_is_refused_after_the_limit_saying_until_when(limits: Any, carol: Any) -> None:
