@@ -1,0 +1,160 @@
+"""Credentials that rotate, on a real node: the delegation-token secret rotated with
+``millrace token secret rotate`` while a writer and a reader run for more than three token
+lifetimes (nothing fails; with the overlap switched off, the reader is refused), and API tokens
+that expire, rotate and are revoked through ``millrace token``."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.acceptance.standalone_node import Standalone, request, running_standalone
+
+pytestmark = pytest.mark.slow
+
+#: The delegation tokens' lifetime on these nodes (the shortest the setting takes is 2 s).
+TOKEN_TTL_S = 3
+
+
+def cli(node: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    env.update({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
+    env["MILLRACE_DATA_DIR"] = str(node.data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", *args],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["overlap", "no-token-overlap"])
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Standalone]:
+    env = {"MILLRACE_TOKEN_TTL_SECONDS": str(TOKEN_TTL_S), "MILLRACE_API_TOKEN_TTL_DAYS": "1"}
+    if request.param != "overlap":
+        env["MILLRACE_TEST_UNSAFE"] = request.param
+    yield from running_standalone(tmp_path_factory, "credentials", env)
+
+
+def test_the_token_secret_rotates_under_load_with_no_error(node: Standalone) -> None:
+    """A writer and a reader run for more than three token lifetimes; the secret is rotated
+    after one. The overlap keeps the tokens signed before the rotation valid until they run
+    out, then the clients' fresh tokens are signed with the new secret. With the overlap
+    switched off the reader's next request is refused: this test then fails."""
+    overlap = "no-token-overlap" not in node.environ.get("MILLRACE_TEST_UNSAFE", "")
+    scope = f"rot{uuid.uuid4().hex[:8]}"
+    errors: list[BaseException] = []
+    written: list[int] = []
+    seen: list[bytes] = []
+    stop = threading.Event()
+    with node.manager() as manager:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=2)
+
+        def write() -> None:
+            try:
+                writer = manager.create_writer(scope, "st")
+                n = 0
+                while not stop.is_set():
+                    writer.write_event(f"e{n}", routing_key=f"k{n % 3}")
+                    writer.flush()
+                    written.append(n)
+                    n += 1
+                    time.sleep(0.01)
+                writer.close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        def read() -> None:
+            try:
+                reader = manager.create_reader(scope, "st")
+                while not stop.is_set() or len(seen) < len(written):
+                    event = reader.read_next(timeout=0.5)
+                    if event is not None:
+                        seen.append(event.data)
+                    elif stop.is_set():
+                        break
+                reader.close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write), threading.Thread(target=read)]
+        for thread in threads:
+            thread.start()
+        time.sleep(TOKEN_TTL_S)
+        rotated = cli(node, "token", "secret", "rotate", "--overlap", str(2 * TOKEN_TTL_S))
+        assert rotated.returncode == 0, rotated.stderr
+        shown = cli(node, "token", "secret", "show").stdout
+        time.sleep(3 * TOKEN_TTL_S + 1)
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    if overlap:
+        assert not errors, errors
+        assert len(written) > 100
+        assert sorted(seen) == sorted(f"e{n}".encode() for n in written)
+        assert "signing" in shown and "retiring" in shown  # the old one, until its time
+    else:
+        assert errors, "the reader went on with a secret retired at once: the overlap is moot"
+        assert "signature matches no current token secret" in str(errors[0])
+
+
+def test_api_tokens_list_rotate_revoke_and_expire(node: Standalone) -> None:
+    if "no-token-overlap" in node.environ.get("MILLRACE_TEST_UNSAFE", ""):
+        pytest.skip("(one run is enough)")
+    made = cli(node, "user", "create", "dora", "--role", "viewer")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[-1]
+    assert request(node.base, "GET", "/v1/scopes", token)[0] == 200
+    listed = cli(node, "token", "list")
+    assert "dora" in listed.stdout and f"{token[:6]}…" in listed.stdout
+    assert "expires" in listed.stdout and "never" not in listed.stdout.split("dora")[1]
+
+    rotated = cli(node, "token", "rotate", "dora")
+    assert rotated.returncode == 0
+    new = rotated.stdout.strip()
+    assert new != token
+    status, body = request(node.base, "GET", "/v1/scopes", token)
+    assert status == 401 and "revoked, rotated or mistyped" in body["message"]
+    assert request(node.base, "GET", "/v1/scopes", new)[0] == 200
+
+    assert cli(node, "token", "revoke", "dora").returncode == 0
+    assert request(node.base, "GET", "/v1/scopes", new)[0] == 401
+    again = cli(node, "token", "revoke", "dora")
+    assert again.returncode == 2 and "has no API token" in again.stderr
+
+    # a token older than MILLRACE_API_TOKEN_TTL_DAYS is refused, saying why and what to do
+    age_token(node, "admin", days=2)
+    status, body = request(node.base, "GET", "/v1/scopes", node.token)
+    assert status == 401 and "expired on" in body["message"]
+    assert "millrace token rotate admin" in body["message"]
+    fresh = cli(node, "token", "rotate", "admin").stdout.strip()
+    assert request(node.base, "GET", "/v1/scopes", fresh)[0] == 200
+    refused = query(node, "SELECT detail FROM controller_app_auditentry WHERE result = "
+                          "'refused' AND action = 'GET /v1/scopes'")  # fmt: skip
+    assert any("expired on" in detail for (detail,) in refused)
+    assert any("revoked, rotated or mistyped" in detail for (detail,) in refused)
+
+
+def age_token(node: Standalone, user: str, days: int) -> None:
+    """Make ``user``'s API token ``days`` old, in the node's database (as time would)."""
+    query(
+        node,
+        "UPDATE authtoken_token SET created = datetime('now', ?) WHERE user_id = "
+        "(SELECT id FROM auth_user WHERE username = ?)",
+        (f"-{days} days", user),
+    )
+
+
+def query(node: Standalone, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Rows of ``sql`` on the node's metadata database (SQLite, its embedded default)."""
+    with sqlite3.connect(node.data_dir / "millrace.sqlite3") as db:
+        return db.execute(sql, args).fetchall()
