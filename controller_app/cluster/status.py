@@ -49,6 +49,8 @@ def cluster_status() -> dict[str, Any]:
             "role": NodeRole(node.role).label,
             "host": node.host,
             "port": node.port,
+            "tls": node.tls,
+            "address": node.address,
             "metricsPort": node.metrics_port,
             "session": node.session,
             "sessionAgeSeconds": None if age is None else round(age, 1),

@@ -636,8 +636,8 @@ class TlsSettings:
     ca_file: str | None = _ca_file()
     client_auth: bool = env_bool(
         "MILLRACE_TLS_CLIENT_AUTH", False,
-        "servers ask every peer for a certificate signed by the CA (mutual TLS between "
-        "nodes); this process presents its own to the nodes it calls",
+        "the segment store's wire and metrics ports ask every peer for a certificate signed "
+        "by the CA (mutual TLS); this process presents its own to the nodes it calls",
     )  # fmt: skip
     verify_hostname: bool = env_bool(
         "MILLRACE_TLS_VERIFY_HOSTNAME", True,

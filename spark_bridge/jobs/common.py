@@ -72,6 +72,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--controller", required=True, help="Millrace's HTTP URL")
     parser.add_argument("--token", default="", help="API token (or --token-file)")
     parser.add_argument("--token-file", default="")
+    parser.add_argument(
+        "--ca", default="", metavar="FILE", help="TLS: the CA file of an https:// controller"
+    )
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -87,6 +90,8 @@ def connection_options(args: argparse.Namespace, job: str) -> dict[str, str]:
         options["token"] = args.token
     elif args.token_file:
         options["token_file"] = args.token_file
+    if args.ca:
+        options["trust_store"] = args.ca
     return options
 
 

@@ -17,12 +17,14 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.acceptance.certs import Certs
 from tests.acceptance.standalone_node import eventually, free_ports
 
 __all__ = ["LocalCluster", "Process"]
@@ -80,7 +82,10 @@ class LocalCluster:
         containers: int = 6,
         unsafe: str = "",
         environ: dict[str, str] | None = None,
+        certs: Certs | None = None,
     ) -> None:
+        """``certs``: TLS on every port of every process, the nodes' wire and metrics ports
+        asking for client certificates (mutual TLS), all made by this CA."""
         self.where = where
         self.database_url = database_url
         self.containers = containers
@@ -103,6 +108,13 @@ class LocalCluster:
         }
         if unsafe:
             self.env["MILLRACE_TEST_UNSAFE"] = unsafe
+        #: With TLS: the CA file, and the certificate and key a client presents.
+        self.tls_ca: str | None = None
+        self.client_cert: tuple[str, str] | None = None
+        if certs is not None:
+            cert, key = certs.issue("cluster")
+            self.env |= certs.env(cert, key, MILLRACE_TLS_CLIENT_AUTH="1")
+            self.tls_ca, self.client_cert = str(certs.ca_file), (str(cert), str(key))
         self.env |= environ or {}
         self.web_dir = where / "web"
         #: Node index -> environment over the cluster's for that node alone (e.g. its own
@@ -166,23 +178,31 @@ class LocalCluster:
         self.processes[name] = Process(name, list(args), self.env | (env or {}), self.where)
         return self.processes[name]
 
+    def _context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
+
     def _answers(self, port: int) -> bool:
+        url = f"{self.scheme}://127.0.0.1:{port}/health/liveness"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveness", timeout=5):
+            with urllib.request.urlopen(url, timeout=5, context=self._context()):
                 return True
         except OSError:
             return False
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_ca else "http"
+
     # -- looking at it -----------------------------------------------------------------------
 
     def base(self, i: int = 0) -> str:
-        return f"http://127.0.0.1:{self.http_ports[i]}"
+        return f"{self.scheme}://127.0.0.1:{self.http_ports[i]}"
 
     def status(self, i: int = 0) -> dict[str, Any]:
         request = urllib.request.Request(
             f"{self.base(i)}/v1/cluster", headers={"Authorization": f"Token {self.token}"}
         )
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=self._context()) as answer:
             found: dict[str, Any] = json.loads(answer.read())
         return found
 

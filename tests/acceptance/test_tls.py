@@ -260,3 +260,24 @@ def _served(port: int, cert: Path) -> bool:
         der = tls.getpeercert(binary_form=True)
     leaf = cert.read_text().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
     return der == ssl.PEM_cert_to_DER_cert(leaf)
+
+
+def test_a_spark_job_ingests_over_tls(node: Standalone, tmp_path: Path) -> None:
+    """``millrace ingest --ca`` (the data source's ``trust_store`` option): local Spark's
+    executors write over TLS to the controller and the segment store."""
+    rows = tmp_path / "rows.json"
+    rows.write_text("".join(json.dumps({"key": f"k{i % 9}", "event": f"s{i}"}) + "\n"
+                            for i in range(400)))  # fmt: skip
+    scope = f"spark{uuid.uuid4().hex[:6]}"
+    done = cli(node, "ingest", str(rows), "--format", "json", "--stream", f"{scope}/st",
+               "--create", "--segments", "2", "--key-column", "key", "--event-column", "event",
+               "--token", node.token)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with node.manager() as manager:
+        events = read_all(manager, scope, 400)
+    assert sorted(events) == sorted(f"s{i}".encode() for i in range(400))
+    # without the CA the job fails at once, saying why
+    refused = cli(node, "ingest", str(rows), "--format", "json", "--stream", f"{scope}/st",
+                  "--token", node.token, ca=False)  # fmt: skip
+    assert refused.returncode != 0
+    assert "signed by an unknown CA" in refused.stdout + refused.stderr

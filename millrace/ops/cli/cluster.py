@@ -69,13 +69,13 @@ def status_lines(found: dict[str, Any]) -> list[str]:
         f"containers: {found['containerCount']}; session timeout"
         f" {found['sessionTimeoutSeconds']} s",
         "",
-        f"{'NODE':<28} {'ROLE':<14} {'ADDRESS':<22} {'SESSION':<8} {'AGE':>7}  CONTAINERS",
+        f"{'NODE':<28} {'ROLE':<14} {'ADDRESS':<28} {'SESSION':<8} {'AGE':>7}  CONTAINERS",
     ]
     for node in found["nodes"]:
         age = node["sessionAgeSeconds"]
         state = node["session"] if node["live"] or node["session"] != "live" else "expired"
         lines.append(
-            f"{node['nodeId']:<28} {node['role']:<14} {node['host'] + ':' + str(node['port']):<22}"
+            f"{node['nodeId']:<28} {node['role']:<14} {node['address']:<28}"
             f" {state:<8} {'-' if age is None else f'{age:.1f}s':>7}"
             f"  {','.join(map(str, node['containers'])) or '-'}"
         )

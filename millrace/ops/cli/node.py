@@ -227,7 +227,9 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     if tls.enabled:  # the certificate is re-read, in place, when its files change
         from millrace.kernel.tls import CertificateReloader, server_context
 
-        context = server_context(tls)
+        # (MILLRACE_TLS_CLIENT_AUTH is for the segment store's ports: browsers and REST clients
+        # sign in with tokens and passwords, not certificates)
+        context = server_context(dataclasses.replace(tls, client_auth=False))
         reloader = CertificateReloader(context, tls).start()
         https = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file,
                  "ssl_context_factory": lambda config, default: context}  # fmt: skip

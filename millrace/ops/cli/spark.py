@@ -42,6 +42,8 @@ def register(commands: Any, parents: Parents) -> None:
 
 def _job_argv(args: argparse.Namespace, *rest: str) -> list[str]:
     argv = ["--controller", remote.url(args), *rest]
+    if remote.ca(args):
+        argv += ["--ca", str(remote.ca(args))]
     if args.master:
         argv += ["--master", args.master]
     return argv
