@@ -20,10 +20,15 @@ What it does:
    writes ``--rate`` events/s into the stream with the blocking Python client for
    ``--seconds``, then reads what the page counted and the longest task it saw.
 
+With ``--tls`` the node serves TLS on every port (a test CA's certificate, made by ``trustme``,
+trusted through ``SSL_CERT_FILE`` by the bench's clients and by the key's hash in Chromium):
+the same pages over HTTPS, the live tail over ``wss://``.
+
 Usage::
 
     .venv/bin/python bench/console_pages.py                     # the issue's sizes
     .venv/bin/python bench/console_pages.py --streams 1000 --epochs 100 --seconds 10
+    .venv/bin/python bench/console_pages.py --tls
 """
 
 from __future__ import annotations
@@ -159,7 +164,8 @@ def live_tail(base: str, token: str, password: str, rate: int, seconds: float) -
     manager = StreamManager(base, token=token)
     writer = manager.create_writer("bench", "live")
     args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+            "--disable-component-update", "--disable-sync", "--no-first-run",
+            *(f"--ignore-certificate-errors-spki-list={pin}" for pin in SPKI_PIN)]  # fmt: skip
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -222,6 +228,32 @@ def live_tail(base: str, token: str, password: str, rate: int, seconds: float) -
     }
 
 
+#: With ``--tls``: the base64 SHA-256 of the node's public key, which Chromium is told to trust.
+SPKI_PIN: list[str] = []
+
+
+def tls_environment(work: Path) -> dict[str, str]:
+    """The node's TLS variables (a certificate of a test CA), the CA trusted by this process's
+    clients (``SSL_CERT_FILE``: urllib, httpx and Millrace's client load it)."""
+    import base64
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.acceptance.certs import Certs
+
+    certs = Certs(work / "certs")
+    cert, key = certs.issue("node")
+    os.environ["SSL_CERT_FILE"] = str(certs.ca_file)
+    leaf = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
+    spki = leaf.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    SPKI_PIN.append(base64.b64encode(hashlib.sha256(spki).digest()).decode())
+    return certs.env(cert, key)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=10_000)
@@ -230,6 +262,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--tls", action="store_true", help="TLS on every port of the node")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores,"
@@ -238,7 +271,9 @@ def main() -> None:
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="millrace-console-bench-") as scratch:
         work = Path(scratch)
-        with standalone_node(work) as (base, token, _wire):
+        env = tls_environment(work) if args.tls else {}
+        results["tls"] = args.tls
+        with standalone_node(work, env) as (base, token, _wire):
             data_dir = work / "standalone"
             password = (data_dir / "admin-password").read_text().strip()
             rest_call(base, token, "POST", "/v1/scopes", {"scopeName": "bench"})

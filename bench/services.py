@@ -184,7 +184,8 @@ def standalone_node(
                 raise RuntimeError(f"standalone did not start:\n{tail}")
             time.sleep(0.1)
         token = (data_dir / "admin-token").read_text().strip()
-        yield f"http://127.0.0.1:{http}", token, wire
+        scheme = "https" if env.get("MILLRACE_TLS_ENABLED") == "1" else "http"
+        yield f"{scheme}://127.0.0.1:{http}", token, wire
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
