@@ -3,7 +3,8 @@ words them, pagination, and URLs that keep a page's browsing state.
 
 * ``page``: a GET page; signed-in users only (else to ``/login/``), the viewer role at least
   (else a 403 page saying which role is missing).
-* ``change(action)``: a POST that changes something; the operator role at least (else 403,
+* ``change(action, need)``: a POST that changes something; the operator role at least, or the
+  admin role when ``need`` says so (else 403,
   which the audit middleware writes down as refused). A controller error becomes a message
   on the page it came from, worded like the REST API's ``{code, message}``, and the audit row
   says it failed. ``action`` is what the audit log calls it (the REST API's names).
@@ -63,8 +64,9 @@ def error_words(exc: Exception) -> tuple[int, str, str] | None:
     return response.status_code, response.data["code"], response.data["message"]
 
 
-def change(action: str) -> Callable[[View], View]:
-    """A change (POST) named ``action`` in the audit log; the operator role at least."""
+def change(action: str, need: Need = "operate") -> Callable[[View], View]:
+    """A change (POST) named ``action`` in the audit log; the operator role at least (or
+    ``need``: the admin role for the Security page's)."""
 
     def decorate(view: View) -> View:
         @require_POST
@@ -72,8 +74,8 @@ def change(action: str) -> Callable[[View], View]:
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.is_authenticated:
                 return redirect_to_login(back(request))
-            if not may(request.user, "operate"):
-                return refused(request, "operate")
+            if not may(request.user, need):
+                return refused(request, need)
             try:
                 return view(request, *args, **kwargs)
             except Exception as exc:

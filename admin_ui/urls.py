@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth
 from django.urls import path
 
 from admin_ui import actions as a
+from admin_ui import security as sec
 from admin_ui import views as v
 
 app_name = "console"
@@ -44,4 +45,9 @@ urlpatterns = [
     path(f"{RG}/checkpoint", a.rg_checkpoint, name="rg-checkpoint"),
     path(f"{RG}/reset", a.rg_reset, name="rg-reset"),
     path("audit/", v.audit, name="audit"),
+    path("security/", sec.security, name="security"),
+    path("security/token-secret/rotate", sec.secret_rotate, name="secret-rotate"),
+    path("security/tokens/<str:user>/rotate", sec.token_rotate, name="token-rotate"),
+    path("security/tokens/<str:user>/revoke", sec.token_revoke, name="token-revoke"),
+    path("security/sign-ins/unlock", sec.signin_unlock, name="signin-unlock"),
 ]
