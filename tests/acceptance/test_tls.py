@@ -281,3 +281,52 @@ def test_a_spark_job_ingests_over_tls(node: Standalone, tmp_path: Path) -> None:
                   "--token", node.token, ca=False)  # fmt: skip
     assert refused.returncode != 0
     assert "signed by an unknown CA" in refused.stdout + refused.stderr
+
+
+def test_the_readme_tail_readers_follow_over_wss(
+    node: Standalone, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tail.py and resume.py, exactly as the README prints them, given an https:// URL and the
+    CA file: both follow the stream over wss:// until it is sealed."""
+    from tests.acceptance.test_node_heals import Program
+
+    monkeypatch.setenv("MILLRACE_TLS_CA_FILE", str(node.tls_ca))
+    with node.manager() as manager:
+        scope = new_scope(manager)
+        programs = [Program(name, node, f"{scope}/st", tmp_path) for name in ("tail", "resume")]
+        try:
+            writer = manager.create_writer(scope, "st")
+            for i in range(200):
+                writer.write_event(f"w{i}", routing_key=f"k{i % 4}")
+            writer.flush()
+            writer.close()
+            for program in programs:
+                assert sorted(program.wait_lines(200)) == sorted(f"w{i}" for i in range(200))
+            path, sealed = f"/v1/scopes/{scope}/streams/st/state", {"streamState": "SEALED"}
+            status, answer = request(node.base, "PUT", path, node.token, sealed, ca=node.tls_ca)
+            assert status == 200, answer
+            assert programs[1].wait() == 0, programs[1].err.read_text()[-3000:]
+        finally:
+            for program in programs:
+                program.kill()
+
+
+def test_pravega_s_python_api_over_tls(node: Standalone) -> None:
+    """``pravega_compat`` with Pravega's TLS options: a ``tls://`` URI, ``tls_enabled``,
+    ``trust_store``."""
+    import millrace.client.pravega_compat as pravega_client
+
+    manager = pravega_client.StreamManager(
+        node.base.replace("https://", "tls://"), auth_enabled=True, tls_enabled=True,
+        token=node.token, trust_store=node.tls_ca,
+    )  # fmt: skip
+    scope = f"pc{uuid.uuid4().hex[:6]}"
+    assert manager.create_scope(scope)
+    assert manager.create_stream(scope, "st", 1)
+    writer = manager.create_writer(scope, "st")
+    writer.write_event("over tls", routing_key="k")
+    writer.flush()
+    with pytest.raises(TlsRefused, match="unknown CA"):
+        pravega_client.StreamManager(
+            node.base, auth_enabled=True, tls_enabled=True, token=node.token
+        ).create_scope("x")
