@@ -199,25 +199,37 @@ async def refusal(
 
 
 class CertificateReloader:
-    """Keeps ``context`` on the certificate and key files of ``tls``: every ``reload_s`` seconds
+    """Keeps a server on the certificate and key files of ``tls``: every ``reload_s`` seconds
     (a daemon thread) it compares their modification times and sizes and, when they changed and
-    the new pair loads, loads it into the live context. A pair that does not load yet (one file
-    replaced, the other not) is tried again at the next check; the old one serves meanwhile."""
+    the new pair loads, makes a fresh context of them (``make``; default ``server_context``).
+    The live ``context`` the server listens with is never changed: its SNI callback, which runs
+    in each handshake's own thread, hands the handshake to the freshest context, so no thread
+    touches a context another is handshaking with. New connections get the new certificate;
+    open ones keep theirs. A pair that does not load yet (one file replaced, the other not) is
+    tried again at the next check; the old one serves meanwhile."""
 
     def __init__(
         self,
         context: ssl.SSLContext,
         tls: TlsSettings,
         *,
-        on_reload: Callable[[], None] | None = None,
+        make: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self.context = context
         self.tls = tls
-        self.on_reload = on_reload
+        self.make = make or (lambda: server_context(tls))
+        #: The context new handshakes get (the live one until a reload).
+        self.current = context
         self.reloads = 0
         self._seen = self._stamp()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        context.sni_callback = self._choose
+
+    def _choose(self, connection: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> None:
+        current = self.current
+        if current is not context:
+            connection.context = current
 
     def _stamp(self) -> tuple[tuple[int, int], ...]:
         stamps = []
@@ -230,21 +242,18 @@ class CertificateReloader:
         return tuple(stamps)
 
     def check(self) -> bool:
-        """Load the files if they changed and now form a pair; whether it did."""
+        """Make a fresh context if the files changed and now form a pair; whether it did."""
         stamp = self._stamp()
         if stamp == self._seen:
             return False
         try:
-            server_context(self.tls)  # both files, and that they match, before the live one
-            self.context.load_cert_chain(self.tls.cert_file or "", self.tls.key_file)
+            fresh = self.make()
         except (OSError, ssl.SSLError) as exc:
             log.warning("TLS certificate files changed but do not load yet: %s", exc)
             return False
-        self._seen = stamp
+        self.current, self._seen = fresh, stamp
         self.reloads += 1
         log.info("TLS certificate reloaded from %s", self.tls.cert_file)
-        if self.on_reload is not None:
-            self.on_reload()
         return True
 
     def start(self) -> CertificateReloader:

@@ -229,8 +229,9 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
 
         # (MILLRACE_TLS_CLIENT_AUTH is for the segment store's ports: browsers and REST clients
         # sign in with tokens and passwords, not certificates)
-        context = server_context(dataclasses.replace(tls, client_auth=False))
-        reloader = CertificateReloader(context, tls).start()
+        http_tls = dataclasses.replace(tls, client_auth=False)
+        context = server_context(http_tls)
+        reloader = CertificateReloader(context, http_tls).start()
         https = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file,
                  "ssl_context_factory": lambda config, default: context}  # fmt: skip
     uvicorn.run(
