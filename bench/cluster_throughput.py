@@ -37,36 +37,19 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.services import write_and_read  # noqa: E402
 from millrace.client.manager import StreamManager  # noqa: E402
 from tests.acceptance.cluster import LocalCluster  # noqa: E402
 from tests.acceptance.postgres import PrivatePostgres, postgres_bin  # noqa: E402
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports  # noqa: E402
 
 KEYS = 60
-PAYLOAD = b"e" * 100
 
 
 def workload(base: str, token: str, events: int) -> tuple[float, float]:
     """(events/s written, events/s read) through the Python client."""
-    manager = StreamManager(base, token=token)
-    scope = f"t{uuid.uuid4().hex[:8]}"
-    manager.create_scope(scope)
-    manager.create_stream(scope, "st", initial_segments=6)
-    writer = manager.create_writer(scope, "st")
-    keys = [f"key-{i}" for i in range(KEYS)]
-    started = time.perf_counter()
-    for i in range(events):
-        writer.write_event(PAYLOAD, routing_key=keys[i % KEYS])
-    writer.flush()
-    written = events / (time.perf_counter() - started)
-    writer.close()
-    reader = manager.create_reader(scope, "st")
-    got, started = 0, time.perf_counter()
-    while got < events:
-        got += len(reader.read_batch(4096, timeout=30))
-    read = events / (time.perf_counter() - started)
-    manager.close()
-    return written, read
+    with StreamManager(base, token=token) as manager:
+        return write_and_read(manager, events, KEYS)
 
 
 def renewals_per_second(cluster: LocalCluster, seconds: float = 5.0) -> float:

@@ -232,3 +232,31 @@ def scratch_backend(backend: str, postgres_url: str) -> Iterator[dict[str, str]]
 
                 with psycopg.connect(postgres_url, autocommit=True) as conn:
                     conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def write_and_read(manager: Any, events: int, keys: int = 60) -> tuple[float, float]:
+    """(events/s written, events/s read) through a Python client's ``manager``
+    (``StreamManager``): a new stream of 6 segments; ``events`` events of 100 bytes over
+    ``keys`` routing keys with the blocking writer (``write_event``, then ``flush``: all
+    durable), timed from the first write to the flush's return; then read back
+    (``read_batch``), timed likewise."""
+    import uuid
+
+    payload, names = b"e" * 100, [f"key-{i}" for i in range(keys)]
+    scope = f"t{uuid.uuid4().hex[:8]}"
+    manager.create_scope(scope)
+    manager.create_stream(scope, "st", initial_segments=6)
+    writer = manager.create_writer(scope, "st")
+    started = time.perf_counter()
+    for i in range(events):
+        writer.write_event(payload, routing_key=names[i % keys])
+    writer.flush()
+    written = events / (time.perf_counter() - started)
+    writer.close()
+    reader = manager.create_reader(scope, "st")
+    got, started = 0, time.perf_counter()
+    while got < events:
+        got += len(reader.read_batch(4096, timeout=30))
+    read = events / (time.perf_counter() - started)
+    reader.close()
+    return written, read

@@ -20,43 +20,24 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.services import write_and_read  # noqa: E402
 from tests.acceptance.certs import Certs  # noqa: E402
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports  # noqa: E402
 
 KEYS = 60
-PAYLOAD = b"e" * 100
 #: The target: the TLS rate at least this share of the plaintext rate.
 TARGET = 0.70
 
 
 def workload(node: Standalone, events: int) -> tuple[float, float]:
-    """(events/s written, events/s read) through the Python client."""
+    """(events/s written, events/s read) through the Python client (TLS when the node has it)."""
     with node.manager() as manager:
-        scope = f"t{uuid.uuid4().hex[:8]}"
-        manager.create_scope(scope)
-        manager.create_stream(scope, "st", initial_segments=6)
-        writer = manager.create_writer(scope, "st")
-        keys = [f"key-{i}" for i in range(KEYS)]
-        started = time.perf_counter()
-        for i in range(events):
-            writer.write_event(PAYLOAD, routing_key=keys[i % KEYS])
-        writer.flush()
-        written = events / (time.perf_counter() - started)
-        writer.close()
-        reader = manager.create_reader(scope, "st")
-        got, started = 0, time.perf_counter()
-        while got < events:
-            got += len(reader.read_batch(4096, timeout=30))
-        read = events / (time.perf_counter() - started)
-        reader.close()
-    return written, read
+        return write_and_read(manager, events, KEYS)
 
 
 def main() -> None:

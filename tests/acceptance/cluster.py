@@ -21,6 +21,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,16 @@ class Process:
         self.log = where / f"{name}.log"
         self.popen: subprocess.Popen[bytes] | None = None
         self.start()
+
+    def running(self) -> Iterator[LocalCluster]:
+        """Started, then closed at the end with its processes' output printed (a fixture's
+        body: ``yield from LocalCluster(...).running()``)."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.close()
+            print(self.outputs()[-20000:])
 
     def start(self) -> None:
         with open(self.log, "ab") as out:

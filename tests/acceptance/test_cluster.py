@@ -225,13 +225,7 @@ class SparkIngest:
 
 @pytest.fixture
 def cluster(postgres: PrivatePostgres, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    running = LocalCluster(tmp_path, postgres.url, unsafe=getattr(request, "param", ""))
-    try:
-        running.start()
-        yield running
-    finally:
-        running.close()
-        print(running.outputs()[-20000:])
+    yield from LocalCluster(tmp_path, postgres.url, unsafe=getattr(request, "param", "")).running()
 
 
 def _leader_and_follower(cluster: LocalCluster) -> tuple[str, int]:

@@ -27,16 +27,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def cluster(postgres: PrivatePostgres, tmp_path: Path) -> Iterator[LocalCluster]:
-    running = LocalCluster(
+    yield from LocalCluster(
         tmp_path, postgres.url, nodes=2, controllers=1, containers=4,
         certs=Certs(tmp_path / "certs"),
-    )  # fmt: skip
-    try:
-        running.start()
-        yield running
-    finally:
-        running.close()
-        print(running.outputs()[-20000:])
+    ).running()  # fmt: skip
 
 
 def client(cluster: LocalCluster, **more: Any) -> StreamManager:
