@@ -42,16 +42,6 @@ class Process:
         self.popen: subprocess.Popen[bytes] | None = None
         self.start()
 
-    def running(self) -> Iterator[LocalCluster]:
-        """Started, then closed at the end with its processes' output printed (a fixture's
-        body: ``yield from LocalCluster(...).running()``)."""
-        try:
-            self.start()
-            yield self
-        finally:
-            self.close()
-            print(self.outputs()[-20000:])
-
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
@@ -149,6 +139,16 @@ class LocalCluster:
         )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
+
+    def running(self) -> Iterator[LocalCluster]:
+        """Started, then closed at the end with its processes' output printed (a fixture's
+        body: ``yield from LocalCluster(...).running()``)."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.close()
+            print(self.outputs()[-20000:])
 
     def start(self) -> None:
         web = ["--data-dir", str(self.web_dir)]
