@@ -34,6 +34,7 @@ class LimitedBasicAuthentication(BasicAuthentication):
             message, seconds = lockout(request)
             raise TooManySignInsError(wait=seconds, detail=message) from None
 
+
 KEYWORDS = (b"token", b"bearer")
 
 
