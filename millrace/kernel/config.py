@@ -306,7 +306,8 @@ def _token_keyring() -> Any:
     variable = Variable(
         "MILLRACE_TOKEN_KEYRING_FILE", help, _keyring_path, "<data dir>/secrets/token-keyring"
     )
-    return dataclasses.field(default=Path(DEFAULT_DATA_DIR), metadata={"variable": variable})
+    # (None, built directly: no keyring file; read from the environment, always a path)
+    return dataclasses.field(default=None, metadata={"variable": variable})
 
 
 def _token_secret() -> Any:
@@ -403,7 +404,7 @@ class SegmentStoreSettings:
     )
     auth_enabled: bool = _auth()
     token_secret: str = _token_secret()
-    token_keyring: Path = _token_keyring()  # noqa: RUF009 - a field specifier
+    token_keyring: Path | None = _token_keyring()  # noqa: RUF009 - a field specifier
     tier2_flush_delay_ms: int = env_int(
         "MILLRACE_TIER2_FLUSH_DELAY_MS", 10_000,
         "a segment's data goes to tier-2 once this old (ms; Pravega's flushThresholdMillis)",
@@ -492,7 +493,7 @@ class WebSettings:
     )
     auth_enabled: bool = _auth()
     token_secret: str = _token_secret()
-    token_keyring: Path = _token_keyring()  # noqa: RUF009 - a field specifier
+    token_keyring: Path | None = _token_keyring()  # noqa: RUF009 - a field specifier
     token_ttl_seconds: int = env_int(
         "MILLRACE_TOKEN_TTL_SECONDS", 600,
         "lifetime of the delegation tokens this node issues (Pravega's is 600 s too)",

@@ -83,7 +83,7 @@ def test_every_official_class_and_method_is_offered_with_its_parameters() -> Non
 def test_the_manager_takes_millrace_urls_and_tokens() -> None:
     with pytest.raises(ValueError, match="Millrace's HTTP URL"):
         compat.StreamManager("tcp://127.0.0.1:9090")
-    with pytest.raises(ValueError, match="https:// URL"):
+    with pytest.raises(ValueError, match=r"needs an https:// \(or tls://\) URL"):
         compat.StreamManager("http://127.0.0.1:9091", tls_enabled=True)
     environ = dict(os.environ)
     os.environ.pop(compat.TOKEN_VARIABLE, None)
