@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -109,6 +110,8 @@ def resource_matches(granted: str, segment: str) -> bool:
     return bool(granted) and segment.startswith(granted + _DERIVED_SEPARATOR)
 
 
+log = logging.getLogger(__name__)
+
 #: How often a process looks at the keyring file for a change, seconds.
 KEYRING_CHECK_SECONDS = 1.0
 
@@ -127,7 +130,7 @@ class TokenKeys:
     verifies, and each retiring one verifies until its time: the overlap in which tokens it
     signed run out. The file is looked at once a second (and at once by ``refresh``, when a
     token does not verify: the file may have just been replaced); a file that does not parse
-    keeps the last keys and is logged by the caller's ``on_error``.
+    keeps the last keys, is logged once (a warning) and is shown by ``describe``.
     """
 
     def __init__(
@@ -171,7 +174,10 @@ class TokenKeys:
             try:
                 current, retiring = parse_keyring(self.keyring.read_text())
             except (OSError, ValueError) as exc:
-                self.error = f"{self.keyring}: {exc}"
+                error = f"{self.keyring}: {exc}"
+                if error != self.error:
+                    log.warning("the token keyring does not load; the last keys serve: %s", error)
+                self.error = error
                 return False
             self._stamp, self._current, self._retiring, self.error = stamp, current, retiring, None
             return True

@@ -86,14 +86,19 @@ def test_another_process_rotating_is_seen_at_once_by_a_token_it_signed(tmp_path:
     verifier.check(mint_token(elsewhere.signing, "*", READ, 60), "a/b/0", READ)
 
 
-def test_a_bad_keyring_keeps_the_last_keys_and_says_why(tmp_path: Path) -> None:
+def test_a_bad_keyring_keeps_the_last_keys_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "keyring"
     keys = TokenKeys(SEED, path)
     keys.rotate(overlap_seconds=60)
     signing = keys.signing
     path.write_text(json.dumps({"current": ""}))
     keys.refresh(force=True)
+    keys.refresh(force=True)
     assert keys.signing == signing
+    warned = [r for r in caplog.records if "token keyring does not load" in r.getMessage()]
+    assert len(warned) == 1  # once, not at every look
     assert "empty" in (keys.describe()["error"] or "")
     with pytest.raises(ValueError, match="overlap"):
         keys.rotate(overlap_seconds=-1)
