@@ -242,13 +242,16 @@ def segment_store() -> SegmentStorePort:
 TRAFFIC_TIMEOUT_SECONDS = 2.0
 
 
-def _metrics_port(node: Node, path: str) -> tuple[str, httpx.Response]:
-    """(URL, answer) of ``GET path`` on the node's metrics port (``https://`` when the node
-    needs TLS), with a delegation token for everything (``httpx.HTTPError`` if it fails)."""
-    url = f"{'https' if node.tls else 'http'}://{node.host}:{node.metrics_port}{path}"
+def _metrics_url(node: Node, path: str) -> str:
+    """``path`` on the node's metrics port (``https://`` when the node needs TLS)."""
+    return f"{'https' if node.tls else 'http'}://{node.host}:{node.metrics_port}{path}"
+
+
+def _metrics_get(url: str) -> httpx.Response:
+    """``GET url`` with a delegation token for everything (``httpx.HTTPError`` if it fails)."""
     headers = {"Authorization": f"Bearer {delegation_token('*', READ)}"}
     verify = peer_context(settings.MILLRACE_TLS) or True
-    return url, httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS, verify=verify)
+    return httpx.get(url, headers=headers, timeout=TRAFFIC_TIMEOUT_SECONDS, verify=verify)
 
 
 def read_traffic() -> Traffic:
@@ -258,10 +261,9 @@ def read_traffic() -> Traffic:
     segments: dict[str, SegmentTraffic] = {}
     uptime = math.inf
     for node in sel.segment_store_nodes().exclude(metrics_port=None):
-        url = f"{node.address} /traffic"
+        url = _metrics_url(node, "/traffic")
         try:
-            url, answer = _metrics_port(node, "/traffic")
-            found = answer.raise_for_status().json()
+            found = _metrics_get(url).raise_for_status().json()
             entries = {
                 e["segment"]: SegmentTraffic(
                     float(e["eventsPerSecond"]),
@@ -301,11 +303,10 @@ def read_node_metrics() -> dict[str, dict[str, float] | None]:
         if node.metrics_port is None:
             found[node.node_id] = None
             continue
-        url = f"{node.address} /metrics"
+        url = _metrics_url(node, "/metrics")
         try:
-            url, answer = _metrics_port(node, "/metrics")
             sums = dict.fromkeys(NODE_SAMPLES.values(), 0.0)
-            for family in text_string_to_metric_families(answer.raise_for_status().text):
+            for family in text_string_to_metric_families(_metrics_get(url).raise_for_status().text):
                 for sample in family.samples:
                     key = NODE_SAMPLES.get(sample.name)
                     if key is not None:
