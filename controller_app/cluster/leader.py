@@ -85,19 +85,25 @@ class Leader:
         session_timeout_s: float,
         *,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self.lease = Lease(ASSIGNMENT_LEASE, holder, ttl_s=session_timeout_s)
         self.session_timeout_s = session_timeout_s
         self.clock = clock
+        #: Called first in each round (the controller renews its own session there); its
+        #: failure is a failed round like any other.
+        self.heartbeat = heartbeat
         #: node id -> (its renewal count, when this leader saw the count last move)
         self._seen: dict[str, tuple[int, float]] = {}
         #: Since when this leader has watched without a break (None: not watching).
         self._watching_since: float | None = None
 
     def round(self) -> None:
-        """Hold the lease; while held, assign. A database error ends the watch (the next
-        round starts a new one) and propagates."""
+        """Beat, hold the lease; while held, assign. Any error ends the watch (the next round
+        starts a new one) and propagates."""
         try:
+            if self.heartbeat is not None:
+                self.heartbeat()
             if not self.lease.hold():
                 self._watching_since = None
                 return
@@ -188,12 +194,12 @@ def holder_name() -> str:
 
 class LeaderThread(threading.Thread):
     """A controller's part in the cluster, every ``session_timeout_s / 5`` seconds until
-    ``stop``: renew the controller's own session (a ``Node`` of role controller at its HTTP
-    ``address``), then ``Leader.round``."""
+    ``stop``: ``Leader.round``, which first renews the controller's own session (a ``Node`` of
+    role controller at its HTTP ``address``)."""
 
     def __init__(self, session_timeout_s: float, address: tuple[str, int]) -> None:
         super().__init__(name="millrace-leader", daemon=True)
-        self.leader = Leader(holder_name(), session_timeout_s)
+        self.leader = Leader(holder_name(), session_timeout_s, heartbeat=self._renew_own_session)
         self.interval_s = session_timeout_s / 5
         self.address = address
         self.node_id = f"controller-{address[0]}:{address[1]}"
@@ -217,7 +223,6 @@ class LeaderThread(threading.Thread):
         while not self._stop.is_set():
             close_old_connections()
             try:
-                self._renew_own_session()
                 self.leader.round()
             except Exception as exc:
                 connection.close()

@@ -8,6 +8,7 @@ import collections
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 
 from controller_app.cluster.leader import Leader, balance
 from controller_app.cluster.leases import LeaseGate
@@ -114,12 +115,23 @@ def test_no_move_while_the_leader_cannot_judge(cluster: Any) -> None:
     """After a gap in its watching (a database outage: nobody could renew), the leader waits a
     whole timeout before calling anyone gone; the nodes renewing meanwhile keep everything."""
     membership, clock, leader = cluster
+    beats = {"fail": False}
+
+    def heartbeat() -> None:  # the controller's own renewal, the first call of each round
+        if beats["fail"]:
+            raise OperationalError("connection refused")
+
+    leader.heartbeat = heartbeat
     leader.round()
     _tick(leader, clock, membership, "n1", "n2", "n3")
     before = _owners()
-    leader._watching_since = None  # (what a failed round does)
-    clock.now += 20  # 20 s of outage: no renewal moved
-    leader.round()
+    beats["fail"] = True
+    for _ in range(20):  # 20 s of outage: every round fails at once, no renewal moved
+        clock.now += 1
+        with pytest.raises(OperationalError):
+            leader.round()
+    beats["fail"] = False
+    _tick(leader, clock, membership, "n1")  # n1 is back first: the others are not gone yet
     assert _owners() == before
     for _ in range(3):
         _tick(leader, clock, membership, "n1", "n2", "n3")
