@@ -71,6 +71,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-wrong-host": "a cluster node answers a container it does not serve as a missing segment",
     "no-token-overlap": "a rotated token secret stops verifying at once (no overlap)",
     "no-signin-limit": "the console's sign-in takes any number of failed attempts",
+    "no-table-versions": "table segments apply conditional updates without checking versions",
 }
 
 

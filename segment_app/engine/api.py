@@ -89,6 +89,10 @@ class AttributeUpdate:
 
 
 class SegmentStoreAPI(Protocol):
+    def container(self, name: str) -> object:
+        """The container serving ``name`` on this node now (a new object each time it is
+        replaced: restarted, moved away and back). Raises ContainerOfflineError."""
+
     async def create_segment(self, name: str) -> None:
         """Create an empty segment. Raises SegmentExistsError."""
 

@@ -17,6 +17,9 @@ __all__ = [
     "SegmentNotFoundError",
     "SegmentSealedError",
     "SegmentTruncatedError",
+    "TableKeyBadVersionError",
+    "TableKeyDoesNotExistError",
+    "TableSegmentNotEmptyError",
     "TierBackloggedError",
     "TierUnavailableError",
     "TooLargeError",
@@ -77,6 +80,19 @@ class BadAttributeUpdateError(EngineError):
 
 class TooLargeError(EngineError):
     """An append larger than the container accepts in one operation."""
+
+
+class TableKeyBadVersionError(EngineError):
+    """A table update or removal whose key is not at the version it expected (or exists when it
+    was expected absent)."""
+
+
+class TableKeyDoesNotExistError(EngineError):
+    """A table update or removal that expected a version of a key that does not exist."""
+
+
+class TableSegmentNotEmptyError(EngineError):
+    """A table segment deleted on condition that it is empty, which it is not."""
 
 
 class ContainerOfflineError(EngineError):

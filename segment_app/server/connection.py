@@ -323,6 +323,7 @@ class WireConnection(asyncio.BufferedProtocol):
         try:
             self.requests.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
             self._check_writer_room(cmd.writer_id, cmd.segment)
+            await self.requests.tables.refuse_table(cmd.segment)
             last = await self.store.last_event_number(cmd.segment, cmd.writer_id)
         except Exception as exc:
             self.send(reply_for_error(exc, request_id=cmd.request_id, segment=cmd.segment))

@@ -153,6 +153,7 @@ async def run_node(
     context = server_context(tls) if tls is not None and tls.enabled else None
     reloader = CertificateReloader(context, tls).start() if context and tls else None
     server = SegmentStoreServer(store, server_config(config), tls=context)  # checks the config
+    server.tables.check_versions = "no-table-versions" not in config.unsafe  # (TEST-ONLY switch)
     await store.start()
     try:
         await server.start()

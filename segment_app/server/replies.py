@@ -7,6 +7,9 @@
 | SegmentSealedError                      | SegmentIsSealed                                |
 | SegmentTruncatedError                   | SegmentIsTruncated (with the start offset)     |
 | BadEventNumberError                     | InvalidEventNumber                             |
+| TableKeyBadVersionError                 | TableKeyBadVersion                             |
+| TableKeyDoesNotExistError               | TableKeyDoesNotExist                           |
+| TableSegmentNotEmptyError               | TableSegmentNotEmpty                           |
 | BadOffsetError of a conditional append  | ConditionalCheckFailed (decided by the caller) |
 | ContainerOfflineError (and its kinds     | WrongHost with an empty correct host, the      |
 | TierBackloggedError, TierUnavailable...) |   message in serverStackTrace                  |
@@ -43,6 +46,9 @@ from segment_app.engine.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
     SegmentTruncatedError,
+    TableKeyBadVersionError,
+    TableKeyDoesNotExistError,
+    TableSegmentNotEmptyError,
     TooLargeError,
 )
 
@@ -107,6 +113,12 @@ def _engine_reply(
         return wire.SegmentIsSealed(request_id, segment, message, offset)
     if isinstance(exc, SegmentTruncatedError):
         return wire.SegmentIsTruncated(request_id, segment, exc.start_offset, message, offset)
+    if isinstance(exc, TableKeyBadVersionError):
+        return wire.TableKeyBadVersion(request_id, segment, message)
+    if isinstance(exc, TableKeyDoesNotExistError):
+        return wire.TableKeyDoesNotExist(request_id, segment, message)
+    if isinstance(exc, TableSegmentNotEmptyError):
+        return wire.TableSegmentNotEmpty(request_id, segment, message)
     if isinstance(exc, BadEventNumberError):
         return wire.InvalidEventNumber(writer_id or _NO_WRITER, request_id, message, event_number)
     if isinstance(exc, ContainerOfflineError):

@@ -17,6 +17,7 @@ from millrace.kernel import wire as wire
 from millrace.kernel.claims import READ, READ_UPDATE
 from segment_app.engine.api import AttributeUpdate, SegmentStoreAPI
 from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentError
+from segment_app.engine.tables import TableEntry, TableSegments
 from segment_app.server.auth import Authorizer
 from segment_app.server.locate import EventLocator
 from segment_app.server.replies import UnsupportedOperationError
@@ -26,6 +27,8 @@ __all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "RequestHandlers", "RequestSet
 MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED = "MergeSegments with attribute updates"
 #: Java's minimum read size (the size of an event header).
 _READ_BYTES_MIN = 8
+#: Most entries or keys in one table read reply, whatever the client suggests.
+TABLE_READ_COUNT_MAX = 10_000
 
 Handler = Callable[[Any], Awaitable[object]]
 
@@ -44,12 +47,17 @@ class RequestHandlers:
     """The request/response commands, by type code (``handlers``)."""
 
     def __init__(
-        self, store: SegmentStoreAPI, authorizer: Authorizer, settings: RequestSettings
+        self,
+        store: SegmentStoreAPI,
+        authorizer: Authorizer,
+        settings: RequestSettings,
+        tables: TableSegments | None = None,
     ) -> None:
         self.store = store
         self.auth = authorizer
         self.settings = settings
         self.locator = EventLocator(store)
+        self.tables = tables or TableSegments(store)
         self.handlers: dict[int, Handler] = {
             wire.ReadSegment.TYPE: self.read_segment,
             wire.GetStreamSegmentInfo.TYPE: self.get_info,
@@ -64,6 +72,15 @@ class RequestHandlers:
             wire.UpdateSegmentPolicy.TYPE: self.update_policy,
             wire.CreateTransientSegment.TYPE: self.create_transient_segment,
             wire.LocateOffset.TYPE: self.locate_offset,
+            wire.CreateTableSegment.TYPE: self.create_table,
+            wire.DeleteTableSegment.TYPE: self.delete_table,
+            wire.GetTableSegmentInfo.TYPE: self.table_info,
+            wire.UpdateTableEntries.TYPE: self.update_table,
+            wire.RemoveTableKeys.TYPE: self.remove_table_keys,
+            wire.ReadTable.TYPE: self.read_table,
+            wire.ReadTableKeys.TYPE: self.read_table_keys,
+            wire.ReadTableEntries.TYPE: self.read_table_entries,
+            wire.ReadTableEntriesDelta.TYPE: self.read_table_delta,
         }
 
     def authorize(self, token: str, segment: str, access: str) -> None:
@@ -113,11 +130,13 @@ class RequestHandlers:
 
     async def seal_segment(self, cmd: wire.SealSegment) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.tables.refuse_table(cmd.segment)
         await self.store.seal(cmd.segment)
         return wire.SegmentSealed(cmd.request_id, cmd.segment)
 
     async def truncate_segment(self, cmd: wire.TruncateSegment) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.tables.refuse_table(cmd.segment)
         _check_offset(cmd.truncation_offset, cmd.segment)
         await self.store.truncate(cmd.segment, cmd.truncation_offset)
         return wire.SegmentTruncated(cmd.request_id, cmd.segment)
@@ -126,6 +145,7 @@ class RequestHandlers:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
         await self.store.delete(cmd.segment)
         self.locator.forget(cmd.segment)
+        self.tables.forget(cmd.segment)
         return wire.SegmentDeleted(cmd.request_id, cmd.segment)
 
     async def merge_segments(self, cmd: wire.MergeSegments) -> object:
@@ -172,6 +192,79 @@ class RequestHandlers:
         name = f"{cmd.parent_segment}#transient.{cmd.writer_id.hex}.{uuid.uuid4().hex}"
         await self.store.create_segment(name)
         return wire.SegmentCreated(cmd.request_id, name)
+
+    # -- table segments ---------------------------------------------------------------------
+
+    async def create_table(self, cmd: wire.CreateTableSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.tables.create(cmd.segment)
+        return wire.SegmentCreated(cmd.request_id, cmd.segment)
+
+    async def delete_table(self, cmd: wire.DeleteTableSegment) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        await self.tables.delete(cmd.segment, must_be_empty=cmd.must_be_empty)
+        return wire.SegmentDeleted(cmd.request_id, cmd.segment)
+
+    async def table_info(self, cmd: wire.GetTableSegmentInfo) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment_name, READ)
+        start, length, count = await self.tables.info(cmd.segment_name)
+        return wire.TableSegmentInfo(cmd.request_id, cmd.segment_name, start, length, count, 0)
+
+    async def update_table(self, cmd: wire.UpdateTableEntries) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        entries = [(k.data, v.data, k.version) for k, v in cmd.table_entries]
+        versions = await self.tables.update(cmd.segment, entries, cmd.table_segment_offset)
+        return wire.TableEntriesUpdated(cmd.request_id, tuple(versions))
+
+    async def remove_table_keys(self, cmd: wire.RemoveTableKeys) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        keys = [(k.data, k.version) for k in cmd.keys]
+        await self.tables.remove(cmd.segment, keys, cmd.table_segment_offset)
+        return wire.TableKeysRemoved(cmd.request_id, cmd.segment)
+
+    async def read_table(self, cmd: wire.ReadTable) -> object:
+        """Each requested key with its value and version; a missing one with version -1 and
+        an empty value (as Pravega answers)."""
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        found = await self.tables.get(cmd.segment, [k.data for k in cmd.keys])
+        entries = tuple(
+            _wire_entry(e) if e is not None else
+            (wire.TableKey(k.data, wire.KEY_NOT_EXISTS), wire.TableValue(b""))
+            for k, e in zip(cmd.keys, found, strict=True)
+        )  # fmt: skip
+        return wire.TableRead(cmd.request_id, cmd.segment, entries)
+
+    async def read_table_keys(self, cmd: wire.ReadTableKeys) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        found, token = await self.tables.entries(
+            cmd.segment, cmd.args.continuation_token, _table_count(cmd.suggested_key_count)
+        )
+        keys = tuple(wire.TableKey(e.key, e.version) for e in found)
+        return wire.TableKeysRead(cmd.request_id, cmd.segment, keys, token)
+
+    async def read_table_entries(self, cmd: wire.ReadTableEntries) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        found, token = await self.tables.entries(
+            cmd.segment, cmd.args.continuation_token, _table_count(cmd.suggested_entry_count)
+        )
+        entries = tuple(_wire_entry(e) for e in found)
+        return wire.TableEntriesRead(cmd.request_id, cmd.segment, entries, token)
+
+    async def read_table_delta(self, cmd: wire.ReadTableEntriesDelta) -> object:
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        found, clear, end, last = await self.tables.delta(
+            cmd.segment, cmd.from_position, _table_count(cmd.suggested_entry_count)
+        )
+        entries = tuple(_wire_entry(e) for e in found)
+        return wire.TableEntriesDeltaRead(cmd.request_id, cmd.segment, entries, clear, end, last)
+
+
+def _wire_entry(entry: TableEntry) -> tuple[wire.TableKey, wire.TableValue]:
+    return wire.TableKey(entry.key, entry.version), wire.TableValue(entry.value)
+
+
+def _table_count(suggested: int) -> int:
+    return min(max(1, suggested), TABLE_READ_COUNT_MAX)
 
 
 def _check_offset(offset: int, segment: str) -> None:

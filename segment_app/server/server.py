@@ -22,6 +22,7 @@ from pathlib import Path
 from millrace.kernel.claims import TokenKeys, TokenVerifier
 from millrace.kernel.config import SegmentStoreSettings
 from segment_app.engine.api import SegmentStoreAPI
+from segment_app.engine.tables import TableSegments
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
 from segment_app.server.requests import RequestHandlers, RequestSettings
@@ -112,7 +113,9 @@ class SegmentStoreServer:
         settings = RequestSettings(
             self.config.read_tail_wait_seconds, self.config.read_reply_bytes_max
         )
-        self.requests = RequestHandlers(store, self.authorizer, settings)
+        #: The table segments this server serves (their indexes live here).
+        self.tables = TableSegments(store)
+        self.requests = RequestHandlers(store, self.authorizer, settings, self.tables)
         self.connections: set[WireConnection] = set()
         self.traffic = TrafficMonitor(self.config.autoscale_window_s)
         self._server: asyncio.Server | None = None
@@ -146,6 +149,7 @@ class SegmentStoreServer:
         for connection in list(self.connections):
             connection.abort()
         await self._server.wait_closed()
+        await self.tables.stop()
         self._server = None
 
     async def __aenter__(self) -> SegmentStoreServer:

@@ -266,9 +266,9 @@ async def test_bad_arguments_get_error_message(raw: RawConnection, store) -> Non
 
 
 async def test_unsupported_commands(raw: RawConnection, store) -> None:
-    await raw.send(wire.ReadTableEntriesDelta(5, "sc/rg_kvtable/0.#epoch.0", "", 0, 10))
+    await raw.send(wire.SealTableSegment(5, "sc/rg_kvtable/0.#epoch.0", ""))
     reply = await raw.recv()
-    assert reply == wire.OperationUnsupported(5, "ReadTableEntriesDelta", reply.server_stack_trace)
+    assert reply == wire.OperationUnsupported(5, "SealTableSegment", reply.server_stack_trace)
     await store.create_segment(SEG)
     await store.create_segment("other")
     update = wire.ConditionalAttributeUpdate(uuid.uuid4(), 1, 1, 0)
