@@ -168,6 +168,7 @@ def standalone_node(
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
         "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(spare_port()),
+        "MILLRACE_GRPC_PORT": str(spare_port()),
         **(env or {}),
     }
     log = open(work_dir / "standalone.log", "w+b")  # noqa: SIM115 - closed below

@@ -14,6 +14,8 @@ Responsibility: answer "can this node take writes, and if not, which part is dow
   younger than ``HEARTBEAT_STALE_SECONDS`` (``controller_app.heartbeats``).
 * ``broker``: the Celery broker accepts a connection (Redis, or the filesystem broker's
   folders).
+* ``grpc``: this controller's gRPC endpoint for Pravega's clients serves (its address), or
+  why it could not start; absent when it is off (``--grpc-port 0``).
 
 Under ``millrace standalone`` the supervisor's state file adds each child's state, restart
 count and last exit to its contributor, so a child waiting to be restarted is reported down at
@@ -319,7 +321,7 @@ def contributors() -> list[Health]:
         elif path.exists():  # a node of this host that no longer reports: never believed UP
             reports[address] = {"stale": _age(path)}
     done, broker = answers["broker"]
-    return [
+    found = [
         database,
         segment_store_health(nodes, probes, reports, children.get("segmentstore")),
         tier_health(reports),
@@ -327,6 +329,24 @@ def contributors() -> list[Health]:
         heartbeat_health("beat", children.get("beat")),
         broker if done else Health.of("broker", False, {"error": "no answer in time"}),
     ]
+    grpc = grpc_health()
+    return found if grpc is None else [*found, grpc]
+
+
+def grpc_health() -> Health | None:
+    """This process's gRPC endpoint (``controller_app.grpc.server``), if it has one."""
+    try:
+        from controller_app.grpc.server import serving
+    except ImportError:  # grpcio missing: the endpoint cannot have started either
+        return None
+    state = serving()
+    if state["address"] is not None:
+        host, port = state["address"]
+        scheme = "tls" if state["tls"] else "tcp"
+        return Health.of("grpc", True, {"endpoint": f"{scheme}://{host}:{port}"})
+    if state["error"] is not None:
+        return Health.of("grpc", False, {"error": state["error"]})
+    return None
 
 
 def _age(path: Path) -> float:

@@ -197,8 +197,11 @@ class LeaderThread(threading.Thread):
     ``stop``: ``Leader.round``, which first renews the controller's own session (a ``Node`` of
     role controller at its HTTP ``address``)."""
 
-    def __init__(self, session_timeout_s: float, address: tuple[str, int]) -> None:
+    def __init__(
+        self, session_timeout_s: float, address: tuple[str, int], grpc_port: int | None = None
+    ) -> None:
         super().__init__(name="millrace-leader", daemon=True)
+        self.grpc_port = grpc_port
         self.leader = Leader(holder_name(), session_timeout_s, heartbeat=self._renew_own_session)
         self.interval_s = session_timeout_s / 5
         self.address = address
@@ -210,13 +213,13 @@ class LeaderThread(threading.Thread):
         host, port = self.address
         updated = Node.objects.filter(node_id=self.node_id).update(
             renewals=F("renewals") + 1, last_heartbeat=timezone.now(), session=NodeSession.LIVE,
-            host=host, port=port, role=NodeRole.CONTROLLER,
+            host=host, port=port, role=NodeRole.CONTROLLER, grpc_port=self.grpc_port,
         )  # fmt: skip
         if not updated:
             Node.objects.create(
                 node_id=self.node_id, host=host, port=port, role=NodeRole.CONTROLLER,
                 session=NodeSession.LIVE, renewals=1, last_heartbeat=timezone.now(),
-                started_at=timezone.now(),
+                started_at=timezone.now(), grpc_port=self.grpc_port,
             )  # fmt: skip
 
     def run(self) -> None:

@@ -24,6 +24,9 @@ class Node(models.Model):
         null=True, blank=True, help_text="Its metrics endpoint (/metrics, /traffic); null: none."
     )
     tls = models.BooleanField(default=False, help_text="Its ports need TLS (tls://host:port).")
+    grpc_port = models.IntegerField(
+        null=True, blank=True, help_text="A controller's gRPC port (Pravega's clients); null: none."
+    )
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     session = models.CharField(

@@ -60,6 +60,13 @@ def note_writer_mark(
     return mark
 
 
+def remove_writer(stream: Stream, writer_id: str) -> bool:
+    """Forget a writer's mark (it is done: it no longer holds the stream's watermark back);
+    whether it had one."""
+    deleted, _ = WriterMark.objects.filter(stream=stream, writer_id=writer_id).delete()
+    return deleted > 0
+
+
 #: How long a writer that stopped reporting holds the watermark back, when the stream sets no
 #: ``timestampAggregationTimeout`` (ms).
 WRITER_TIMEOUT_DEFAULT_MS = 60_000

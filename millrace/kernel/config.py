@@ -50,6 +50,8 @@ _S = TypeVar("_S")
 DEFAULT_DATA_DIR = "./data"
 #: The controller's HTTP port (REST, console, WebSockets): Pravega's REST port.
 HTTP_PORT = 9091
+#: The controller's gRPC port (Pravega's own clients): Pravega's controller port.
+GRPC_PORT = 9090
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
@@ -540,6 +542,11 @@ class WebSettings:
         True,
         "this controller may lead the cluster (assign containers to segment store nodes)",
     )
+    grpc_port: int = env_int(
+        "MILLRACE_GRPC_PORT", GRPC_PORT,
+        "the controller's gRPC port for Pravega's own clients (0: no gRPC endpoint)",
+        low=0, high=65535,
+    )  # fmt: skip
     autoscale_cooldown_s: int = env_int(
         "MILLRACE_AUTOSCALE_COOLDOWN_S", 600, "pause after a scale before the next, seconds",
         low=0, high=86400,

@@ -51,8 +51,9 @@ def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str
 
 
 def _children(
-    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int
-) -> list[Child]:
+    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int,
+    grpc_port: int = 0,
+) -> list[Child]:  # fmt: skip
     tls = peer_context(TlsSettings.from_env())  # (each child serves TLS when it is on)
     scheme = "https" if tls else "http"
     children = []
@@ -73,42 +74,56 @@ def _children(
         children.append(child)
     for i in range(controllers):
         port = http_port + i
+        grpc = str(grpc_port + i if grpc_port else 0)
         children.append(Child(
             f"controller-{i}",
-            cli_argv("controller", "--data-dir", str(data_dir), "--http-port", str(port)),
+            cli_argv("controller", "--data-dir", str(data_dir), "--http-port", str(port),
+                 "--grpc-port", grpc),
             http_ok(f"{scheme}://127.0.0.1:{port}/health/liveness", tls),
         ))  # fmt: skip
     return children
 
 
 def run(
-    *, data_dir: Path, store: SegmentStoreSettings, nodes: int, controllers: int, http_port: int
+    *,
+    data_dir: Path,
+    store: SegmentStoreSettings,
+    nodes: int,
+    controllers: int,
+    http_port: int,
+    grpc_port: int = 0,
 ) -> int:
     """Run the local cluster until SIGINT or SIGTERM; the exit status."""
     for i in range(nodes):
         ensure_port_free(f"node-{i}", "127.0.0.1", store.port + i, "--segmentstore-port")
     for i in range(controllers):
         ensure_port_free(f"controller-{i}", "127.0.0.1", http_port + i, "--http-port")
+        if grpc_port:
+            ensure_port_free(f"controller-{i}", "127.0.0.1", grpc_port + i, "--grpc-port")
     token, password, first = ensure_admin(data_dir)
     os.environ.update(cluster_environment(data_dir, store))
-    children = _children(data_dir, nodes, controllers, http_port, store.port)
+    children = _children(data_dir, nodes, controllers, http_port, store.port, grpc_port)
     return supervise(
         "millrace cluster local", children, data_dir, store.unsafe,
         lambda: _print_ready(
-            data_dir, nodes, controllers, http_port, store.port, token, password, first
+            data_dir, nodes, controllers, (http_port, grpc_port), store.port, token, password,
+            first,
         ),
     )  # fmt: skip
 
 
 def _print_ready(
-    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int,
+    data_dir: Path, nodes: int, controllers: int, ports: tuple[int, int], wire_port: int,
     token: str, password: str, first: bool,
 ) -> None:  # fmt: skip
+    http_port, grpc_port = ports
     urls = ", ".join(f"http://127.0.0.1:{http_port + i}/" for i in range(controllers))
+    grpc = ", ".join(f"tcp://127.0.0.1:{grpc_port + i}" for i in range(controllers))
     lines = [
         "",
         "The local cluster is running. Ctrl-C stops it.",
         f"  controllers   {urls}  (REST under /v1/, the console, WebSockets; any of them)",
+        *([f"  gRPC          {grpc}  (Pravega's clients; any of them)"] if grpc_port else []),
         f"  nodes         {nodes} segment store nodes on tcp://127.0.0.1:{wire_port}"
         f"-{wire_port + nodes - 1}",
         f"  credentials   {data_dir / 'admin-token'} (API token), "

@@ -499,7 +499,13 @@ def cli_argv(*args: str) -> list[str]:
 
 
 def build_children(
-    *, data_dir: Path, store: Any, http_host: str, http_port: int, worker_concurrency: int
+    *,
+    data_dir: Path,
+    store: Any,
+    http_host: str,
+    http_port: int,
+    worker_concurrency: int,
+    grpc_port: int = 0,
 ) -> list[Child]:
     tls = peer_context(TlsSettings.from_env())
     scheme = "https" if tls else "http"
@@ -523,7 +529,7 @@ def build_children(
     controller = Child(
         "controller",
         cli_argv("controller", "--data-dir", str(data_dir), "--host", http_host,
-             "--http-port", str(http_port), "--no-assign"),
+             "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--no-assign"),
         http_ok(f"{health}/health/liveness", tls),
     )  # fmt: skip
     return [segmentstore, worker, beat, controller]
@@ -541,11 +547,19 @@ def _labelled(name: str, line: str) -> str:
 
 
 def run(
-    *, data_dir: Path, store: Any, http_host: str, http_port: int, worker_concurrency: int
+    *,
+    data_dir: Path,
+    store: Any,
+    http_host: str,
+    http_port: int,
+    worker_concurrency: int,
+    grpc_port: int = 0,
 ) -> int:
     """Run the node until SIGINT or SIGTERM; the exit status."""
     ensure_port_free("segment store", store.host, store.port, "--segmentstore-port")
     ensure_port_free("HTTP", http_host, http_port, "--http-port")
+    if grpc_port:
+        ensure_port_free("gRPC", http_host, grpc_port, "--grpc-port")
     token, password, first = ensure_admin(data_dir)
     tls = TlsSettings.from_env().enabled
     register_segment_store(
@@ -561,10 +575,12 @@ def run(
         http_host=http_host,
         http_port=http_port,
         worker_concurrency=worker_concurrency,
+        grpc_port=grpc_port,
     )
+    ready = _Ready(data_dir, store, http_host, http_port, grpc_port, tls)
     return supervise(
         "millrace standalone", children, data_dir, store.unsafe,
-        lambda: _print_ready(data_dir, store, http_host, http_port, token, password, first, tls),
+        lambda: _print_ready(ready, token, password, first),
     )  # fmt: skip
 
 
@@ -606,29 +622,40 @@ def supervise(
         print(f"{name}: stopped", flush=True)
 
 
-def _print_ready(
-    data_dir: Path,
-    store: Any,
-    http_host: str,
-    http_port: int,
-    token: str,
-    password: str,
-    first: bool,
-    tls: bool = False,
-) -> None:
-    host = "127.0.0.1" if http_host in ("0.0.0.0", "") else http_host
-    http, ws, wire = ("https", "wss", "tls") if tls else ("http", "ws", "tcp")
+@dataclasses.dataclass(frozen=True)
+class _Ready:
+    """What the start banner names."""
+
+    data_dir: Path
+    store: Any
+    http_host: str
+    http_port: int
+    grpc_port: int
+    tls: bool
+
+
+def _print_ready(node: _Ready, token: str, password: str, first: bool) -> None:
+    host = "127.0.0.1" if node.http_host in ("0.0.0.0", "") else node.http_host
+    http, ws, wire = ("https", "wss", "tls") if node.tls else ("http", "ws", "tcp")
+    data_dir, store, http_port = node.data_dir, node.store, node.http_port
     lines = [
         "",
-        "Millrace is running. Ctrl-C stops it." + (" TLS on every port." if tls else ""),
+        "Millrace is running. Ctrl-C stops it." + (" TLS on every port." if node.tls else ""),
         f"  REST API      {http}://{host}:{http_port}/v1/   (schema: /api/schema/)",
         f"  console       {http}://{host}:{http_port}/      (user {ADMIN_USER})",
         f"  WebSockets    {ws}://{host}:{http_port}/ws/",
         f"  wire protocol {wire}://{store.host}:{store.port}   (segment store)",
+    ]
+    if node.grpc_port:
+        lines.append(
+            f"  gRPC          {wire}://{host}:{node.grpc_port}   (Pravega's clients:"
+            f' pravega_client.StreamManager("{wire}://{host}:{node.grpc_port}", True, {node.tls}))'
+        )
+    lines += [
         f"  credentials   {data_dir / 'admin-token'} (API token), "
         f"{data_dir / 'admin-password'} (console password)",
         f'  try:          curl -H "Authorization: Token $(cat {data_dir / "admin-token"})" '
-        f"{http}://{host}:{http_port}/v1/scopes" + (" --cacert <your CA file>" if tls else ""),
+        f"{http}://{host}:{http_port}/v1/scopes" + (" --cacert <your CA file>" if node.tls else ""),
     ]
     if first:
         lines += [f"  admin token   {token}", f"  admin password {password}"]

@@ -283,31 +283,29 @@ class TableSegments:
                     segment=name,
                     length=table.tail,
                 )
-            seen: dict[bytes, tuple[int, bool]] = {}
+            # Every condition is checked against the table as it was before the batch (a key
+            # may appear more than once in a batch: Pravega's clients send a map's lock key
+            # with each of its entries); the last entry of a key wins.
+            if self.check_versions:
+                for _, key, _, expected in changes:
+                    _check_version(table, key, expected, name)
             parts: list[bytes] = []
             written: list[tuple[int, bytes, bytes, int, int]] = []
             versions: list[int] = []
             offset = table.tail
-            saved = dict(table.queued)
-            try:
-                for kind, key, value, expected in changes:
-                    if self.check_versions:
-                        _check_version(table, key, expected, name)
-                    if kind == _REMOVE and skip_absent and table.version_of(key) is None:
-                        versions.append(-1)
-                        continue
-                    data = _encode(kind, key, value)
-                    parts.append(data)
-                    written.append((kind, key, value, offset, len(data)))
-                    versions.append(offset)
-                    seen[key] = (offset, kind == _REMOVE)
-                    table.queued[key] = seen[key]  # later entries of the batch see this one
-                    offset += len(data)
-            except Exception:
-                table.queued = saved
-                raise
+            for kind, key, value, _ in changes:
+                if kind == _REMOVE and skip_absent and table.version_of(key) is None:
+                    versions.append(-1)
+                    continue
+                data = _encode(kind, key, value)
+                parts.append(data)
+                written.append((kind, key, value, offset, len(data)))
+                versions.append(offset)
+                offset += len(data)
             if not parts:
                 return versions
+            for kind, key, _, version, _ in written:
+                table.queued[key] = (version, kind == _REMOVE)
             future = self.store.append_nowait(name, b"".join(parts), expected_offset=table.tail)
             table.tail = offset
             table.inflight.add(future)

@@ -124,6 +124,7 @@ class LocalCluster:
         self.processes: dict[str, Process] = {}
         self.node_ports = free_ports(nodes)
         self.http_ports = free_ports(controllers)
+        self.grpc_ports = free_ports(controllers)
         self.token = ""
 
     # -- starting ----------------------------------------------------------------------------
@@ -159,7 +160,10 @@ class LocalCluster:
         for i in range(len(self.node_ports)):
             self.start_node(i)
         for i, port in enumerate(self.http_ports):
-            self._spawn(f"controller-{i}", "controller", *web, "--http-port", str(port))
+            self._spawn(
+                f"controller-{i}", "controller", *web, "--http-port", str(port),
+                "--grpc-port", str(self.grpc_ports[i]),
+            )  # fmt: skip
         self._spawn("worker", "worker", *web, "--concurrency", "2")
         for i in range(2):  # two beats: one holds the beat lease and ticks
             self._spawn(f"beat-{i}", "beat", *web, "--schedule", str(self.where / f"beat-{i}"))

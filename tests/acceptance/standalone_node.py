@@ -48,6 +48,8 @@ class Standalone:
             self.tls_ca = environ["MILLRACE_TLS_CA_FILE"]
         self.base = f"{'https' if self.tls_ca else 'http'}://127.0.0.1:{http_port}"
         self.wire_port = wire_port
+        #: The controller's gRPC port (Pravega's own clients).
+        self.grpc_port = free_ports(1)[0]
         self.metrics_port = int(environ.get("MILLRACE_SEGMENTSTORE_METRICS_PORT") or 9092)
         self.environ = environ
         self.data_dir = data_dir
@@ -56,7 +58,7 @@ class Standalone:
             [
                 sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
                 "--http-port", str(http_port), "--segmentstore-port", str(wire_port),
-                "--worker-concurrency", "1",
+                "--grpc-port", str(self.grpc_port), "--worker-concurrency", "1",
             ],
             env=environ,
             stdout=subprocess.PIPE,

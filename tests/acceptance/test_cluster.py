@@ -507,7 +507,7 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
     """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
     up, the leader spreads the containers, events written through one controller are read
     through the other, and SIGTERM stops every process."""
-    http, wire = _free_run(2), _free_run(3)
+    http, wire, grpc = _free_run(2), _free_run(3), _free_run(2)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
     env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1"}
@@ -516,7 +516,8 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
     with open(out, "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "millrace.ops.cli", "cluster", "local", "--data-dir", str(data),
-             "--http-port", str(http), "--segmentstore-port", str(wire)],
+             "--http-port", str(http), "--segmentstore-port", str(wire),
+             "--grpc-port", str(grpc)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:

@@ -555,13 +555,13 @@ def test_without_the_guard_an_exit_during_a_restart_stops_the_node(tmp_path: Pat
 
 def first_start(tmp_path: Path, data_dir: Path, env: dict[str, str]) -> tuple[int, str, float]:
     """Run ``millrace standalone`` that must fail: (exit status, output, seconds)."""
-    http, wire = free_ports(2)
+    http, wire, grpc = free_ports(3)
     environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     environ.pop("MILLRACE_DATA_DIR", None)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "millrace.ops.cli", "standalone", "--data-dir", str(data_dir),
-         "--http-port", str(http), "--segmentstore-port", str(wire)],
+         "--http-port", str(http), "--segmentstore-port", str(wire), "--grpc-port", str(grpc)],
         env=environ | env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started

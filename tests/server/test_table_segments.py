@@ -254,3 +254,15 @@ async def test_delete_must_be_empty_is_refused_while_entries_remain(raw: Any) ->
     assert isinstance(await w.ask(wire.DeleteTableSegment, TABLE, False, ""), wire.SegmentDeleted)
     gone = await w.ask(wire.DeleteTableSegment, TABLE, False, "")
     assert isinstance(gone, wire.NoSuchSegment)
+
+
+async def test_a_key_twice_in_a_batch_is_checked_against_the_table_before_it(raw: Any) -> None:
+    """Pravega's Rust client sends a map's lock key with each entry of the map, in one batch."""
+    w = await _table(raw)
+    batch = [(b"lock", b"1", wire.KEY_NOT_EXISTS), (b"a", b"x", wire.KEY_NOT_EXISTS),
+             (b"lock", b"2", wire.KEY_NOT_EXISTS)]  # fmt: skip
+    updated = await w.update(batch)
+    assert isinstance(updated, wire.TableEntriesUpdated), updated
+    versions = updated.updated_versions
+    assert (await w.read(b"lock"))[b"lock"] == (b"2", versions[2])
+    assert isinstance(await w.update(batch), wire.TableKeyBadVersion)

@@ -9,6 +9,7 @@ from typing import Any
 
 from millrace.kernel import logs
 from millrace.kernel.config import (
+    GRPC_PORT,
     HTTP_PORT,
     LogSettings,
     SegmentStoreSettings,
@@ -45,6 +46,11 @@ def register(commands: Any, parents: Parents) -> None:
     local.add_argument(
         "--http-port", type=port, default=HTTP_PORT, metavar="PORT",
         help=f"the first controller's HTTP port (default {HTTP_PORT}; the next ones follow)",
+    )  # fmt: skip
+    local.add_argument(
+        "--grpc-port", type=int, default=GRPC_PORT, metavar="PORT",
+        help=f"the first controller's gRPC port (default {GRPC_PORT}; the next ones follow;"
+        " 0: none)",
     )  # fmt: skip
     local.add_argument(
         "--segmentstore-port", type=port, default=None, metavar="PORT",
@@ -111,7 +117,7 @@ def run_local(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         return local_cluster.run(
             data_dir=store.data_dir, store=store, nodes=args.nodes,
-            controllers=args.controllers, http_port=args.http_port,
+            controllers=args.controllers, http_port=args.http_port, grpc_port=args.grpc_port,
         )  # fmt: skip
     except StandaloneError as exc:  # (a port in use: before anything started)
         raise CommandError(str(exc)) from None

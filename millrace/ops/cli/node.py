@@ -17,6 +17,7 @@ from typing import Any
 
 from millrace.kernel import logs
 from millrace.kernel.config import (
+    GRPC_PORT,
     HTTP_PORT,
     LogSettings,
     SegmentStoreSettings,
@@ -130,6 +131,11 @@ def _http_options(parser: argparse.ArgumentParser) -> None:
         "--http-port", type=port, default=HTTP_PORT, metavar="PORT",
         help=f"HTTP port of REST, console and WebSockets (default {HTTP_PORT}, Pravega's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--grpc-port", type=int, default=None, metavar="PORT",
+        help=f"gRPC port of Pravega's own clients (default $MILLRACE_GRPC_PORT or {GRPC_PORT},"
+        " Pravega's; 0: none)",
+    )  # fmt: skip
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -198,6 +204,7 @@ def run_standalone(args: argparse.Namespace, rest: list[str]) -> int:
             store=store,
             http_host=args.host,
             http_port=args.http_port,
+            grpc_port=grpc_port(args),
             worker_concurrency=args.worker_concurrency,
         )
     except standalone.StandaloneError as exc:
@@ -220,8 +227,9 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     # full passes (shorter pauses under load, e.g. the WebSocket tail reads' latency).
     gc.collect()
     gc.freeze()
-    leader = _leader(args)
     tls = TlsSettings.from_env()
+    endpoint = _grpc_endpoint(args, tls)
+    leader = _leader(args, endpoint)
     reloader = None
     https: dict[str, Any] = {}
     if tls.enabled:  # the certificate is re-read, in place, when its files change
@@ -246,13 +254,37 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     )
     if reloader is not None:
         reloader.stop()
+    if endpoint is not None:
+        endpoint.stop()
     if leader is not None:
         leader.stop()
         leader.join(5)
     return EXIT_OK
 
 
-def _leader(args: argparse.Namespace) -> Any:
+def grpc_port(args: argparse.Namespace) -> int:
+    """``--grpc-port``, else ``MILLRACE_GRPC_PORT`` (0: no gRPC endpoint)."""
+    if args.grpc_port is None:
+        return WebSettings.from_env().grpc_port
+    if not 0 <= args.grpc_port <= 65535:
+        raise CommandError(f"--grpc-port {args.grpc_port}: expected 0 (none) to 65535")
+    return int(args.grpc_port)
+
+
+def _grpc_endpoint(args: argparse.Namespace, tls: TlsSettings) -> Any:
+    """The gRPC endpoint of Pravega's clients, serving; None with ``--grpc-port 0``."""
+    chosen = grpc_port(args)
+    if not chosen:
+        return None
+    from controller_app.grpc.server import GrpcEndpoint, GrpcStartError
+
+    try:
+        return GrpcEndpoint(args.host, chosen, tls).start()
+    except GrpcStartError as exc:
+        raise CommandError(f"{exc} (choose another with --grpc-port, or 0 for none)") from None
+
+
+def _leader(args: argparse.Namespace, endpoint: Any) -> Any:
     """The thread that takes part in leading the cluster, started; None when this controller
     may not lead (``--no-assign``, ``MILLRACE_ASSIGN=0``) or has no shared database."""
     settings = WebSettings.from_env()
@@ -260,7 +292,10 @@ def _leader(args: argparse.Namespace) -> Any:
         return None
     from controller_app.cluster.leader import LeaderThread
 
-    thread = LeaderThread(settings.session_timeout_s, address=(args.host, args.http_port))
+    thread = LeaderThread(
+        settings.session_timeout_s, address=(args.host, args.http_port),
+        grpc_port=endpoint.port if endpoint is not None else None,
+    )  # fmt: skip
     thread.start()
     return thread
 
