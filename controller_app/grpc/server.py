@@ -14,11 +14,14 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 
-from controller_app.grpc import controller_pb2_grpc as pb_grpc
+from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc.service import ControllerService
 from millrace.kernel.config import TlsSettings
 
@@ -76,6 +79,34 @@ def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:
     return grpc.dynamic_ssl_server_credentials(configuration(), fetch)
 
 
+def _handlers(service: ControllerService) -> grpc.GenericRpcHandler:
+    """Every rpc of the proto's ``ControllerService``, each parsing its own request so that a
+    malformed one is answered INVALID_ARGUMENT naming the message (gRPC's own parsing answers
+    UNKNOWN, which Pravega's clients retry)."""
+    described = pb.DESCRIPTOR.services_by_name["ControllerService"]
+    handlers = {}
+    for method in described.methods:
+        kind = message_factory.GetMessageClass(method.input_type)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _parsing(getattr(service, method.name), kind),
+            response_serializer=lambda message: message.SerializeToString(),
+        )
+    return grpc.method_handlers_generic_handler(described.full_name, handlers)
+
+
+def _parsing(call: Callable[[Any, Any], Awaitable[Any]], kind: Any) -> Any:
+    async def handler(raw: bytes, context: Any) -> Any:
+        try:
+            request = kind.FromString(raw)
+        except DecodeError as exc:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"malformed {kind.DESCRIPTOR.name}: {exc}"
+            )
+        return await call(request, context)
+
+    return handler
+
+
 class GrpcEndpoint:
     def __init__(self, host: str, port: int, tls: TlsSettings | None = None) -> None:
         self.host, self.port = host, port
@@ -118,9 +149,7 @@ class GrpcEndpoint:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_ControllerServiceServicer_to_server(
-            ControllerService((self.host, self.port)), server
-        )
+        server.add_generic_rpc_handlers((_handlers(ControllerService((self.host, self.port))),))
         address = f"{self.host}:{self.port}"
         try:
             if self.tls is not None:

@@ -1,0 +1,34 @@
+"""What every program shares: the stream manager from argv and the JSON answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pravega_client
+
+
+def manager() -> pravega_client.StreamManager:
+    """``StreamManager(uri, auth_enabled, tls_enabled)`` as Pravega's README shows it."""
+    uri = sys.argv[1]
+    return pravega_client.StreamManager(uri, True, uri.startswith("tls://"))
+
+
+def answer(found: dict[str, Any]) -> None:
+    print(json.dumps(found), flush=True)
+
+
+def read_events(reader: Any, count: int, timeout: float = 60.0) -> list[str]:
+    """Events of ``reader`` until ``count`` arrived (slices released as they are read)."""
+
+    async def run() -> list[str]:
+        got: list[str] = []
+        while len(got) < count:
+            piece = await reader.get_segment_slice_async()
+            got += [event.data().decode() for event in piece]
+            reader.release_segment(piece)
+        return got
+
+    return asyncio.run(asyncio.wait_for(run(), timeout))

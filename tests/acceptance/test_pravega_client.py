@@ -1,0 +1,225 @@
+"""Pravega's own Python client (PyPI ``pravega`` 0.3.8, Rust inside), unchanged, against a
+``millrace standalone`` node: programs written for Pravega (``pravega_programs/``) run as
+separate processes with the credentials Pravega's client reads from its environment, and the
+tests check what they saw. The gRPC endpoint itself is also called as a gRPC client would:
+without credentials, with a viewer's, with malformed and oversize input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from controller_app.grpc import controller_pb2 as pb
+from controller_app.grpc import controller_pb2_grpc as pb_grpc
+from tests.acceptance.standalone_node import Standalone, eventually, request
+
+PROGRAMS = Path(__file__).parent / "pravega_programs"
+METHOD = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/"
+
+
+def _scope() -> str:
+    return f"p{uuid.uuid4().hex[:10]}"
+
+
+def _env(token: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("pravega_client_")}
+    return environ | {"pravega_client_auth_method": "Basic", "pravega_client_auth_token": token}
+
+
+def run_program(node: Standalone, name: str, *args: str, timeout: float = 180) -> dict[str, Any]:
+    """Run ``pravega_programs/<name>.py`` against the node; the JSON of its last line."""
+    done = subprocess.run(
+        [sys.executable, str(PROGRAMS / f"{name}.py"), f"tcp://127.0.0.1:{node.grpc_port}", *args],
+        env=_env(node.token), capture_output=True, text=True, timeout=timeout, cwd=PROGRAMS,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _stub(node: Standalone) -> pb_grpc.ControllerServiceStub:
+    channel = grpc.insecure_channel(f"127.0.0.1:{node.grpc_port}")
+    return pb_grpc.ControllerServiceStub(channel)
+
+
+def _auth(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Basic {token}")]
+
+
+def _per_key_in_order(events: list[str]) -> bool:
+    last: dict[str, int] = {}
+    for event in events:
+        key, _, number = event.partition(":")
+        if int(number) <= last.get(key, -1):
+            return False
+        last[key] = int(number)
+    return True
+
+
+def test_scopes_and_streams(standalone: Standalone) -> None:
+    scope = _scope()
+    found = run_program(standalone, "streams", scope)
+    assert (found["scope"], found["scope_again"]) == (True, False)
+    assert (found["stream"], found["stream_again"], found["tagged"]) == (True, False, True)
+    assert sorted(found["tags"]) == ["blue", "red"] and found["tags_after"] == ["green"]
+    assert found["updated"] and found["scopes"]
+    assert found["streams"] == ["plain", "tagged"]
+    assert (found["sealed"], found["deleted"], found["streams_after"]) == (True, True, ["tagged"])
+    status, body = request(standalone.base, "GET", f"/v1/scopes/{scope}/streams/tagged",
+                           standalone.token)  # fmt: skip
+    assert status == 200 and body["retentionPolicy"]["type"] == "LIMITED_DAYS"
+
+
+def test_events_through_a_reader_group_of_two_readers(standalone: Standalone) -> None:
+    count = 1500
+    found = run_program(standalone, "events", _scope(), str(count), "15")
+    by_reader = found["by_reader"]
+    everything = by_reader["r1"] + by_reader["r2"]
+    assert sorted(everything) == sorted(f"k{i % 8}:{i}" for i in range(count))
+    assert len(set(everything)) == count  # each event once
+    assert by_reader["r1"] and by_reader["r2"], "the two readers share the segments"
+    assert all(_per_key_in_order(events) for events in by_reader.values())
+
+
+def test_a_committed_and_an_aborted_transaction(standalone: Standalone) -> None:
+    found = run_program(standalone, "transactions", _scope())
+    assert (found["open_before"], found["open_after"], found["aborted_open"]) == (
+        True, False, False,
+    )  # fmt: skip
+    assert found["events"] == sorted([f"committed-{i}" for i in range(20)] + ["after-0"])
+
+
+def test_a_byte_stream(standalone: Standalone) -> None:
+    found = run_program(standalone, "bytes", _scope())
+    assert found == {"tail": 256 * 64, "read_matches": True, "head": 4096}
+
+
+def test_the_client_follows_a_scale_made_while_it_writes(
+    standalone: Standalone, tmp_path: Path
+) -> None:
+    scope, count = _scope(), 600
+    signal_file = tmp_path / "scaled"
+    signal_file.write_text("")
+    process = subprocess.Popen(
+        [sys.executable, str(PROGRAMS / "follow_scale.py"),
+         f"tcp://127.0.0.1:{standalone.grpc_port}", scope, str(count), str(signal_file)],
+        env=_env(standalone.token), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=PROGRAMS,
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    try:
+        eventually(lambda: any("waiting" in line for line in lines), 120, "a third written")
+        path = f"/v1/scopes/{scope}/streams/growing"
+        split = {"sealedSegments": [0], "newRanges": [[0.0, 0.5], [0.5, 1.0]]}
+        status, body = request(standalone.base, "POST", f"{path}/scale", standalone.token, split)
+        assert status == 200, body
+        status, body = request(standalone.base, "POST", f"{path}/scale", standalone.token, {
+            "sealedSegments": [body["segments"][0]["segmentId"]],
+            "newRanges": [[0.0, 0.25], [0.25, 0.5]],
+        })  # fmt: skip
+        assert status == 200, body
+        signal_file.write_text("scaled")
+        assert process.wait(180) == 0, (
+            (process.stderr or "").read()[-3000:] if process.stderr else ""
+        )
+    finally:
+        process.kill()
+    reader.join(10)
+    events = json.loads(lines[-1])["events"]
+    assert sorted(events) == sorted(f"k{i % 4}:{i}" for i in range(count))
+    assert _per_key_in_order(events)
+    status, body = request(standalone.base, "GET", f"/v1/scopes/{scope}/streams/growing/segments",
+                           standalone.token)  # fmt: skip
+    assert len(body["segments"]) == 3
+
+
+# -- the gRPC endpoint as a gRPC client calls it ---------------------------------------------
+
+
+def test_calls_need_credentials_and_the_role_rest_asks_for(standalone: Standalone) -> None:
+    stub = _stub(standalone)
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.listScopes(pb.ScopesRequest())
+    assert missing.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "authorization" in (missing.value.details() or "")
+    with pytest.raises(grpc.RpcError) as wrong:
+        stub.listScopes(pb.ScopesRequest(), metadata=_auth("not-a-token"))
+    assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    env |= {k: v for k, v in standalone.environ.items() if k.startswith("MILLRACE_")}
+    env["MILLRACE_DATA_DIR"] = str(standalone.data_dir)
+    made = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "user", "create", f"v{uuid.uuid4().hex[:6]}",
+         "--role", "viewer"], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    viewer = _auth(made.stdout.strip().splitlines()[-1])
+    assert stub.listScopes(pb.ScopesRequest(), metadata=viewer).scopes is not None
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.createScope(pb.ScopeInfo(scope=_scope()), metadata=viewer)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_bad_input_gets_a_status_and_the_endpoint_serves_on(standalone: Standalone) -> None:
+    stub, auth = _stub(standalone), _auth(standalone.token)
+    channel = grpc.insecure_channel(f"127.0.0.1:{standalone.grpc_port}")
+    garbage = channel.unary_unary(METHOD + "createScope", request_serializer=lambda b: b,
+                                  response_deserializer=lambda b: b)  # fmt: skip
+    with pytest.raises(grpc.RpcError) as malformed:
+        garbage(b"\xff\xff\xff\xff\x0f", metadata=auth)
+    assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ScopeInfo" in (malformed.value.details() or "")
+    long = "x" * 300
+    assert stub.createScope(pb.ScopeInfo(scope=long), metadata=auth).status == (
+        pb.CreateScopeStatus.INVALID_SCOPE_NAME
+    )
+    assert stub.createScope(pb.ScopeInfo(scope="bad/name"), metadata=auth).status == (
+        pb.CreateScopeStatus.INVALID_SCOPE_NAME
+    )
+    missing = pb.StreamInfo(scope=_scope(), stream="none")
+    with pytest.raises(grpc.RpcError) as unknown:
+        stub.getCurrentSegments(missing, metadata=auth)
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    config = pb.StreamConfig(streamInfo=missing,
+                             scalingPolicy=pb.ScalingPolicy(minNumSegments=1))  # fmt: skip
+    assert stub.createStream(config, metadata=auth).status == pb.CreateStreamStatus.SCOPE_NOT_FOUND
+    with pytest.raises(grpc.RpcError) as oversize:
+        stub.getCurrentSegments(pb.StreamInfo(scope=long, stream=long), metadata=auth)
+    assert oversize.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as negative:
+        stub.getURI(pb.SegmentId(streamInfo=pb.StreamInfo(scope="a", stream="b"), segmentId=-1),
+                    metadata=auth)  # fmt: skip
+    assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as kvt:
+        stub.createKeyValueTable(pb.KeyValueTableConfig(scope="a", kvtName="t"), metadata=auth)
+    assert kvt.value.code() == grpc.StatusCode.UNIMPLEMENTED and "key-value" in kvt.value.details()
+    scope = _scope()
+    assert stub.createScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
+    assert stub.checkScopeExists(pb.ScopeInfo(scope=scope), metadata=auth).exists
+
+
+def test_get_uri_answers_for_reader_group_tables_and_the_health_tree_names_the_endpoint(
+    standalone: Standalone,
+) -> None:
+    stub, auth = _stub(standalone), _auth(standalone.token)
+    table = pb.SegmentId(streamInfo=pb.StreamInfo(scope="any", stream="rg_kvtable"), segmentId=0)
+    uri = stub.getURI(table, metadata=auth)
+    assert (uri.endpoint, uri.port) == ("127.0.0.1", standalone.wire_port)
+    servers = stub.getControllerServerList(pb.ServerRequest(), metadata=auth)
+    assert [(n.endpoint, n.port) for n in servers.nodeURI] == [("127.0.0.1", standalone.grpc_port)]
+    status, health = request(standalone.base, "GET", "/health", standalone.token)
+    assert status in (200, 503)  # (the node's health as a whole; its gRPC part is what counts)
+    assert health["children"]["grpc"]["status"] == "UP"
+    assert health["children"]["grpc"]["details"]["endpoint"] == (
+        f"tcp://127.0.0.1:{standalone.grpc_port}"
+    )
