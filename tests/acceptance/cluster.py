@@ -17,7 +17,9 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import ssl
+import struct
 import subprocess
 import sys
 import urllib.request
@@ -25,6 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from millrace.kernel import wire
+from millrace.kernel.claims import READ, mint_token
+from millrace.kernel.naming import container_for
 from tests.acceptance.certs import Certs
 from tests.acceptance.standalone_node import eventually, free_ports
 
@@ -170,6 +175,8 @@ class LocalCluster:
         for port in self.http_ports:
             eventually(lambda p=port: self._answers(p), 60, f"the controller on port {port}")
         eventually(self.spread, 60, "every container assigned to a live node")
+        if self.tls_ca is None:  # (the probe speaks plaintext)
+            eventually(self.settled, 60, "every node running the containers assigned to it")
 
     def start_node(self, i: int) -> Process:
         """Start segment store node ``i`` (again, after a kill: same port, same data dir), with
@@ -240,6 +247,28 @@ class LocalCluster:
             return False
         return len(owners) == self.containers and set(owners.values()) == among
 
+    def settled(self, via: int = 0) -> bool:
+        """Every container runs on the node it is assigned to (a node learns of a new
+        container at its next renewal: until then it answers WrongHost for it)."""
+        token = mint_token(self.env["MILLRACE_TOKEN_SECRET"], "*", READ, 60)
+        try:
+            owners = self.owners(via)
+        except OSError:
+            return False
+        for container, node in owners.items():
+            name = next(
+                name for i in range(100_000)
+                if container_for(name := f"settle/s{i}/0.#epoch.0", self.containers) == container
+            )  # fmt: skip
+            port = self.node_ports[int(node.rsplit("-", 1)[1])]
+            try:
+                reply = wire_call(port, wire.GetStreamSegmentInfo(1, name, token))
+            except OSError:
+                return False
+            if not isinstance(reply, wire.StreamSegmentInfo | wire.NoSuchSegment):
+                return False
+        return True
+
     def leader(self) -> str | None:
         found = self.status()["leader"]
         return None if found is None else str(found["holder"])
@@ -263,3 +292,23 @@ class LocalCluster:
         return "\n".join(
             f"===== {name}\n{p.output()[-3000:]}" for name, p in self.processes.items()
         )
+
+
+def wire_call(port: int, command: object) -> object:
+    """One request on a new connection to a node (Hello first), and its reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(wire.encode_frame(wire.Hello(15, 5)) + wire.encode_frame(command))
+        replies = []
+        buffer = b""
+        while len(replies) < 2:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return None
+            buffer += chunk
+            while len(buffer) >= 8:
+                kind, length = struct.unpack(">ii", buffer[:8])
+                if len(buffer) < 8 + length:
+                    break
+                replies.append(wire.decode_frame(kind, buffer[8 : 8 + length]))
+                buffer = buffer[8 + length :]
+        return replies[1]

@@ -52,9 +52,10 @@ from millrace.client.errors import ContainerOfflineError
 from millrace.client.events import encode_event
 from millrace.client.manager import StreamManager
 from millrace.client.transport.sync import SyncSegmentStoreClient
+from millrace.kernel import wire
 from millrace.kernel.claims import READ_UPDATE, mint_token
 from millrace.kernel.naming import container_for
-from tests.acceptance.cluster import LocalCluster
+from tests.acceptance.cluster import LocalCluster, wire_call
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.postgres import PrivatePostgres
@@ -599,10 +600,13 @@ def test_a_node_cut_off_from_the_database_is_fenced_once_its_containers_move(
     """Node 2 reaches PostgreSQL through a proxy, which then refuses it: the node cannot renew,
     serves on (the database may be what is down), and its clients stay connected. The leader
     moves its containers; once their new owner runs them, an append sent to node 2 is not
-    acknowledged and not stored: the new owner's tier-1 epoch fences it. With fencing switched
-    off (``no-fencing``) node 2 acknowledges it, though the container is no longer its own."""
+    acknowledged and not stored: the new owner's tier-1 epoch fences it, and so is an update of
+    a table segment of that container (the new owner serves the value from before). With
+    fencing switched off (``no-fencing``) node 2 acknowledges both, though the container is no
+    longer its own."""
     with _node_2_behind_a_proxy(postgres, tmp_path, unsafe) as (cluster, proxy, probe):
         container = container_for(probe.segment, cluster.containers)
+        table = TableProbe(cluster, "node-2", container, probe.token)
         marks = {name: len(cluster.output(name)) for name in ("node-0", "node-1")}
         proxy.refuse(True)
         eventually(lambda: cluster.spread({"node-0", "node-1"}), FAILOVER_SECONDS,
@@ -612,10 +616,48 @@ def test_a_node_cut_off_from_the_database_is_fenced_once_its_containers_move(
                               after=marks[owner])  # fmt: skip
         probe.send()
         acknowledged, stored = probe.outcome(0)
+        table_acknowledged, value = table.stale_update(owner)
     if unsafe:
         assert acknowledged, "unguarded, the cut-off node acknowledges for a container it lost"
+        assert table_acknowledged, "unguarded, it acknowledges a table update there too"
     else:
         assert (acknowledged, stored) == (False, False)
+        assert (table_acknowledged, value) == (False, b"before")
+
+
+class TableProbe:
+    """A table segment of ``node``'s container ``container``, written through the node before it
+    is cut off; then an update sent to it after the container moved: acknowledged or not, and
+    the value the new owner serves."""
+
+    def __init__(self, cluster: LocalCluster, node: str, container: int, token: str) -> None:
+        self.cluster, self.token = cluster, token
+        self.name = next(
+            name for i in range(10_000)
+            if container_for(name := f"probed/t{i}_kvtable/0.#epoch.0", cluster.containers)
+            == container
+        )  # fmt: skip
+        self.port = cluster.node_ports[int(node.rsplit("-", 1)[1])]
+        created = wire_call(self.port, wire.CreateTableSegment(1, self.name, token))
+        assert isinstance(created, wire.SegmentCreated), created
+        assert isinstance(self._update(self.port, b"before"), wire.TableEntriesUpdated)
+
+    def _update(self, port: int, value: bytes) -> object:
+        entry = (wire.TableKey(b"k", wire.KEY_NO_VERSION), wire.TableValue(value))
+        return wire_call(port, wire.UpdateTableEntries(2, self.name, self.token, (entry,), -1))
+
+    def stale_update(self, owner: str) -> tuple[bool, bytes]:
+        reply = self._update(self.port, b"stale")
+        port = self.cluster.node_ports[int(owner.rsplit("-", 1)[1])]
+        read = eventually(
+            lambda: isinstance(
+                found := wire_call(port, wire.ReadTable(3, self.name, self.token,
+                                                         (wire.TableKey(b"k"),))),
+                wire.TableRead,
+            ) and found,
+            FAILOVER_SECONDS, f"{owner} serving {self.name}",
+        )  # fmt: skip
+        return isinstance(reply, wire.TableEntriesUpdated), read.entries[0][1].data
 
 
 def _free_run(count: int) -> int:

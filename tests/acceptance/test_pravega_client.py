@@ -18,9 +18,13 @@ from typing import Any
 import grpc
 import pytest
 
+from controller_app.cluster.leader import balance
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import controller_pb2_grpc as pb_grpc
-from tests.acceptance.standalone_node import Standalone, eventually, request
+from millrace.kernel.naming import container_for, qualified_segment_name
+from tests.acceptance.cluster import LocalCluster
+from tests.acceptance.postgres import PrivatePostgres
+from tests.acceptance.standalone_node import Standalone, eventually, free_ports, request
 
 PROGRAMS = Path(__file__).parent / "pravega_programs"
 METHOD = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/"
@@ -141,6 +145,59 @@ def test_the_client_follows_a_scale_made_while_it_writes(
     status, body = request(standalone.base, "GET", f"/v1/scopes/{scope}/streams/growing/segments",
                            standalone.token)  # fmt: skip
     assert len(body["segments"]) == 3
+
+
+def test_in_a_cluster_the_client_follows_a_container_that_moves(
+    postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    """Three nodes, two controllers: the program writes through one controller's gRPC
+    endpoint and reads through the other's. Halfway, a fourth node joins and the leader moves
+    containers to it, the stream's first segment's among them: its old node answers WrongHost,
+    and the client asks the controller again and follows the container by itself.
+
+    (A node that dies is another matter for this client: Pravega's Rust client 0.3 retries the
+    dead node's address forever instead of asking again, so a SIGKILLed node's segments are
+    followed by Millrace's own client only, in test_cluster.)"""
+    cluster = LocalCluster(tmp_path, postgres.url)
+    try:
+        cluster.start()
+        owners = cluster.owners(0)
+        joining = "node-3"
+        moved = balance(dict(owners), sorted({*owners.values(), joining}))
+        container = min(c for c, (_, to) in moved.items() if to == joining)
+        scope = next(
+            name for _ in range(100_000)
+            if container_for(
+                qualified_segment_name(name := _scope(), "moving", 0), cluster.containers
+            ) == container
+        )  # fmt: skip
+        count, signal_file = 400, tmp_path / "moved"
+        signal_file.write_text("")
+        lines: list[str] = []
+        process = subprocess.Popen(
+            [sys.executable, str(PROGRAMS / "follow_move.py"),
+             *(f"tcp://127.0.0.1:{port}" for port in cluster.grpc_ports), scope, str(count),
+             str(signal_file)],
+            env=_env(cluster.token), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=PROGRAMS,
+        )  # fmt: skip
+        threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True).start()
+        try:
+            eventually(lambda: any("waiting" in line for line in lines), 120, "half written")
+            cluster.node_ports.append(free_ports(1)[0])
+            cluster.start_node(3)
+            eventually(lambda: cluster.owners(0).get(container) == joining, 60, "the move")
+            eventually(cluster.settled, 60, "the new node running its containers")
+            signal_file.write_text("moved")
+            assert process.wait(240) == 0, (process.stderr.read() if process.stderr else "")[-3000:]
+        finally:
+            process.kill()
+        events = json.loads(eventually(lambda: lines and lines[-1], 10, "the answer"))["events"]
+        assert sorted(events) == sorted(f"k{i % 4}:{i}" for i in range(count))
+        assert _per_key_in_order(events)
+        assert cluster.owners(1)[container] == joining
+    finally:
+        cluster.close()
 
 
 # -- the gRPC endpoint as a gRPC client calls it ---------------------------------------------
