@@ -22,9 +22,16 @@ from controller_app.cluster.leader import balance
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import controller_pb2_grpc as pb_grpc
 from millrace.kernel.naming import container_for, qualified_segment_name
+from tests.acceptance.certs import Certs
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.postgres import PrivatePostgres
-from tests.acceptance.standalone_node import Standalone, eventually, free_ports, request
+from tests.acceptance.standalone_node import (
+    Standalone,
+    eventually,
+    free_ports,
+    request,
+    running_standalone,
+)
 
 PROGRAMS = Path(__file__).parent / "pravega_programs"
 METHOD = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/"
@@ -39,11 +46,15 @@ def _env(token: str) -> dict[str, str]:
     return environ | {"pravega_client_auth_method": "Basic", "pravega_client_auth_token": token}
 
 
-def run_program(node: Standalone, name: str, *args: str, timeout: float = 180) -> dict[str, Any]:
+def run_program(
+    node: Standalone, name: str, *args: str, timeout: float = 180, uri: str = "", **env: str
+) -> dict[str, Any]:
     """Run ``pravega_programs/<name>.py`` against the node; the JSON of its last line."""
     done = subprocess.run(
-        [sys.executable, str(PROGRAMS / f"{name}.py"), f"tcp://127.0.0.1:{node.grpc_port}", *args],
-        env=_env(node.token), capture_output=True, text=True, timeout=timeout, cwd=PROGRAMS,
+        [sys.executable, str(PROGRAMS / f"{name}.py"),
+         uri or f"tcp://127.0.0.1:{node.grpc_port}", *args],
+        env=_env(node.token) | env, capture_output=True, text=True, timeout=timeout,
+        cwd=PROGRAMS,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -198,6 +209,22 @@ def test_in_a_cluster_the_client_follows_a_container_that_moves(
         assert cluster.owners(1)[container] == joining
     finally:
         cluster.close()
+
+
+def test_over_tls(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TLS on every port; the client trusts the node's CA. Pravega's Rust client checks a
+    certificate against a host *name* (its TLS library takes no IP address), so the node is
+    reached as ``localhost``: the controller URI, and the address the segment store
+    advertises (``MILLRACE_SEGMENTSTORE_HOST``)."""
+    certs = Certs(tmp_path_factory.mktemp("certs"))
+    cert, key = certs.issue("node")
+    env = certs.env(cert, key) | {"MILLRACE_SEGMENTSTORE_HOST": "localhost"}
+    for node in running_standalone(tmp_path_factory, "pravega-tls", env):
+        found = run_program(
+            node, "tls", _scope(), uri=f"tls://localhost:{node.grpc_port}",
+            pravega_client_tls_cert_path=str(certs.ca_file),
+        )  # fmt: skip
+        assert found["events"] == sorted(f"secret-{i}" for i in range(50))
 
 
 # -- the gRPC endpoint as a gRPC client calls it ---------------------------------------------
