@@ -399,3 +399,35 @@ async def test_writer_thread_runs_in_order_and_stops_when_idle() -> None:
     await asyncio.sleep(0.2)
     assert not any(t.name == "test-writer" for t in threading.enumerate())
     assert await thread.submit(len, "again") == 5  # starts again on demand
+
+
+async def test_waiting_batches_are_joined_into_one_call_and_each_caller_gets_its_part() -> None:
+    """Group commit across callers: calls queued while the thread was busy become one call;
+    each caller gets the results of its own items, and a failure fails all of them."""
+    thread = SerialThread("test-merge", idle_seconds=0.05)
+    calls: list[list[int]] = []
+    gate = threading.Event()
+
+    def write(items: list[int]) -> list[int]:
+        gate.wait(5)
+        calls.append(list(items))
+        if -1 in items:
+            raise OSError("disk gone")
+        return [item * 10 for item in items]
+
+    first = thread.submit(write, [0], merge=True)  # holds the thread until the gate opens
+    await asyncio.sleep(0.05)
+    waiting = [thread.submit(write, [i, i + 100], merge=True) for i in range(1, 6)]
+    gate.set()
+    assert await first == [0]
+    assert await asyncio.gather(*waiting) == [[i * 10, (i + 100) * 10] for i in range(1, 6)]
+    assert calls[1] == [1, 101, 2, 102, 3, 103, 4, 104, 5, 105]  # one call for the five
+    gate.clear()
+    blocker = thread.submit(write, [7], merge=True)
+    await asyncio.sleep(0.05)
+    doomed = [thread.submit(write, [-1], merge=True), thread.submit(write, [8], merge=True)]
+    gate.set()
+    assert await blocker == [70]
+    for future in doomed:
+        with pytest.raises(OSError, match="disk gone"):
+            await future

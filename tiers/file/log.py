@@ -148,7 +148,7 @@ class FileDurableDataLog(DurableDataLog):
 
     async def _call(self, fn: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
         if getattr(fn, "__func__", None) is FileDurableDataLog._do_append_batch:
-            result: _T = await self._writer_thread.submit(fn, *args)
+            result: _T = await self._writer_thread.submit(fn, *args, merge=True)
             return result
         return await super()._call(fn, *args)
 
