@@ -63,8 +63,9 @@ def measured(pid: int, work: Callable[[], tuple[int, float]]) -> tuple[float, fl
 def official(node: Standalone) -> object:
     import pravega_client
 
-    os.environ["pravega_client_auth_method"] = "Basic"
-    os.environ["pravega_client_auth_token"] = node.token
+    # (Pravega's client reads these lower-case names)
+    os.environ["pravega_client_auth_method"] = "Basic"  # noqa: SIM112
+    os.environ["pravega_client_auth_token"] = node.token  # noqa: SIM112
     return pravega_client.StreamManager(f"tcp://127.0.0.1:{node.grpc_port}", True, False)
 
 
