@@ -130,10 +130,11 @@ def main() -> None:
                 rows.append(("millrace write_event + flush", written, cpu))
             client, scope = official(node), f"b{uuid.uuid4().hex[:8]}"
             client.create_scope(scope)  # type: ignore[attr-defined]
+            few, many = args.blocking_events, args.events
             for name, work in (
-                ("pravega write_event (blocking)", lambda: blocking(client, scope, args.blocking_events)),
-                ("pravega write_event_async", lambda: pipelined(client, scope, args.events)),
-                ("pravega reader group read", lambda: read_back(client, scope, args.events)),
+                ("pravega write_event (blocking)", lambda: blocking(client, scope, few)),
+                ("pravega write_event_async", lambda: pipelined(client, scope, many)),
+                ("pravega reader group read", lambda: read_back(client, scope, many)),
             ):  # fmt: skip
                 rate, cpu = measured(pid, work)
                 rows.append((name, rate, cpu))
