@@ -15,7 +15,7 @@ routing keys, every event durable when the timing stops:
 Next to each rate: the CPU seconds the segment store process used meanwhile, per second of the
 run: well under 1 means the node waited for the client, not the other way round.
 
-    .venv/bin/python bench/pravega_client.py [--events 200000] [--blocking-events 5000]
+    .venv/bin/python bench/official_client.py [--events 200000] [--blocking-events 5000]
 """
 
 from __future__ import annotations
