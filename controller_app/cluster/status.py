@@ -52,6 +52,7 @@ def cluster_status() -> dict[str, Any]:
             "tls": node.tls,
             "address": node.address,
             "metricsPort": node.metrics_port,
+            "grpcPort": node.grpc_port,
             "session": node.session,
             "sessionAgeSeconds": None if age is None else round(age, 1),
             "live": node.session == NodeSession.STATIC

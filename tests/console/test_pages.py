@@ -230,3 +230,8 @@ def test_the_cluster_page_shows_nodes_the_leader_the_moves_and_their_chart(db: N
     assert '"series": {"n1": [' in page and "cluster.js" in page  # the chart's data
     tables = browser("viewer").get("/cluster/?part=tables").content.decode()
     assert "<h1>" not in tables and 'id="cluster-moves"' in tables
+    from controller_app.cluster.leader import LeaderThread
+
+    LeaderThread(5.0, ("127.0.0.1", 9191), grpc_port=9190)._renew_own_session()
+    tables = browser("viewer").get("/cluster/?part=tables").content.decode()
+    assert "gRPC (Pravega's clients) <code>127.0.0.1:9190</code>" in tables
