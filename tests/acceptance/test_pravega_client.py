@@ -307,3 +307,100 @@ def test_get_uri_answers_for_reader_group_tables_and_the_health_tree_names_the_e
     assert health["children"]["grpc"]["details"]["endpoint"] == (
         f"tcp://127.0.0.1:{standalone.grpc_port}"
     )
+
+
+def test_the_rpcs_pravega_s_rust_client_does_not_call_are_served_too(
+    standalone: Standalone,
+) -> None:
+    """Segments between cuts, validity, epochs, scale and its check, truncation, completed
+    transactions, writer marks, reader groups and subscribers, the controller list: each through
+    the same workflow as REST, and what REST then shows agrees."""
+    stub, auth = _stub(standalone), _auth(standalone.token)
+    scope = _scope()
+    info = pb.StreamInfo(scope=scope, stream="st")
+    assert stub.createScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
+    config = pb.StreamConfig(streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=2))
+    assert stub.createStream(config, metadata=auth).status == 0
+    current = stub.getCurrentSegments(info, metadata=auth).segmentRanges
+    assert [(r.minKey, r.maxKey) for r in current] == [(0.0, 0.5), (0.5, 1.0)]
+    first = current[0].segmentId
+    assert stub.isSegmentValid(first, metadata=auth).response
+    head = {r.segmentId.segmentId: 0 for r in current}
+    assert stub.isStreamCutValid(pb.StreamCut(streamInfo=info, cut=head), metadata=auth).response
+    bad = pb.StreamCut(streamInfo=info, cut={first.segmentId: 0})
+    assert not stub.isStreamCutValid(bad, metadata=auth).response
+    # scale: seal the first, split it in two; checkScale says done; epoch 1 has three segments
+    scaled = stub.scale(pb.ScaleRequest(
+        streamInfo=info, sealedSegments=[first.segmentId],
+        newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.25),
+                      pb.ScaleRequest.KeyRangeEntry(start=0.25, end=0.5)],
+    ), metadata=auth)  # fmt: skip
+    assert (scaled.status, scaled.epoch, len(scaled.segments)) == (0, 1, 3)
+    done = stub.checkScale(pb.ScaleStatusRequest(streamInfo=info, epoch=1), metadata=auth)
+    assert done.status == pb.ScaleStatusResponse.SUCCESS
+    epoch0 = stub.getEpochSegments(pb.GetEpochSegmentsRequest(streamInfo=info, epoch=0),
+                                   metadata=auth)  # fmt: skip
+    assert len(epoch0.segmentRanges) == 2
+    after = stub.getSegmentsImmediatelyFollowing(first, metadata=auth)
+    assert sorted(e.segment.maxKey for e in after.segments) == [0.25, 0.5]
+    assert all(list(e.value) == [first.segmentId] for e in after.segments)
+    between = stub.getSegmentsBetween(pb.StreamCutRange(streamInfo=info), metadata=auth)
+    assert len(between.segments) == 4
+    # writer marks
+    position = pb.StreamCut(
+        streamInfo=info, cut={r.segmentId.segmentId: 0 for r in scaled.segments}
+    )
+    noted = stub.noteTimestampFromWriter(
+        pb.TimestampFromWriter(writer="w1", position=position, timestamp=1000), metadata=auth
+    )
+    assert noted.result == pb.TimestampResponse.SUCCESS
+    removed = stub.removeWriter(pb.RemoveWriterRequest(writer="w1", stream=info), metadata=auth)
+    assert removed.result == pb.RemoveWriterResponse.SUCCESS
+    again = stub.removeWriter(pb.RemoveWriterRequest(writer="w1", stream=info), metadata=auth)
+    assert again.result == pb.RemoveWriterResponse.UNKNOWN_WRITER
+    # transactions: one aborted shows in the completed list
+    txn = stub.createTransaction(pb.CreateTxnRequest(streamInfo=info, lease=30_000), metadata=auth)
+    assert txn.txnId.lowBits >= 0 and len(txn.activeSegments) == 3
+    abort = pb.TxnRequest(streamInfo=info, txnId=txn.txnId)
+    ping = stub.pingTransaction(pb.PingTxnRequest(streamInfo=info, txnId=txn.txnId,
+                                                  lease=30_000), metadata=auth)  # fmt: skip
+    assert ping.status == pb.PingTxnStatus.OK
+    assert stub.abortTransaction(abort, metadata=auth).status == pb.TxnStatus.SUCCESS
+    completed = eventually(
+        lambda: stub.listCompletedTransactions(
+            pb.ListCompletedTxnRequest(streamInfo=info), metadata=auth).response,
+        60, "the abort completed",
+    )  # fmt: skip
+    assert completed[0].txnId == txn.txnId and completed[0].status == pb.TxnResponse.ABORTED
+    # reader groups and subscribers, as REST then shows them
+    group = pb.ReaderGroupConfiguration(
+        scope=scope, readerGroupName="rg", retentionType=1,
+        startingStreamCuts=[pb.StreamCut(streamInfo=info)],
+    )  # fmt: skip
+    created = stub.createReaderGroup(group, metadata=auth)
+    assert created.status == 0 and created.config.readerGroupName == "rg"
+    got = stub.getReaderGroupConfig(pb.ReaderGroupInfo(scope=scope, readerGroup="rg"),
+                                    metadata=auth)  # fmt: skip
+    assert got.status == 0 and got.config.retentionType == 1
+    assert stub.listSubscribers(info, metadata=auth).subscribers == [f"{scope}/rg"]
+    cut = pb.SubscriberStreamCut(subscriber=f"{scope}/rg", streamCut=position)
+    assert stub.updateSubscriberStreamCut(cut, metadata=auth).status == 0
+    path = f"/v1/scopes/{scope}/readergroups/rg"
+    status, body = request(standalone.base, "GET", path, standalone.token)
+    assert status == 200, body
+    updated = stub.updateReaderGroup(group, metadata=auth)
+    assert updated.status == 0 and updated.generation == got.config.generation + 1
+    gone = pb.ReaderGroupInfo(scope=scope, readerGroup="rg")
+    assert stub.deleteReaderGroup(gone, metadata=auth).status == 0
+    assert (
+        stub.deleteReaderGroup(gone, metadata=auth).status
+        == pb.DeleteReaderGroupStatus.RG_NOT_FOUND
+    )
+    # truncation, then delete: refused until sealed
+    truncated = stub.truncateStream(position, metadata=auth)
+    assert truncated.status == pb.UpdateStreamStatus.SUCCESS
+    assert stub.deleteStream(info, metadata=auth).status == pb.DeleteStreamStatus.STREAM_NOT_SEALED
+    assert stub.sealStream(info, metadata=auth).status == 0
+    assert stub.getCurrentSegments(info, metadata=auth).segmentRanges == []  # sealed
+    assert stub.deleteStream(info, metadata=auth).status == 0
+    assert stub.deleteScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
