@@ -335,6 +335,17 @@ def _txn_id(txn: Any) -> pb.TxnId:
     return pb.TxnId(highBits=txn.high_bits, lowBits=txn.low_bits)
 
 
+def outcome(kind: Any, work: Callable[[], Any], errors: Mapping[Any, int]) -> Any:
+    """``kind(status=SUCCESS)`` once ``work()`` is done, or the status ``errors`` gives the
+    first error type it raised (in ``errors``' order); other errors propagate."""
+    try:
+        work()
+    except tuple(errors) as exc:
+        status = next(value for error, value in errors.items() if isinstance(exc, error))
+        return kind(status=status)
+    return kind(status=0)
+
+
 def _page(token: str, names: Iterable[str]) -> tuple[list[str], str]:
     found = list(names)
     return found, found[-1] if found else token
@@ -363,23 +374,17 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
 
     @rpc("operate")
     def createScope(self, request: pb.ScopeInfo, user: Any) -> pb.CreateScopeStatus:
-        try:
-            scopes.create_scope(request.scope)
-        except AlreadyExistsError:
-            return pb.CreateScopeStatus(status=pb.CreateScopeStatus.SCOPE_EXISTS)
-        except InvalidArgumentError:
-            return pb.CreateScopeStatus(status=pb.CreateScopeStatus.INVALID_SCOPE_NAME)
-        return pb.CreateScopeStatus(status=pb.CreateScopeStatus.SUCCESS)
+        kind = pb.CreateScopeStatus
+        return outcome(kind, lambda: scopes.create_scope(request.scope), {
+            AlreadyExistsError: kind.SCOPE_EXISTS, InvalidArgumentError: kind.INVALID_SCOPE_NAME,
+        })  # fmt: skip
 
     @rpc("operate")
     def deleteScope(self, request: pb.ScopeInfo, user: Any) -> pb.DeleteScopeStatus:
-        try:
-            scopes.delete_scope(request.scope)
-        except ScopeNotFoundError:
-            return pb.DeleteScopeStatus(status=pb.DeleteScopeStatus.SCOPE_NOT_FOUND)
-        except PreconditionFailedError:
-            return pb.DeleteScopeStatus(status=pb.DeleteScopeStatus.SCOPE_NOT_EMPTY)
-        return pb.DeleteScopeStatus(status=pb.DeleteScopeStatus.SUCCESS)
+        kind = pb.DeleteScopeStatus
+        return outcome(kind, lambda: scopes.delete_scope(request.scope), {
+            ScopeNotFoundError: kind.SCOPE_NOT_FOUND, PreconditionFailedError: kind.SCOPE_NOT_EMPTY,
+        })  # fmt: skip
 
     deleteScopeRecursive = _unimplemented(
         "deleteScopeRecursive",
@@ -693,13 +698,11 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
         )  # fmt: skip
 
     def _txn_status(self, work: Callable[[], Any]) -> pb.TxnStatus:
-        try:
-            work()
-        except StreamNotFoundError:
-            return pb.TxnStatus(status=pb.TxnStatus.STREAM_NOT_FOUND)
-        except TransactionNotFoundError:
-            return pb.TxnStatus(status=pb.TxnStatus.TRANSACTION_NOT_FOUND)
-        return pb.TxnStatus(status=pb.TxnStatus.SUCCESS)
+        kind = pb.TxnStatus
+        return outcome(kind, work, {
+            StreamNotFoundError: kind.STREAM_NOT_FOUND,
+            TransactionNotFoundError: kind.TRANSACTION_NOT_FOUND,
+        })  # fmt: skip
 
     @rpc("operate")
     def commitTransaction(self, request: pb.TxnRequest, user: Any) -> pb.TxnStatus:
@@ -872,12 +875,11 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
     def deleteReaderGroup(
         self, request: pb.ReaderGroupInfo, user: Any
     ) -> pb.DeleteReaderGroupStatus:
-        status = pb.DeleteReaderGroupStatus
-        try:
-            reader_groups.delete_reader_group(request.scope, request.readerGroup)
-        except (ReaderGroupNotFoundError, ScopeNotFoundError):
-            return status(status=status.RG_NOT_FOUND)
-        return status(status=status.SUCCESS)
+        kind = pb.DeleteReaderGroupStatus
+        return outcome(
+            kind, lambda: reader_groups.delete_reader_group(request.scope, request.readerGroup),
+            {ReaderGroupNotFoundError: kind.RG_NOT_FOUND, ScopeNotFoundError: kind.RG_NOT_FOUND},
+        )  # fmt: skip
 
     @rpc("read")
     def listSubscribers(self, request: pb.StreamInfo, user: Any) -> pb.SubscribersResponse:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pravega_client
@@ -32,3 +34,11 @@ def read_events(reader: Any, count: int, timeout: float = 60.0) -> list[str]:
         return got
 
     return asyncio.run(asyncio.wait_for(run(), timeout))
+
+
+def wait_for(signal_file: str, what: str, timeout: float = 120.0) -> None:
+    """Say on stdout that the program waits for ``what``, then until the test writes the file."""
+    print(json.dumps({"waiting": what}), flush=True)
+    deadline = time.monotonic() + timeout
+    while not Path(signal_file).read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)

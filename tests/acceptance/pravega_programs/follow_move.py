@@ -4,13 +4,10 @@ other controller: the client looks the moved segment up again by itself."""
 
 from __future__ import annotations
 
-import json
 import sys
-import time
-from pathlib import Path
 
 import pravega_client
-from common import answer, read_events
+from common import answer, read_events, wait_for
 
 first, second, scope, count, signal_file = sys.argv[1:6]
 count_ = int(count)
@@ -24,10 +21,7 @@ reader = group.create_reader("r1")
 for i in range(count_):
     if i == count_ // 2:
         writer.flush()
-        print(json.dumps({"waiting": "kill"}), flush=True)
-        deadline = time.monotonic() + 120
-        while not Path(signal_file).read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(signal_file, "move")
     writer.write_event(f"k{i % 4}:{i}", routing_key=f"k{i % 4}")
 writer.flush()
 events = read_events(reader, count_, timeout=120)

@@ -3,12 +3,9 @@ REST while they run): every event is read once, in order per routing key."""
 
 from __future__ import annotations
 
-import json
 import sys
-import time
-from pathlib import Path
 
-from common import answer, manager, read_events
+from common import answer, manager, read_events, wait_for
 
 m = manager()
 scope, count = sys.argv[2], int(sys.argv[3])
@@ -20,10 +17,7 @@ group = m.create_reader_group("follow", scope, "growing", False)
 reader = group.create_reader("r1")
 for i in range(count):
     if i == count // 3:
-        print(json.dumps({"waiting": "scale"}), flush=True)
-        deadline = time.monotonic() + 60
-        while not Path(signal_file).read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(signal_file, "scale")
     writer.write_event(f"k{i % 4}:{i}", routing_key=f"k{i % 4}")
 writer.flush()
 events = read_events(reader, count)
