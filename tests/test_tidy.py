@@ -1,7 +1,7 @@
 """Tidy: the tree keeps the limits it already keeps (as TigerBeetle's ``tidy`` does).
 
 * no function over ``FUNCTION_LINES_MAX`` lines, no class over ``CLASS_LINES_MAX`` (the code's
-  own packages and the benchmarks; migrations are generated);
+  own packages and the benchmarks; migrations and protobuf stubs are generated);
 * one spelling of each fact that once had several homes: the qualified segment-name format
   (``millrace.kernel.naming``), the token resource of a stream (``claims.stream_resource``),
   the event header (``millrace.kernel.wire.event_frame``), the Celery task names
@@ -25,7 +25,7 @@ CLASS_LINES_MAX = 500
 def sources(*folders: str) -> Iterator[Path]:
     for folder in folders:
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if "migrations" not in path.parts:
+            if "migrations" not in path.parts and not path.stem.endswith(("_pb2", "_pb2_grpc")):
                 yield path
 
 

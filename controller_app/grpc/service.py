@@ -354,8 +354,8 @@ def _page(token: str, names: Iterable[str]) -> tuple[list[str], str]:
 # -- the service ------------------------------------------------------------------------------
 
 
-class ControllerService(pb_grpc.ControllerServiceServicer):
-    """The rpcs (see the module docstring); ``address`` is this controller's gRPC endpoint."""
+class _Base:
+    """What every rpc shares: the endpoint's ``address``, the call (``run``), tokens."""
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address
@@ -369,6 +369,14 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             return body(self, request, user)
         finally:
             close_old_connections()
+
+    def _token(self, user: Any, scope: str, stream: str) -> str:
+        access = READ_UPDATE if may(user, "operate") else READ
+        return delegation_token(stream_resource(scope, stream), access)
+
+
+class _ScopesAndStreams(_Base):
+    """Scopes and streams."""
 
     # -- scopes ---------------------------------------------------------------------------
 
@@ -530,11 +538,11 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             continuationToken=pb.ContinuationToken(token=str(rows[-1].pk) if rows else token),
         )  # fmt: skip
 
-    # -- segments -------------------------------------------------------------------------
 
-    def _token(self, user: Any, scope: str, stream: str) -> str:
-        access = READ_UPDATE if may(user, "operate") else READ
-        return delegation_token(stream_resource(scope, stream), access)
+class _Segments(_Base):
+    """Segments, the node serving them, their tokens, and scaling."""
+
+    # -- segments -------------------------------------------------------------------------
 
     @rpc("read")
     def getCurrentSegments(self, request: pb.StreamInfo, user: Any) -> pb.SegmentRanges:
@@ -682,6 +690,10 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
         done = request.epoch <= row.current_epoch and row.state != StreamState.SCALING
         return status(status=status.SUCCESS if done else status.IN_PROGRESS)
 
+
+class _Transactions(_Base):
+    """Transactions and writers' marks."""
+
     # -- transactions ---------------------------------------------------------------------
 
     @rpc("operate")
@@ -791,6 +803,10 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
             return status(result=status.STREAM_DOES_NOT_EXIST)
         removed = marks.remove_writer(row, request.writer)
         return status(result=status.SUCCESS if removed else status.UNKNOWN_WRITER)
+
+
+class _Groups(_Base):
+    """Reader groups, subscribers, key-value tables, the controllers."""
 
     # -- reader groups and subscribers ----------------------------------------------------
 
@@ -950,3 +966,9 @@ class ControllerService(pb_grpc.ControllerServiceServicer):
         "Millrace's retention and watermark buckets are taken by lease by whichever beat runs"
         " (see GET /v1/cluster), not mapped to controllers",
     )
+
+
+class ControllerService(_ScopesAndStreams, _Segments, _Transactions, _Groups,
+                        pb_grpc.ControllerServiceServicer):  # fmt: skip
+    """Every rpc of ``ControllerService`` (see the module docstring); ``address`` is this
+    controller's gRPC endpoint."""
