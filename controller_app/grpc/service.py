@@ -498,12 +498,14 @@ class _ScopesAndStreams(_Base):
     def getStreamConfiguration(self, request: pb.StreamInfo, user: Any) -> pb.StreamConfig:
         return _config_message(get_stream(*_names(request)))
 
-    def _stream_page(self, scope: str, rows: list[Stream], token: str) -> pb.StreamsInScopeResponse:
-        found = [_stream_info(scope, row.name) for row in rows]
+    @staticmethod
+    def _stream_page(scope: str, rows: list[Stream], token: str) -> pb.StreamsInScopeResponse:
+        """A page of ``rows``; ``token``: where the next page starts (the same when empty)."""
         return pb.StreamsInScopeResponse(
-            streams=found, status=pb.StreamsInScopeResponse.SUCCESS,
-            continuationToken=pb.ContinuationToken(token=rows[-1].name if rows else token),
-        )  # fmt: skip
+            streams=[_stream_info(scope, row.name) for row in rows],
+            status=pb.StreamsInScopeResponse.SUCCESS,
+            continuationToken=pb.ContinuationToken(token=token),
+        )
 
     @rpc("read")
     def listStreamsInScope(
@@ -517,7 +519,7 @@ class _ScopesAndStreams(_Base):
             Stream.objects.filter(scope=scope, name__gt=after)
             .exclude(name__startswith="_").order_by("name")[:PAGE_SIZE]
         )  # fmt: skip
-        return self._stream_page(scope.name, rows, after)
+        return self._stream_page(scope.name, rows, rows[-1].name if rows else after)
 
     @rpc("read")
     def listStreamsInScopeForTag(
@@ -532,11 +534,7 @@ class _ScopesAndStreams(_Base):
         except ValueError:
             raise InvalidArgumentError(f"not a continuation token: {token!r}") from None
         rows = sel.streams_with_tag(scope, request.tag, after=after, limit=PAGE_SIZE)
-        found = [_stream_info(scope.name, row.name) for row in rows]
-        return pb.StreamsInScopeResponse(
-            streams=found, status=pb.StreamsInScopeResponse.SUCCESS,
-            continuationToken=pb.ContinuationToken(token=str(rows[-1].pk) if rows else token),
-        )  # fmt: skip
+        return self._stream_page(scope.name, rows, str(rows[-1].pk) if rows else token)
 
 
 class _Segments(_Base):
