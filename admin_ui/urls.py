@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth
 from django.urls import path
 
 from admin_ui import actions as a
+from admin_ui import kvtables as kv
 from admin_ui import security as sec
 from admin_ui import views as v
 
@@ -14,6 +15,7 @@ app_name = "console"
 SCOPE = "scopes/<str:scope>"
 STREAM = f"{SCOPE}/streams/<str:stream>"
 RG = f"{SCOPE}/readergroups/<str:reader_group>"
+KVT = f"{SCOPE}/kvtables/<str:kvtable>"
 
 urlpatterns = [
     path("login/", auth.LoginView.as_view(redirect_authenticated_user=True), name="login"),
@@ -44,6 +46,12 @@ urlpatterns = [
     path(f"{RG}/", v.reader_group, name="reader-group"),
     path(f"{RG}/checkpoint", a.rg_checkpoint, name="rg-checkpoint"),
     path(f"{RG}/reset", a.rg_reset, name="rg-reset"),
+    path(f"{SCOPE}/kvtables/", kv.kvtables, name="kvtables"),
+    path(f"{SCOPE}/kvtables/create", kv.kvtable_create, name="kvtable-create"),
+    path(f"{KVT}/", kv.kvtable, name="kvtable"),
+    path(f"{KVT}/delete", kv.kvtable_delete, name="kvtable-delete"),
+    path(f"{KVT}/entries/put", kv.entry_put, name="kvtable-put"),
+    path(f"{KVT}/entries/remove", kv.entry_remove, name="kvtable-remove"),
     path("audit/", v.audit, name="audit"),
     path("security/", sec.security, name="security"),
     path("security/token-secret/rotate", sec.secret_rotate, name="secret-rotate"),

@@ -28,7 +28,9 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 #: The answers that refuse a caller: no or bad credentials, no permission, too many sign-ins.
 REFUSALS = (401, 403, 429)
 #: The URL parameters that name the object of a change, in the order they nest.
-OBJECT_PARTS = ("scope", "stream", "reader_group", "txn_id", "checkpoint", "reader")
+OBJECT_PARTS = (
+    "scope", "stream", "reader_group", "kvtable", "txn_id", "checkpoint", "reader", "key"
+)  # fmt: skip
 
 
 def record(

@@ -66,6 +66,21 @@ TXN_TRANSITIONS: Transitions = {
 TXN_COMPLETED = frozenset({_T.COMMITTED, _T.ABORTED})
 
 
+class KvtState(models.TextChoices):
+    """Lifecycle of a key-value table (Pravega's ``KVTableState``)."""
+
+    CREATING = "CREATING", "creating"
+    ACTIVE = "ACTIVE", "active"
+    DELETING = "DELETING", "deleting"
+
+
+KVT_TRANSITIONS: Transitions = {
+    KvtState.CREATING: frozenset({KvtState.ACTIVE}),
+    KvtState.ACTIVE: frozenset({KvtState.DELETING}),
+    KvtState.DELETING: frozenset(),  # the workflow then deletes the row
+}
+
+
 class ReaderGroupState(models.TextChoices):
     """Lifecycle of a reader group's controller record (Pravega ``ReaderGroupState``)."""
 

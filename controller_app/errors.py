@@ -69,6 +69,19 @@ class ReaderGroupNotFoundError(NotFoundError):
     """No reader group with this name in this scope."""
 
 
+class KvtNotFoundError(NotFoundError):
+    """No key-value table with this name in this scope."""
+
+
+class KeyNotFoundError(NotFoundError):
+    """The key-value table has no entry with this key (or a change expected one)."""
+
+
+class BadKeyVersionError(ControllerError):
+    """A conditional change of a key-value table entry expected another version (or the key
+    absent)."""
+
+
 class ReaderNotInGroupError(NotFoundError):
     """The reader is not, or no longer, a member of the reader group (it left, was declared
     dead after its timeout, or never joined); it must join again."""

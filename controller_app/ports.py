@@ -54,6 +54,12 @@ class SegmentStore(Protocol):
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length)."""
 
+    def create_table(self, segment: str) -> None:
+        """Create table segment ``segment`` (existing already is fine)."""
+
+    def delete_table(self, segment: str) -> None:
+        """Delete table segment ``segment``, whatever it holds (missing already is fine)."""
+
     def info(self, segment: str) -> SegmentState:
         """The segment's state (a missing segment: ``exists`` False)."""
 

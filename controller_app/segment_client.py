@@ -191,6 +191,23 @@ class SegmentStorePort:
         for args in again:
             alone(*args)
 
+    def create_table(self, segment: str) -> None:
+        with contextlib.suppress(ssc.SegmentExistsError):
+            self._call(segment, lambda c: c.table("create", segment, token=_token(segment)))
+
+    def delete_table(self, segment: str) -> None:
+        with contextlib.suppress(ssc.SegmentNotFoundError):
+            self._call(
+                segment,
+                lambda c: c.table("delete", segment, must_be_empty=False, token=_token(segment)),
+            )
+
+    def table(self, segment: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A table-segment call on ``segment`` (``TableCalls.<method>``), with a token that
+        may change it: the REST API's entries of key-value tables."""
+        token = _token(segment)
+        return self._call(segment, lambda c: c.table(method, segment, *args, token=token, **kwargs))
+
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at
         the tail would wait for data)."""

@@ -125,8 +125,13 @@ def test_an_exit_during_the_restart_is_one_more_restart(tmp_path: Path, run: lis
     assert running.error is None
     crashed = [line for line in running.lines if "exited (exit status 3)" in line]
     assert len(crashed) == 3 and "its last output" in crashed[0]
-    state = json.loads((tmp_path / "state.json").read_text())["children"]["store"]
-    assert (state["state"], state["restarts"]) == ("ready", 4)
+
+    def written() -> tuple[str, int]:
+        # (the supervisor's thread writes the file just after it sets the state in memory)
+        state = json.loads((tmp_path / "state.json").read_text())["children"]["store"]
+        return state["state"], state["restarts"]
+
+    running.until(lambda: written() == ("ready", 4), timeout=5)
 
 
 def test_without_the_guard_an_exit_during_the_restart_stops_the_node(

@@ -242,6 +242,9 @@ class DurableDataLog(abc.ABC):
     blocking: ClassVar[bool] = False
     #: ``_do_append_batch`` takes a frame given as ``FrameParts`` as it is (else joined).
     accepts_frame_parts: ClassVar[bool] = False
+    #: ``append_now`` may write on the caller's thread: the write is local and short (a
+    #: file and its fdatasync), shorter than a hand-over to a worker thread and back.
+    appends_inline: ClassVar[bool] = False
 
     @classmethod
     def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
@@ -284,6 +287,38 @@ class DurableDataLog(abc.ABC):
         self._closing = False
 
     async def append(self, frame: Frame) -> LogAddress:
+        frame = self._checked(frame)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[LogAddress] = loop.create_future()
+        self._pending.append((frame, future))
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_pending())
+        return await future
+
+    def append_now(self, frame: Frame) -> LogAddress | None:
+        """Append ``frame`` on the caller's thread, durable on return, where the backend
+        ``appends_inline`` and no other append is under way; else ``None`` (call ``append``).
+        It blocks the caller for one write and its sync: for a lone frame, which nothing
+        would share that write with. A failure is as in ``append``: raised, and sticky."""
+        if not self.appends_inline or self._pending:
+            return None
+        if self._writer is not None and not self._writer.done():
+            return None
+        frame = self._checked(frame)
+        try:
+            addresses = self._append_inline([frame])
+        except Exception as error:
+            self._failure = _as_log_error(error)
+            raise _fresh(self._failure) from error
+        return None if addresses is None else addresses[0]
+
+    def _append_inline(self, frames: Sequence[Frame]) -> list[LogAddress] | None:
+        """``append_now``'s write: ``_do_append_batch``, or None to decline after all."""
+        return self._do_append_batch(frames)
+
+    def _checked(self, frame: Frame) -> Frame:
+        """``frame`` as ``_do_append_batch`` takes it, once the log is open and its size
+        allowed."""
         self._check_open()
         if isinstance(frame, list):
             if not self.accepts_frame_parts:
@@ -297,12 +332,7 @@ class DurableDataLog(abc.ABC):
             raise ValueError("empty frame")
         if size > self.frame_bytes_max:
             raise DataLogFullError(f"frame of {size} bytes > {self.frame_bytes_max}")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[LogAddress] = loop.create_future()
-        self._pending.append((frame, future))
-        if self._writer is None or self._writer.done():
-            self._writer = loop.create_task(self._write_pending())
-        return await future
+        return frame
 
     async def read_all(self) -> AsyncIterator[tuple[LogAddress, bytes]]:
         self._check_open()

@@ -49,7 +49,8 @@ from millrace.kernel.tls import peer_context
 
 #: Events one request may carry, and how long it waits for them to be durable: long enough to
 #: ride through a segment store restart, short enough for HTTP clients' own timeouts. After it
-#: the answer is 503 ``segment-store-timeout`` and, as with any timeout, the outcome unknown.
+#: the answer is 503 ``segment-store-timeout``: the events not yet sent are given up (never
+#: written later); any sent before the segment store went quiet may have been written.
 EVENTS_PER_REQUEST_MAX = 10_000
 APPEND_TIMEOUT_SECONDS = 15.0
 
@@ -146,9 +147,19 @@ class _Writers:
         except TimeoutError:
             writer = self._writers.get((scope, stream))
             why = writer.refusal() if writer is not None else None
+            # Give the events up rather than deliver them after the 503: a client that sends
+            # them again would have them twice. Only what was sent before may have landed.
+            gone = asyncio.run_coroutine_threadsafe(self._abandon(scope, stream), loop)
+            with contextlib.suppress(Exception):
+                gone.result(APPEND_TIMEOUT_SECONDS)
             if why is not None:  # refused all along, not slow: say why
                 raise Tier1UnavailableError(f"the segment store refuses appends: {why}") from None
             raise
+
+    async def _abandon(self, scope: str, stream: str) -> None:
+        writer = self._writers.pop((scope, stream), None)
+        if writer is not None:
+            await writer.abandon(TimeoutError("given up after the append timeout"))
 
     async def _append(
         self, scope: str, stream: str, events: list[tuple[bytes, str | None]]
@@ -161,8 +172,10 @@ class _Writers:
             done = [await writer.write_event(data, key) for data, key in events]
             await writer.flush_events(done)
         except Exception:
-            # Start afresh next time (the stream may have been sealed, deleted or recreated).
-            self._writers.pop((scope, stream), None)
+            # Start afresh next time (the stream may have been sealed, deleted or recreated),
+            # unless a later request already did.
+            if self._writers.get((scope, stream)) is writer:
+                del self._writers[(scope, stream)]
             raise
 
 

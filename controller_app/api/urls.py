@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from controller_app.api import kvtables as kvt
 from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.cluster_views import ClusterView
@@ -31,6 +32,7 @@ register_converter(SegmentIdConverter, "segment")
 STREAM = "scopes/<str:scope>/streams/<str:stream>"
 TXN = f"{STREAM}/transactions/<str:txn_id>"
 RG = "scopes/<str:scope>/readergroups/<str:reader_group>"
+KVT = "scopes/<str:scope>/kvtables/<str:kvtable>"
 
 urlpatterns = [
     path("cluster", ClusterView.as_view()),
@@ -72,4 +74,9 @@ urlpatterns = [
     path(f"{RG}/checkpoints", rg.CheckpointsView.as_view()),
     path(f"{RG}/checkpoints/<str:checkpoint>", rg.CheckpointView.as_view()),
     path(f"{RG}/subscriber-stream-cuts", rg.SubscriberCutsView.as_view()),
+    path("scopes/<str:scope>/kvtables", kvt.KvtsView.as_view()),
+    path(KVT, kvt.KvtView.as_view()),
+    path(f"{KVT}/delegation-token", kvt.KvtTokenView.as_view()),
+    path(f"{KVT}/entries", kvt.EntriesView.as_view()),
+    path(f"{KVT}/entries/<path:key>", kvt.EntryView.as_view()),
 ]

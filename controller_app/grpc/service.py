@@ -50,6 +50,7 @@ from controller_app.errors import (
     IllegalTransitionError,
     InvalidArgumentError,
     InvalidStreamCutError,
+    KvtNotFoundError,
     NotFoundError,
     PreconditionFailedError,
     ReaderGroupNotFoundError,
@@ -61,18 +62,34 @@ from controller_app.errors import (
 )
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import controller_pb2_grpc as pb_grpc
-from controller_app.models import CompletedTransaction, Node, ReaderGroup, Scope, Stream
+from controller_app.models import (
+    CompletedTransaction,
+    KeyValueTable,
+    Node,
+    ReaderGroup,
+    Scope,
+    Stream,
+)
 from controller_app.outages import service_down
 from controller_app.roles import Need, may, refusal
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment
 from controller_app.tokens import TokenExpiredError, delegation_token, user_of
-from controller_app.workflows import marks, reader_groups, scale, scopes, streams, transactions
+from controller_app.workflows import (
+    kvtables,
+    marks,
+    reader_groups,
+    scale,
+    scopes,
+    streams,
+    transactions,
+)
 from controller_app.workflows import truncate as truncation
 from controller_app.workflows.common import get_stream
 from controller_app.workflows.config import NAME_LENGTH_MAX, StreamConfig, check_name
 from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
-from millrace.kernel.naming import qualified_segment_name
+from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig
+from millrace.kernel.naming import qualified_segment_name, segment_id
 
 __all__ = ["PAGE_SIZE", "ControllerService"]
 
@@ -82,10 +99,6 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 1000
 #: How long an rpc that starts a workflow (update, seal, delete, scale, truncate) waits for it.
 WORKFLOW_WAIT_SECONDS = 30.0
-#: The suffix of the table segments Pravega's Rust client keeps reader groups in (and of
-#: key-value tables): ``<name>_kvtable``. Such names are not streams; getURI and
-#: getDelegationToken answer for them all the same, as Pravega's controller does.
-KVTABLE_SUFFIX = "_kvtable"
 _NO_TIMESTAMP = -(2**63)
 
 _R = TypeVar("_R")
@@ -257,12 +270,18 @@ def _stream_info(scope: str, stream: str) -> pb.StreamInfo:
 
 
 def _names(info: pb.StreamInfo) -> tuple[str, str]:
-    if not info.scope or not info.stream:
-        raise InvalidArgumentError("streamInfo needs a scope and a stream")
-    for kind, name in (("scope", info.scope), ("stream", info.stream)):
-        if len(name) > NAME_LENGTH_MAX:
-            raise InvalidArgumentError(f"{kind} name is longer than {NAME_LENGTH_MAX} characters")
-    return info.scope, info.stream
+    return _scoped("stream", info.scope, info.stream)
+
+
+def _scoped(kind: str, scope: str, name: str) -> tuple[str, str]:
+    """``(scope, name)`` of a request naming a ``kind`` in a scope: both given, neither over
+    the name length limit."""
+    if not scope or not name:
+        raise InvalidArgumentError(f"a {kind} is named by a scope and a name")
+    for what, value in (("scope", scope), (kind, name)):
+        if len(value) > NAME_LENGTH_MAX:
+            raise InvalidArgumentError(f"{what} name is longer than {NAME_LENGTH_MAX} characters")
+    return scope, name
 
 
 def _ranges(stream: Stream, segments: Iterable[Segment]) -> list[pb.SegmentRange]:
@@ -936,15 +955,6 @@ class _Groups(_Base):
             return status(status=status.STREAM_CUT_NOT_VALID)
         return status(status=status.SUCCESS)
 
-    # -- key-value tables: issue 36 --------------------------------------------------------
-
-    _KVT = "key-value tables are not served yet (planned)"
-    createKeyValueTable = _unimplemented("createKeyValueTable", _KVT)
-    getCurrentSegmentsKeyValueTable = _unimplemented("getCurrentSegmentsKeyValueTable", _KVT)
-    listKeyValueTablesInScope = _unimplemented("listKeyValueTablesInScope", _KVT)
-    getKeyValueTableConfiguration = _unimplemented("getKeyValueTableConfiguration", _KVT)
-    deleteKeyValueTable = _unimplemented("deleteKeyValueTable", _KVT)
-
     # -- the controllers --------------------------------------------------------------------
 
     @rpc("read")
@@ -966,7 +976,89 @@ class _Groups(_Base):
     )
 
 
-class ControllerService(_ScopesAndStreams, _Segments, _Transactions, _Groups,
+class _KeyValueTables(_Base):
+    """Key-value tables (``controller_app.workflows.kvtables``)."""
+
+    @rpc("operate")
+    def createKeyValueTable(
+        self, request: pb.KeyValueTableConfig, user: Any
+    ) -> pb.CreateKeyValueTableStatus:
+        kind = pb.CreateKeyValueTableStatus
+        config = KvtConfig(
+            request.partitionCount, request.primaryKeyLength, request.secondaryKeyLength
+        )
+        return outcome(kind, lambda: kvtables.create_kvtable(
+            segment_store(), request.scope, request.kvtName, config
+        ), {
+            AlreadyExistsError: kind.TABLE_EXISTS, ScopeNotFoundError: kind.SCOPE_NOT_FOUND,
+            InvalidArgumentError: kind.INVALID_TABLE_NAME,
+        })  # fmt: skip
+
+    @rpc("read")
+    def getCurrentSegmentsKeyValueTable(
+        self, request: pb.KeyValueTableInfo, user: Any
+    ) -> pb.SegmentRanges:
+        """The table's partitions, one key range each (``1/n`` of the key space)."""
+        row = kvtables.active_kvtable(*_kvt_names(request))
+        info = _stream_info(row.scope.name, row.name)
+        count = row.partitions
+        ranges = [
+            pb.SegmentRange(
+                segmentId=pb.SegmentId(streamInfo=info, segmentId=segment_id(0, n)),
+                minKey=n / count, maxKey=1.0 if n == count - 1 else (n + 1) / count,
+            )
+            for n in range(count)
+        ]  # fmt: skip
+        token = self._token(user, row.scope.name, row.name + KVTABLE_SUFFIX)
+        return pb.SegmentRanges(segmentRanges=ranges, delegationToken=token)
+
+    @rpc("read")
+    def listKeyValueTablesInScope(
+        self, request: pb.KVTablesInScopeRequest, user: Any
+    ) -> pb.KVTablesInScopeResponse:
+        kind = pb.KVTablesInScopeResponse
+        scope = Scope.objects.filter(name=request.scope.scope).first()
+        if scope is None:
+            return kind(status=kind.SCOPE_NOT_FOUND)
+        after = request.continuationToken.token
+        names = KeyValueTable.objects.filter(scope=scope, name__gt=after).order_by("name")
+        found, token = _page(after, names.values_list("name", flat=True)[:PAGE_SIZE])
+        return kind(
+            kvtables=[pb.KeyValueTableInfo(scope=scope.name, kvtName=n) for n in found],
+            continuationToken=pb.ContinuationToken(token=token), status=kind.SUCCESS,
+        )  # fmt: skip
+
+    @rpc("read")
+    def getKeyValueTableConfiguration(
+        self, request: pb.KeyValueTableInfo, user: Any
+    ) -> pb.KeyValueTableConfigResponse:
+        kind = pb.KeyValueTableConfigResponse
+        try:
+            row = kvtables.get_kvtable(*_kvt_names(request))
+        except (KvtNotFoundError, ScopeNotFoundError):
+            return kind(status=kind.TABLE_NOT_FOUND)
+        config = pb.KeyValueTableConfig(
+            scope=row.scope.name, kvtName=row.name, partitionCount=row.partitions,
+            primaryKeyLength=row.primary_key_length, secondaryKeyLength=row.secondary_key_length,
+        )  # fmt: skip
+        return kind(config=config, status=kind.SUCCESS)
+
+    @rpc("operate")
+    def deleteKeyValueTable(
+        self, request: pb.KeyValueTableInfo, user: Any
+    ) -> pb.DeleteKVTableStatus:
+        kind = pb.DeleteKVTableStatus
+        scope, name = _kvt_names(request)
+        return outcome(kind, lambda: kvtables.delete_kvtable(segment_store(), scope, name), {
+            KvtNotFoundError: kind.TABLE_NOT_FOUND, ScopeNotFoundError: kind.TABLE_NOT_FOUND,
+        })  # fmt: skip
+
+
+def _kvt_names(info: pb.KeyValueTableInfo) -> tuple[str, str]:
+    return _scoped("key-value table", info.scope, info.kvtName)
+
+
+class ControllerService(_ScopesAndStreams, _Segments, _Transactions, _Groups, _KeyValueTables,
                         pb_grpc.ControllerServiceServicer):  # fmt: skip
     """Every rpc of ``ControllerService`` (see the module docstring); ``address`` is this
     controller's gRPC endpoint."""

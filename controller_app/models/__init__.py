@@ -16,6 +16,7 @@ from controller_app.models.host import (
     ProcessHeartbeat,
     TaskCount,
 )
+from controller_app.models.kvt import KeyValueTable
 from controller_app.models.reader_group import ReaderGroup, Subscriber
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
@@ -33,6 +34,7 @@ __all__ = [
     "ContainerMove",
     "Epoch",
     "EpochTransition",
+    "KeyValueTable",
     "Node",
     "ProcessHeartbeat",
     "ReaderGroup",

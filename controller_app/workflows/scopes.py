@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from controller_app.errors import AlreadyExistsError, PreconditionFailedError, ScopeNotFoundError
-from controller_app.models import ReaderGroup, Scope, Stream
+from controller_app.models import KeyValueTable, ReaderGroup, Scope, Stream
 from controller_app.workflows.config import check_name
 
 
@@ -27,11 +27,14 @@ def get_scope(name: str) -> Scope:
 
 
 def delete_scope(name: str) -> None:
-    """Delete the scope ``name``; only an empty one (no streams, no reader groups)."""
+    """Delete the scope ``name``; only an empty one (no streams, reader groups or key-value
+    tables)."""
     with transaction.atomic():
         scope = get_scope(name)
         if Stream.objects.filter(scope=scope).exists():
             raise PreconditionFailedError(f"scope {name} is not empty: delete its streams first")
         if ReaderGroup.objects.filter(scope=scope).exists():
             raise PreconditionFailedError(f"scope {name} still has reader groups")
+        if KeyValueTable.objects.filter(scope=scope).exists():
+            raise PreconditionFailedError(f"scope {name} still has key-value tables")
         scope.delete()

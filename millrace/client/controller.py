@@ -108,8 +108,9 @@ class AsyncControllerClient:
         await self._http.aclose()
 
     async def call(
-        self, method: str, path: str, body: Any = None, *, changes: bool | None = None
-    ) -> Any:
+        self, method: str, path: str, body: Any = None, *, changes: bool | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:  # fmt: skip
         """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``.
 
         A call whose connection was never made is retried whatever its method; one cut after it
@@ -119,7 +120,7 @@ class AsyncControllerClient:
         delay, deadline = RETRY_DELAY_SECONDS, loop.time() + PATIENCE_SECONDS
         while True:
             try:
-                response = await self._http.request(method, path, json=body)
+                response = await self._http.request(method, path, json=body, headers=headers)
             except httpx.TransportError as exc:
                 await self._tls_refusal(exc)
                 unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -158,15 +159,19 @@ class AsyncControllerClient:
 
     # -- scopes and streams ----------------------------------------------------------------
 
-    async def create_scope(self, scope: str) -> bool:
-        """Create ``scope``; ``False`` if it existed already."""
+    async def create(self, path: str, body: dict[str, Any]) -> bool:
+        """``POST path body``: ``True`` once made, ``False`` if it existed already."""
         try:
-            await self.call("POST", "/scopes", {"scopeName": scope})
+            await self.call("POST", path, body)
         except ControllerError as exc:
             if exc.code == "already-exists":
                 return False
             raise
         return True
+
+    async def create_scope(self, scope: str) -> bool:
+        """Create ``scope``; ``False`` if it existed already."""
+        return await self.create("/scopes", {"scopeName": scope})
 
     async def delete_scope(self, scope: str) -> None:
         await self.call("DELETE", f"/scopes/{scope}")
@@ -189,13 +194,7 @@ class AsyncControllerClient:
         }
         if retention_policy is not None:
             body["retentionPolicy"] = retention_policy
-        try:
-            await self.call("POST", f"/scopes/{scope}/streams", body)
-        except ControllerError as exc:
-            if exc.code == "already-exists":
-                return False
-            raise
-        return True
+        return await self.create(f"/scopes/{scope}/streams", body)
 
     async def list_streams(self, scope: str) -> list[str]:
         """The names of the scope's streams (internal ones, starting with ``_``, left out)."""

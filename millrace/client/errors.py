@@ -28,6 +28,9 @@ __all__ = [
     "SegmentStoreError",
     "SegmentTruncatedError",
     "ServerError",
+    "TableKeyBadVersionError",
+    "TableKeyDoesNotExistError",
+    "TableSegmentNotEmptyError",
     "error_from_reply",
 ]
 
@@ -102,6 +105,19 @@ class OperationUnsupportedError(SegmentStoreError):
     """OperationUnsupported."""
 
 
+class TableKeyBadVersionError(SegmentStoreError):
+    """TableKeyBadVersion: a key's version is not the one a conditional change expected (or
+    the key exists where it was expected absent)."""
+
+
+class TableKeyDoesNotExistError(SegmentStoreError):
+    """TableKeyDoesNotExist: a conditional change expected a key that is absent."""
+
+
+class TableSegmentNotEmptyError(SegmentStoreError):
+    """TableSegmentNotEmpty: a delete that must find the table empty did not."""
+
+
 class ConnectionLostError(SegmentStoreError):
     """The connection closed (or could not be set up) before the reply arrived."""
 
@@ -154,6 +170,12 @@ def error_from_reply(reply: Any) -> SegmentStoreError:
         case wire.AuthTokenCheckFailed():
             expired = reply.error_code == wire.TOKEN_EXPIRED
             return AuthTokenCheckFailedError(f"{name}: {detail}", expired=expired, request_id=rid)
+        case wire.TableKeyBadVersion():
+            return TableKeyBadVersionError(message, **kw)
+        case wire.TableKeyDoesNotExist():
+            return TableKeyDoesNotExistError(message, **kw)
+        case wire.TableSegmentNotEmpty():
+            return TableSegmentNotEmptyError(message, **kw)
         case wire.OperationUnsupported():
             return OperationUnsupportedError(f"{name}: {reply.operation_name}", request_id=rid)
         case wire.ErrorMessage(error_code=wire.ERROR_ILLEGAL_ARGUMENT):

@@ -462,12 +462,7 @@ class StreamManager(_Closing):
         return ByteStream(self._loop, self._loop.run(self._async.create_byte_stream(scope, stream)))
 
     def close(self) -> None:
-        if self._loop.stopped:
-            return
-        self._loop.forget(self)
-        self._loop.close_open()
-        self._loop.run(self._async.close())
-        self._loop.stop()
+        self._loop.shut(self, self._async.close)
 
 
 async def _make(uri: str, token: str, tls: dict[str, Any]) -> AsyncStreamManager:

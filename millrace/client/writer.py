@@ -26,7 +26,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from millrace.client.controller import AsyncControllerClient
@@ -161,6 +161,25 @@ async def _send_open_blocks(writers: dict[int, _SegmentWriter]) -> None:
                 await writer.client.flush(writer.writer_id)
 
 
+def _take_unpersisted(
+    writer: _SegmentWriter, last: int, complete: Callable[[_Pending], None]
+) -> list[_Pending]:
+    """Empty ``writer``'s queues: ``complete`` the events the segment store has (numbers up to
+    ``last``) and return the others in order, a group cut to its events after ``last``."""
+    items, writer.pending, writer.unsent = list(writer.pending), deque(), []
+    left: list[_Pending] = []
+    for item in items:
+        if item.number + item.count - 1 <= last:
+            complete(item)  # stored (its ack was lost, or came for a later block)
+        elif not item.done.done():
+            if item.number <= last and item.group is not None:
+                del item.group[: last - item.number + 1]  # the rest of a group
+                if item.keys is not None:
+                    del item.keys[: last - item.number + 1]
+            left.append(item)
+    return left
+
+
 class AsyncEventWriter:
     """Writes events to one stream (create it with ``StreamManager.create_writer``)."""
 
@@ -203,6 +222,8 @@ class AsyncEventWriter:
         #: Whether each ``flush`` reports a mark by itself: the stream sets
         #: ``timestampAggregationTimeout`` (read when the writer starts).
         self.automatic_marks = False
+        #: Why this writer gave up (``abandon``): every event queued after fails with it.
+        self._abandoned: Exception | None = None
 
     def refusal(self) -> str | None:
         """Why the segment store refuses this writer's appends now (its last answer), if it
@@ -415,6 +436,9 @@ class AsyncEventWriter:
     def _enqueue(self, writer: _SegmentWriter, item: _Pending) -> None:
         """Number ``item`` for ``writer`` and queue it; the writer's shipping task hands the
         queued events to the segment store client together (one append-block call)."""
+        if self._abandoned is not None:  # a re-route that was under way when it gave up
+            self._complete(item, self._abandoned)
+            return
         item.number = writer.next_number
         writer.next_number += 1 if item.group is None else len(item.group)
         writer.pending.append(item)
@@ -530,27 +554,11 @@ class AsyncEventWriter:
         async with self._lock:
             writer.client = client
             self.reconnects += 1
-            items = self._take_unpersisted(writer, last)
+            items = _take_unpersisted(writer, last, self._complete)
             writer.next_number = max(last, 0) + 1
             writer.reconnecting = False
             for item in items:
                 self._enqueue(writer, item)
-
-    def _take_unpersisted(self, writer: _SegmentWriter, last: int) -> list[_Pending]:
-        """Empty ``writer``'s queues: complete the events the segment store has (numbers up to
-        ``last``) and return the others in order, a group cut to its events after ``last``."""
-        items, writer.pending, writer.unsent = list(writer.pending), deque(), []
-        left: list[_Pending] = []
-        for item in items:
-            if item.number + item.count - 1 <= last:
-                self._complete(item)  # stored (its ack was lost, or came for a later block)
-            elif not item.done.done():
-                if item.number <= last and item.group is not None:
-                    del item.group[: last - item.number + 1]  # the rest of a group
-                    if item.keys is not None:
-                        del item.keys[: last - item.number + 1]
-                left.append(item)
-        return left
 
     async def _reroute_locked(self, writer: _SegmentWriter) -> None:
         async with self._lock:
@@ -583,7 +591,7 @@ class AsyncEventWriter:
         # sealed: those events are in the sealed segment, and sending them on would store
         # them twice. Only what comes after the last acknowledged event goes on.
         acked = writer.client.acked_event_number(writer.writer_id)
-        for item in self._take_unpersisted(writer, acked):
+        for item in _take_unpersisted(writer, acked, self._complete):
             if item.keys is None:
                 await self._send(item)
             else:
@@ -654,6 +662,18 @@ class AsyncEventWriter:
         await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
         await _send_open_blocks(self._writers)
         await asyncio.gather(*done)
+
+    async def abandon(self, error: Exception) -> None:
+        """Give up on every event not yet acknowledged: each fails with ``error``, nothing
+        more is sent or sent again, and the connections close. An event never sent is never
+        written; one sent and not yet acknowledged may have been."""
+        self._abandoned = error
+        for writer in self._writers.values():
+            writer.sealed = True  # no more shipping, no reconnect
+            self._fail_all(writer, error)
+        self._writers, self._routes = {}, {}
+        if self._pool is not None:
+            await self._pool.close()
 
     async def close(self) -> None:
         await self.flush()

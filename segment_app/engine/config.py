@@ -17,6 +17,10 @@ class DurableLogConfig:
     frame_bytes_max: int = 4 * 1024 * 1024
     #: Data frames written to tier-1 but not yet acknowledged, at most.
     frames_in_flight_max: int = 8
+    #: A frame of at most this many bytes, with no other in flight, is written on the event
+    #: loop's thread where tier-1 allows (``DurableDataLog.append_now``): a lone small write
+    #: takes less than the hand-over to tier-1's writer thread and back. 0: never.
+    inline_frame_bytes_max: int = 64 * 1024
     #: Operations accepted into one processor pass at most (bounds a pass's latency).
     batch_operations_max: int = 20_000
     #: A metadata checkpoint is written after this many operations ...

@@ -14,15 +14,18 @@ through the container's durable log, and a node that lost its container cannot a
   first use by reading the segment from its start offset, which is the recovery after a crash, a
   restart or a move of the container. A table's live entries must therefore fit in the node's
   memory (ADR 0008).
-* **Conditions.** Under the table's lock an update is checked against the newest versions,
-  queued ones included, then queued (``append_nowait`` with the segment's expected length), so
-  conditional updates of one table are serialized while their durability is shared by the
-  container's group commit. Reads and iterations see durable entries only. An append that
-  fails drops the index (the next use rebuilds it from the segment).
+* **Conditions.** An update is checked against the newest versions, queued ones included, and
+  queued in the same step (no other change of the table runs in between), so conditional
+  updates of one table are serialized. The changes of a table queued during one event-loop turn
+  go to the container's durable log as one append (with the segment's expected length), whose
+  durability the container's group commit shares with other segments; each change is answered
+  once that append is durable and in the index. ``update_nowait`` does all of this without a
+  task of its own (the wire server's path). Reads and iterations see durable entries only. An
+  append that fails drops the index (the next use rebuilds it from the segment).
 * **Compaction.** Once superseded entries are more than half of a table's bytes (and the table
-  spans at least ``compact_min_bytes``), the live entries are copied to the tail and the segment
-  is truncated where the copies begin; a copied entry gets a new version (its new offset), as
-  in Pravega.
+  spans at least ``compact_min_bytes``), the live entries of its older half are copied to the
+  tail and the segment is truncated where that half ends (an entry's start); a copied entry gets
+  a new version (its new offset), as in Pravega, which also compacts from the head.
 * **Iteration.** Keys and entries are iterated in key order with a continuation token (the
   last key returned), so a key present for the whole iteration is returned exactly once,
   whatever changes meanwhile; the delta iteration goes in version order from a position.
@@ -80,6 +83,10 @@ _COPY_BYTES = 1 << 20
 _TOKEN_MARK = b"k"
 
 
+#: A change's future, its entries as written (kind, key, value, version, size) and its versions.
+_Waiter = tuple["asyncio.Future[list[int]]", list[tuple[int, bytes, bytes, int, int]], list[int]]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableEntry:
     key: bytes
@@ -105,6 +112,10 @@ class _Table:
         #: key -> (version, removed) of its newest entry queued and not yet durable.
         self.queued: dict[bytes, tuple[int, bool]] = {}
         self.inflight: set[asyncio.Future[Any]] = set()
+        #: Entries queued this event-loop turn, appended together (``TableSegments._flush``),
+        #: and the changes waiting for that append.
+        self.batch: list[bytes] = []
+        self.waiters: list[_Waiter] = []
         self.start = start
         self.tail = start
         self.live_bytes = 0
@@ -165,6 +176,18 @@ def _check_version(table: _Table, key: bytes, expected: int, segment: str) -> No
         )
 
 
+def _puts(
+    entries: Sequence[tuple[bytes, bytes, int]], segment: str
+) -> list[tuple[int, bytes, bytes, int]]:
+    for key, value, _ in entries:
+        _check_key(key, segment)
+        if len(value) > VALUE_BYTES_MAX:
+            raise InvalidArgumentError(
+                f"a table value of {len(value)} bytes is over {VALUE_BYTES_MAX}", segment=segment
+            )
+    return [(_PUT, key, value, expected) for key, value, expected in entries]
+
+
 def _check_key(key: bytes, segment: str) -> None:
     if not key:
         raise InvalidArgumentError("a table key must not be empty", segment=segment)
@@ -172,6 +195,15 @@ def _check_key(key: bytes, segment: str) -> None:
         raise InvalidArgumentError(
             f"a table key of {len(key)} bytes is over {KEY_BYTES_MAX}", segment=segment
         )
+
+
+def _found(table: _Table, keys: Sequence[bytes]) -> list[TableEntry | None]:
+    """The live entries of ``keys`` (None for a key the table does not hold)."""
+    out: list[TableEntry | None] = []
+    for key in keys:
+        found = table.live.get(key)
+        out.append(None if found is None else TableEntry(key, found.value, found.version))
+    return out
 
 
 class TableSegments:
@@ -244,15 +276,23 @@ class TableSegments:
         self, name: str, entries: Sequence[tuple[bytes, bytes, int]], table_offset: int = -1
     ) -> list[int]:
         """Put ``(key, value, expected version)`` entries, all or none; their new versions."""
-        for key, value, _ in entries:
-            _check_key(key, name)
-            if len(value) > VALUE_BYTES_MAX:
-                raise InvalidArgumentError(
-                    f"a table value of {len(value)} bytes is over {VALUE_BYTES_MAX}", segment=name
-                )
-        return await self._change(
-            name, [(_PUT, k, v, e) for k, v, e in entries], table_offset, skip_absent=False
-        )
+        return await self._change(name, _puts(entries, name), table_offset, skip_absent=False)
+
+    def update_nowait(
+        self, name: str, entries: Sequence[tuple[bytes, bytes, int]], table_offset: int = -1
+    ) -> asyncio.Future[list[int]] | None:
+        """``update`` without a task: checked and queued now, the future of its versions; None
+        when the table's index is not ready here (not opened yet on this container, or held by
+        a compaction), for the caller to use ``update`` instead. Raises what ``update`` raises
+        on a refused condition."""
+        table = self._tables.get(name)
+        if (
+            table is None
+            or table.lock.locked()
+            or table.container is not self.store.container(name)
+        ):
+            return None
+        return self._submit(name, table, _puts(entries, name), table_offset, skip_absent=False)
 
     async def remove(
         self, name: str, keys: Sequence[tuple[bytes, int]], table_offset: int = -1
@@ -261,9 +301,8 @@ class TableSegments:
         a condition does nothing."""
         for key, _ in keys:
             _check_key(key, name)
-        await self._change(
-            name, [(_REMOVE, k, b"", e) for k, e in keys], table_offset, skip_absent=True
-        )
+        changes = [(_REMOVE, k, b"", e) for k, e in keys]
+        await self._change(name, changes, table_offset, skip_absent=True)
 
     async def _change(
         self,
@@ -273,76 +312,134 @@ class TableSegments:
         *,
         skip_absent: bool,
     ) -> list[int]:
-        if not changes:
-            return []
+        """``_submit`` with the table opened and no compaction under way; the versions."""
         table = await self._open(name)
         async with table.lock:
-            if table_offset not in (-1, table.tail):
-                raise BadOffsetError(
-                    f"the table is {table.tail} bytes long, not {table_offset}",
-                    segment=name,
-                    length=table.tail,
-                )
-            # Every condition is checked against the table as it was before the batch (a key
-            # may appear more than once in a batch: Pravega's clients send a map's lock key
-            # with each of its entries); the last entry of a key wins.
-            if self.check_versions:
-                for _, key, _, expected in changes:
-                    _check_version(table, key, expected, name)
-            parts: list[bytes] = []
-            written: list[tuple[int, bytes, bytes, int, int]] = []
-            versions: list[int] = []
-            offset = table.tail
-            for kind, key, value, _ in changes:
-                if kind == _REMOVE and skip_absent and table.version_of(key) is None:
-                    versions.append(-1)
-                    continue
-                data = _encode(kind, key, value)
-                parts.append(data)
-                written.append((kind, key, value, offset, len(data)))
-                versions.append(offset)
-                offset += len(data)
-            if not parts:
-                return versions
-            for kind, key, _, version, _ in written:
-                table.queued[key] = (version, kind == _REMOVE)
-            future = self.store.append_nowait(name, b"".join(parts), expected_offset=table.tail)
-            table.tail = offset
-            table.inflight.add(future)
-        try:
-            await future
-        except BaseException:
-            self._forget(name, table)
-            raise
-        finally:
-            table.inflight.discard(future)
-        for kind, key, value, version, size in written:
-            table.apply(kind, key, value, version, size)
-        self._maybe_compact(name, table)
-        return versions
+            done = self._submit(name, table, changes, table_offset, skip_absent=skip_absent)
+        return await done
+
+    def _submit(
+        self,
+        name: str,
+        table: _Table,
+        changes: list[tuple[int, bytes, bytes, int]],
+        table_offset: int,
+        *,
+        skip_absent: bool,
+    ) -> asyncio.Future[list[int]]:
+        """Check ``changes`` against the table and queue them (the caller holds the table, so
+        nothing runs between the check and the queueing); the future of their versions, set
+        once they are durable and in the index."""
+        if table_offset not in (-1, table.tail):
+            raise BadOffsetError(
+                f"the table is {table.tail} bytes long, not {table_offset}",
+                segment=name,
+                length=table.tail,
+            )
+        # Every condition is checked against the table as it was before the batch (a key may
+        # appear more than once in a batch: Pravega's clients send a map's lock key with each
+        # of its entries); the last entry of a key wins.
+        if self.check_versions:
+            for _, key, _, expected in changes:
+                _check_version(table, key, expected, name)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[int]] = loop.create_future()
+        parts: list[bytes] = []
+        written: list[tuple[int, bytes, bytes, int, int]] = []
+        versions: list[int] = []
+        offset = table.tail
+        for kind, key, value, _ in changes:
+            if kind == _REMOVE and skip_absent and table.version_of(key) is None:
+                versions.append(-1)
+                continue
+            data = _encode(kind, key, value)
+            parts.append(data)
+            written.append((kind, key, value, offset, len(data)))
+            versions.append(offset)
+            offset += len(data)
+        if not parts:
+            waiter.set_result(versions)
+            return waiter
+        for kind, key, _, version, _ in written:
+            table.queued[key] = (version, kind == _REMOVE)
+        if not table.waiters:
+            loop.call_soon(self._flush, name, table, table.tail)
+        table.waiters.append((waiter, written, versions))
+        table.batch.extend(parts)
+        table.tail = offset
+        return waiter
+
+    def _flush(self, name: str, table: _Table, at: int) -> None:
+        """Append the changes queued for the table since the last turn as one append."""
+        waiters, table.waiters = table.waiters, []
+        data, table.batch = b"".join(table.batch), []
+        appended = self.store.append_nowait(name, data, expected_offset=at)
+        table.inflight.add(appended)
+        appended.add_done_callback(lambda appended: self._appended(name, table, appended, waiters))
+
+    def _appended(
+        self, name: str, table: _Table, appended: asyncio.Future[Any], waiters: list[_Waiter]
+    ) -> None:
+        table.inflight.discard(appended)
+        error = None if appended.cancelled() else appended.exception()
+        if error is None and not appended.cancelled():
+            for _, written, _ in waiters:
+                for kind, key, value, version, size in written:
+                    table.apply(kind, key, value, version, size)
+        else:
+            self._forget(name, table)  # (the next use rebuilds the index from the segment)
+        for waiter, _, versions in waiters:
+            if waiter.done():
+                continue
+            if error is not None:
+                waiter.set_exception(error)
+            elif appended.cancelled():
+                waiter.cancel()
+            else:
+                waiter.set_result(versions)
+        if error is None:
+            self._maybe_compact(name, table)
 
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, name: str, keys: Sequence[bytes]) -> list[TableEntry | None]:
-        table = await self._open(name)
-        out: list[TableEntry | None] = []
-        for key in keys:
-            found = table.live.get(key)
-            out.append(None if found is None else TableEntry(key, found.value, found.version))
-        return out
+        return _found(await self._open(name), keys)
+
+    def get_now(self, name: str, keys: Sequence[bytes]) -> list[TableEntry | None] | None:
+        """``get`` without awaiting: the entries when the table's index is ready here, else
+        None (not opened yet on this container: the caller uses ``get``)."""
+        table = self._tables.get(name)
+        if table is None or table.container is not self.store.container(name):
+            return None
+        return _found(table, keys)
 
     async def entries(
-        self, name: str, token: bytes, count: int, max_bytes: int = 8 << 20
+        self,
+        name: str,
+        token: bytes,
+        count: int,
+        max_bytes: int = 8 << 20,
+        *,
+        from_key: bytes = b"",
+        to_key: bytes = b"",
+        prefix: bytes = b"",
     ) -> tuple[list[TableEntry], bytes]:
         """Up to ``count`` entries (and about ``max_bytes``) in key order after the
-        continuation ``token`` (empty: from the start); the token to go on with (unchanged when
-        nothing is left)."""
+        continuation ``token`` (empty: from the start), only keys from ``from_key`` to
+        ``to_key`` (both included, empty: unbounded) that start with ``prefix``; the token to
+        go on with (unchanged when nothing is left)."""
         table = await self._open(name)
         after = _parse_token(token, name)
+        low = max(from_key, prefix)
         found: list[TableEntry] = []
         size = 0
-        keys = table.keys.irange(minimum=after, inclusive=(False, True)) if after else table.keys
+        if after and after >= low:
+            keys = table.keys.irange(minimum=after, inclusive=(False, True))
+        else:
+            keys = table.keys.irange(minimum=low) if low else table.keys
         for key in keys:
+            if (to_key and key > to_key) or not key.startswith(prefix):
+                break
             if found and (len(found) >= count or size >= max_bytes):
                 break
             live = table.live[key]
@@ -464,17 +561,25 @@ class TableSegments:
             table.compacting = False
 
     async def compact(self, name: str, table: _Table | None = None) -> int:
-        """Copy the live entries to the tail and truncate before them; the new start offset."""
+        """Copy the live entries of the table's older half to the tail and truncate before
+        the rest; the new start offset. The older half holds the entries most likely
+        superseded, so little is copied for what is freed."""
         table = table or await self._open(name)
         async with table.lock:
+            if table.waiters:
+                await asyncio.sleep(0)  # (its ``_flush``, already scheduled, runs first)
             if table.inflight:
-                await asyncio.gather(*table.inflight, return_exceptions=True)
+                await asyncio.wait(list(table.inflight))
             if self._tables.get(name) is not table:
                 return table.start  # an append failed meanwhile: the next use rebuilds
-            cut = table.tail
+            # The cut is an entry's start: the first live entry past the middle (or the tail).
+            middle = table.start + (table.tail - table.start) // 2
+            later = table.order.irange(minimum=middle)
+            cut = next(iter(later), table.tail)
             batches: list[list[tuple[bytes, bytes, int, int]]] = [[]]
-            size, offset = 0, cut
-            for key in list(table.order.values()):
+            size, offset = 0, table.tail
+            for version in list(table.order.irange(maximum=cut, inclusive=(True, False))):
+                key = table.order[version]
                 live = table.live[key]
                 data_size = _HEADER.size + len(key) + len(live.value)
                 if size and size + data_size > _COPY_BYTES:

@@ -16,14 +16,16 @@ them, and answer each one:
   durable in tier-1; replies per writer are sent in the order the blocks arrived. After an
   append of a writer fails, later blocks of that writer on this connection are refused with the
   same error (never appended past a gap) until a new SetupAppend.
-* Other requests run as tasks (a tail read may wait), each answered with its request id.
+* Other requests run as tasks (a tail read may wait), each answered with its request id; those
+  with an immediate handler (table updates) are checked and queued at once, and answered from
+  their outcome's done-callback, without a task of their own.
 * A frame that cannot be decoded is answered with ErrorMessage when its request id is readable;
   otherwise (bad length, unknown type, undecodable append) the connection is closed. Either way
   the server and its other connections carry on.
 
 Back-pressure: reading pauses while the transport's write buffer is full or more than
 ``appends_in_flight_max`` appends (or ``append_bytes_in_flight_max`` bytes of them) or
-``requests_in_flight_max`` requests are pending.
+``requests_in_flight_max`` requests (tasks and immediate ones) are pending.
 """
 
 from __future__ import annotations
@@ -113,6 +115,8 @@ class WireConnection(asyncio.BufferedProtocol):
         #: The same writers by the 16 bytes of their id.
         self._writers_by_raw: dict[bytes, _Writer] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        #: Requests answered without a task (``_request_now``) and not answered yet.
+        self.immediate_in_flight = 0
         self.appends_in_flight = 0
         self.append_bytes_in_flight = 0
         self.closed = False
@@ -248,7 +252,7 @@ class WireConnection(asyncio.BufferedProtocol):
             self._write_paused
             or self.appends_in_flight >= self.config.appends_in_flight_max
             or self.append_bytes_in_flight >= self.config.append_bytes_in_flight_max
-            or len(self.tasks) >= self.config.requests_in_flight_max
+            or len(self.tasks) + self.immediate_in_flight >= self.config.requests_in_flight_max
         )
         if pause != self._reading_paused:
             self._reading_paused = pause
@@ -270,6 +274,8 @@ class WireConnection(asyncio.BufferedProtocol):
             handler(cmd)
         elif type_code == wire.SetupAppend.TYPE:
             self._spawn(self._setup_append(cmd))
+        elif type_code in self.requests.immediate:
+            self._request_now(type_code, cmd)
         elif type_code in self.requests.handlers:
             self._spawn(self._request(type_code, cmd))
         else:
@@ -301,13 +307,40 @@ class WireConnection(asyncio.BufferedProtocol):
         try:
             reply = await self.requests.handlers[type_code](cmd)
         except Exception as exc:
-            reply = reply_for_error(
-                exc,
-                request_id=cmd.request_id,
-                segment=_segment_of(cmd),
-                offset=getattr(cmd, "offset", -1),
-            )
+            reply = _error_reply(exc, cmd)
         self.send(reply)
+
+    def _request_now(self, type_code: int, cmd: Any) -> None:
+        """Answer a request without a task (``RequestHandlers.immediate``), or with one when
+        its handler cannot."""
+        try:
+            pending = self.requests.immediate[type_code](cmd)
+        except Exception as exc:
+            self.send(_error_reply(exc, cmd))
+            return
+        if pending is None:
+            self._spawn(self._request(type_code, cmd))
+            return
+        outcome, reply_of = pending
+        self.immediate_in_flight += 1
+        if outcome.done():  # answered already (a read of a table's index): out with this turn's
+            self._answer(cmd, reply_of, outcome, flush=False)
+            return
+        outcome.add_done_callback(functools.partial(self._answer, cmd, reply_of))
+        if self.immediate_in_flight >= self.config.requests_in_flight_max:
+            self._update_reading()
+
+    def _answer(
+        self, cmd: Any, reply_of: Callable[[Any], object], outcome: Any, *, flush: bool = True
+    ) -> None:
+        """Send the reply of ``outcome``; at once when ``flush`` (it completed on a turn of its
+        own: nothing else of that turn to wait for)."""
+        self.immediate_in_flight -= 1
+        self.send(_outcome_reply(cmd, reply_of, outcome))
+        if flush:
+            self._flush_out()
+        if self._reading_paused:
+            self._update_reading()
 
     def _hello(self, cmd: wire.Hello) -> None:
         self.send(wire.Hello(wire.WIRE_VERSION, wire.OLDEST_COMPATIBLE_VERSION))
@@ -633,6 +666,21 @@ def _block_problem(cmd: wire.AppendBlockEnd, writer: _Writer) -> Exception | Non
             segment=writer.segment,
         )
     return None
+
+
+def _outcome_reply(cmd: Any, reply_of: Callable[[Any], object], outcome: Any) -> object:
+    """The reply to ``cmd`` of its done ``outcome`` (``reply_of`` its result, or its error)."""
+    if outcome.cancelled():
+        return _error_reply(ContainerOfflineError("the request was cancelled"), cmd)
+    if outcome.exception() is not None:
+        return _error_reply(outcome.exception(), cmd)
+    return reply_of(outcome.result())
+
+
+def _error_reply(exc: BaseException, cmd: Any) -> object:
+    return reply_for_error(
+        exc, request_id=cmd.request_id, segment=_segment_of(cmd), offset=getattr(cmd, "offset", -1)
+    )
 
 
 def _segment_of(cmd: Any) -> str:

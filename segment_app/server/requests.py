@@ -8,6 +8,7 @@ append blocks) are per-connection state and live in ``segment_app.server.connect
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from segment_app.server.auth import Authorizer
 from segment_app.server.locate import EventLocator
 from segment_app.server.replies import UnsupportedOperationError
 
-__all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "RequestHandlers", "RequestSettings"]
+__all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "Pending", "RequestHandlers", "RequestSettings"]
 
 MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED = "MergeSegments with attribute updates"
 #: Java's minimum read size (the size of an event header).
@@ -31,6 +32,8 @@ _READ_BYTES_MIN = 8
 TABLE_READ_COUNT_MAX = 10_000
 
 Handler = Callable[[Any], Awaitable[object]]
+#: A request queued without a task: the future of its outcome, and the reply made of it.
+Pending = tuple["asyncio.Future[Any]", Callable[[Any], object]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,6 +84,13 @@ class RequestHandlers:
             wire.ReadTableKeys.TYPE: self.read_table_keys,
             wire.ReadTableEntries.TYPE: self.read_table_entries,
             wire.ReadTableEntriesDelta.TYPE: self.read_table_delta,
+        }
+        #: Requests that can be answered without a task of their own, by type code: the handler
+        #: checks and queues the request at once and gives back the future of its outcome and
+        #: how to make the reply of it, or None when it cannot (then ``handlers`` serves it).
+        self.immediate: dict[int, Callable[[Any], Pending | None]] = {
+            wire.UpdateTableEntries.TYPE: self.update_table_now,
+            wire.ReadTable.TYPE: self.read_table_now,
         }
 
     def authorize(self, token: str, segment: str, access: str) -> None:
@@ -216,6 +226,16 @@ class RequestHandlers:
         versions = await self.tables.update(cmd.segment, entries, cmd.table_segment_offset)
         return wire.TableEntriesUpdated(cmd.request_id, tuple(versions))
 
+    def update_table_now(self, cmd: wire.UpdateTableEntries) -> Pending | None:
+        """``update_table`` without a task (see ``immediate``)."""
+        self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+        entries = [(k.data, v.data, k.version) for k, v in cmd.table_entries]
+        done = self.tables.update_nowait(cmd.segment, entries, cmd.table_segment_offset)
+        if done is None:
+            return None
+        request_id = cmd.request_id
+        return done, lambda versions: wire.TableEntriesUpdated(request_id, tuple(versions))
+
     async def remove_table_keys(self, cmd: wire.RemoveTableKeys) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
         keys = [(k.data, k.version) for k in cmd.keys]
@@ -226,29 +246,41 @@ class RequestHandlers:
         """Each requested key with its value and version; a missing one with version -1 and
         an empty value (as Pravega answers)."""
         self.authorize(cmd.delegation_token, cmd.segment, READ)
-        found = await self.tables.get(cmd.segment, [k.data for k in cmd.keys])
-        entries = tuple(
-            _wire_entry(e) if e is not None else
-            (wire.TableKey(k.data, wire.KEY_NOT_EXISTS), wire.TableValue(b""))
-            for k, e in zip(cmd.keys, found, strict=True)
-        )  # fmt: skip
-        return wire.TableRead(cmd.request_id, cmd.segment, entries)
+        return _table_read(cmd, await self.tables.get(cmd.segment, [k.data for k in cmd.keys]))
+
+    def read_table_now(self, cmd: wire.ReadTable) -> Pending | None:
+        """``read_table`` without a task, when the table's index is ready (see ``immediate``):
+        the outcome is done already."""
+        self.authorize(cmd.delegation_token, cmd.segment, READ)
+        found = self.tables.get_now(cmd.segment, [k.data for k in cmd.keys])
+        if found is None:
+            return None
+        done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        done.set_result(_table_read(cmd, found))
+        return done, _same
 
     async def read_table_keys(self, cmd: wire.ReadTableKeys) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ)
-        found, token = await self.tables.entries(
-            cmd.segment, cmd.args.continuation_token, _table_count(cmd.suggested_key_count)
-        )
+        found, token = await self._iterate(cmd, cmd.suggested_key_count)
         keys = tuple(wire.TableKey(e.key, e.version) for e in found)
         return wire.TableKeysRead(cmd.request_id, cmd.segment, keys, token)
 
     async def read_table_entries(self, cmd: wire.ReadTableEntries) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ)
-        found, token = await self.tables.entries(
-            cmd.segment, cmd.args.continuation_token, _table_count(cmd.suggested_entry_count)
-        )
+        found, token = await self._iterate(cmd, cmd.suggested_entry_count)
         entries = tuple(_wire_entry(e) for e in found)
         return wire.TableEntriesRead(cmd.request_id, cmd.segment, entries, token)
+
+    async def _iterate(
+        self, cmd: wire.ReadTableKeys | wire.ReadTableEntries, suggested: int
+    ) -> tuple[list[TableEntry], bytes]:
+        """The page a key or entry iteration asks for: its continuation token, its key range
+        (from and to, both included) and its prefix filter."""
+        args = cmd.args
+        return await self.tables.entries(
+            cmd.segment, args.continuation_token, _table_count(suggested),
+            from_key=args.from_key, to_key=args.to_key, prefix=args.prefix_filter,
+        )  # fmt: skip
 
     async def read_table_delta(self, cmd: wire.ReadTableEntriesDelta) -> object:
         self.authorize(cmd.delegation_token, cmd.segment, READ)
@@ -270,3 +302,18 @@ def _table_count(suggested: int) -> int:
 def _check_offset(offset: int, segment: str) -> None:
     if offset < 0:
         raise InvalidArgumentError(f"negative offset {offset}", segment=segment)
+
+
+def _same(reply: object) -> object:
+    return reply
+
+
+def _table_read(cmd: wire.ReadTable, found: list[TableEntry | None]) -> object:
+    """The reply to ``cmd``: each requested key with its value and version; a missing one with
+    version -1 and an empty value (as Pravega answers)."""
+    entries = tuple(
+        _wire_entry(e) if e is not None else
+        (wire.TableKey(k.data, wire.KEY_NOT_EXISTS), wire.TableValue(b""))
+        for k, e in zip(cmd.keys, found, strict=True)
+    )  # fmt: skip
+    return wire.TableRead(cmd.request_id, cmd.segment, entries)

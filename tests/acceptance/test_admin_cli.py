@@ -104,3 +104,42 @@ def test_readergroup_commands(standalone: Standalone) -> None:
     bad = millrace(standalone, "readergroup", "create", f"{sc}/x", "--stream", f"{sc}/st",
                    "--from", "middle")  # fmt: skip
     assert bad.returncode == 1 and "--from is head, tail" in bad.stderr
+
+
+def test_kvt_commands(standalone: Standalone) -> None:
+    sc = f"kv{uuid.uuid4().hex[:8]}"
+    table = f"{sc}/users"
+    ok(millrace(standalone, "scope", "create", sc))
+    made = ok(millrace(standalone, "kvt", "create", table, "--partitions", "3",
+                       "--primary-key-length", "4", "--secondary-key-length", "2"))  # fmt: skip
+    assert made.strip() == f"created {table} (3 partitions)"
+    assert ok(millrace(standalone, "kvt", "list", sc)).split() == ["users"]
+    info = ok(millrace(standalone, "kvt", "info", table))
+    assert "active, 3 partitions, keys of 4 + 2 bytes" in info and "partition 2:" in info
+    first = ok(millrace(standalone, "kvt", "put", table, "u001n1", "ada")).split()[-1]
+    assert ok(millrace(standalone, "kvt", "get", table, "u001n1")).splitlines() == [
+        "ada",
+        f"(version {first})",
+    ]
+    second = ok(millrace(standalone, "kvt", "put", table, "u001n1", "--version", first,
+                         stdin="ada l."))  # fmt: skip
+    assert int(second.split()[-1]) > int(first)
+    refused = millrace(standalone, "kvt", "put", table, "u001n1", "lost", "--version", first)
+    assert refused.returncode != 0 and "bad-key-version" in refused.stderr
+    absent = millrace(standalone, "kvt", "put", table, "u001n1", "x", "--if-absent")
+    assert absent.returncode != 0 and "bad-key-version" in absent.stderr
+    ok(millrace(standalone, "kvt", "put", table, "u002n1", "bob", "--if-absent"))
+    scanned = ok(millrace(standalone, "kvt", "scan", table)).splitlines()
+    assert sorted(line.split("\t")[:2] for line in scanned) == [
+        ["u001n1", "ada l."],
+        ["u002n1", "bob"],
+    ]
+    assert ok(millrace(standalone, "kvt", "scan", table, "--prefix", "u002")).startswith("u002n1")
+    bad = millrace(standalone, "kvt", "get", table, "short")
+    assert bad.returncode != 0 and "6 bytes" in bad.stderr
+    missing = millrace(standalone, "kvt", "get", table, "u009n1")
+    assert missing.returncode != 0 and "key-not-found" in missing.stderr
+    ok(millrace(standalone, "kvt", "remove", table, "u002n1"))
+    assert len(ok(millrace(standalone, "kvt", "scan", table)).splitlines()) == 1
+    ok(millrace(standalone, "kvt", "delete", table))
+    assert ok(millrace(standalone, "kvt", "list", sc)).split() == []

@@ -289,9 +289,14 @@ def test_bad_input_gets_a_status_and_the_endpoint_serves_on(standalone: Standalo
         stub.getURI(pb.SegmentId(streamInfo=pb.StreamInfo(scope="a", stream="b"), segmentId=-1),
                     metadata=auth)  # fmt: skip
     assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    with pytest.raises(grpc.RpcError) as kvt:
-        stub.createKeyValueTable(pb.KeyValueTableConfig(scope="a", kvtName="t"), metadata=auth)
-    assert kvt.value.code() == grpc.StatusCode.UNIMPLEMENTED and "key-value" in kvt.value.details()
+    no_partitions = pb.KeyValueTableConfig(scope="a", kvtName="t", primaryKeyLength=4)
+    assert stub.createKeyValueTable(no_partitions, metadata=auth).status == (
+        pb.CreateKeyValueTableStatus.INVALID_TABLE_NAME
+    )
+    with pytest.raises(grpc.RpcError) as no_table:
+        stub.getCurrentSegmentsKeyValueTable(pb.KeyValueTableInfo(scope="a", kvtName=long),
+                                             metadata=auth)  # fmt: skip
+    assert no_table.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     scope = _scope()
     assert stub.createScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
     assert stub.checkScopeExists(pb.ScopeInfo(scope=scope), metadata=auth).exists
@@ -409,3 +414,43 @@ def test_the_rpcs_pravega_s_rust_client_does_not_call_are_served_too(
     assert stub.getCurrentSegments(info, metadata=auth).segmentRanges == []  # sealed
     assert stub.deleteStream(info, metadata=auth).status == 0
     assert stub.deleteScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
+
+
+def test_key_value_tables_over_grpc(standalone: Standalone) -> None:
+    """Pravega's key-value table rpcs, served by the same workflows as REST: create, list,
+    configuration, partitions with their node, delete."""
+    stub, auth = _stub(standalone), _auth(standalone.token)
+    scope = _scope()
+    assert stub.createScope(pb.ScopeInfo(scope=scope), metadata=auth).status == 0
+    config = pb.KeyValueTableConfig(scope=scope, kvtName="users", partitionCount=3,
+                                    primaryKeyLength=8, secondaryKeyLength=4)  # fmt: skip
+    kind = pb.CreateKeyValueTableStatus
+    assert stub.createKeyValueTable(config, metadata=auth).status == kind.SUCCESS
+    assert stub.createKeyValueTable(config, metadata=auth).status == kind.TABLE_EXISTS
+    elsewhere = pb.KeyValueTableConfig(scope=_scope(), kvtName="t", partitionCount=1,
+                                       primaryKeyLength=4)  # fmt: skip
+    assert stub.createKeyValueTable(elsewhere, metadata=auth).status == kind.SCOPE_NOT_FOUND
+    listed = stub.listKeyValueTablesInScope(
+        pb.KVTablesInScopeRequest(scope=pb.ScopeInfo(scope=scope)), metadata=auth
+    )
+    assert [t.kvtName for t in listed.kvtables] == ["users"]
+    info = pb.KeyValueTableInfo(scope=scope, kvtName="users")
+    got = stub.getKeyValueTableConfiguration(info, metadata=auth)
+    assert (got.config.partitionCount, got.config.primaryKeyLength,
+            got.config.secondaryKeyLength) == (3, 8, 4)  # fmt: skip
+    ranges = stub.getCurrentSegmentsKeyValueTable(info, metadata=auth)
+    assert [(r.minKey, r.maxKey) for r in ranges.segmentRanges] == [
+        (0.0, 1 / 3),
+        (1 / 3, 2 / 3),
+        (2 / 3, 1.0),
+    ]
+    assert ranges.delegationToken
+    table = pb.SegmentId(streamInfo=pb.StreamInfo(scope=scope, stream="users_kvtable"),
+                         segmentId=ranges.segmentRanges[1].segmentId.segmentId)  # fmt: skip
+    uri = stub.getURI(table, metadata=auth)
+    assert (uri.endpoint, uri.port) == ("127.0.0.1", standalone.wire_port)
+    deleted = pb.DeleteKVTableStatus
+    assert stub.deleteKeyValueTable(info, metadata=auth).status == deleted.SUCCESS
+    assert stub.deleteKeyValueTable(info, metadata=auth).status == deleted.TABLE_NOT_FOUND
+    gone = stub.getKeyValueTableConfiguration(info, metadata=auth)
+    assert gone.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND

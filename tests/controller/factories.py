@@ -12,6 +12,7 @@ from controller_app import models
 from controller_app.choices import (
     BucketService,
     EpochTransitionState,
+    KvtState,
     ReaderGroupState,
     StreamState,
     TxnState,
@@ -163,6 +164,18 @@ class ReaderGroupFactory(DjangoModelFactory):
     configuration = factory.LazyFunction(lambda: {"groupRefreshTimeMillis": 3000})
 
 
+class KeyValueTableFactory(DjangoModelFactory):
+    class Meta:
+        model = models.KeyValueTable
+
+    scope = factory.SubFactory(ScopeFactory)
+    name = factory.Sequence(lambda n: f"kvt-{n}")
+    state = KvtState.ACTIVE
+    partitions = 2
+    primary_key_length = 8
+    secondary_key_length = 0
+
+
 class SubscriberFactory(DjangoModelFactory):
     class Meta:
         model = models.Subscriber
@@ -293,6 +306,7 @@ ALL_FACTORIES = [
     TransactionFactory,
     CompletedTransactionFactory,
     ReaderGroupFactory,
+    KeyValueTableFactory,
     SubscriberFactory,
     WriterMarkFactory,
     WatermarkFactory,

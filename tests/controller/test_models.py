@@ -53,6 +53,9 @@ def _violates(factory: type, **fields: object) -> None:
         (f.WatermarkFactory, {"low_time": 10, "high_time": 9}),
         (f.EpochTransitionFactory, {"active_epoch": 2, "new_epoch": 2}),
         (f.NodeFactory, {"port": 70000}),
+        (f.KeyValueTableFactory, {"partitions": 0}),
+        (f.KeyValueTableFactory, {"primary_key_length": 0}),
+        (f.KeyValueTableFactory, {"secondary_key_length": -1}),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else "-".join(map(str, v)),
 )
@@ -68,6 +71,8 @@ def test_unique_records() -> None:
     _violates(f.SegmentRecordFactory, stream=stream, creation_epoch=1, number=4)
     f.SegmentRecordFactory(stream=stream, creation_epoch=2, number=4)  # a rolled duplicate
     _violates(f.StreamFactory, scope=stream.scope, name=stream.name)
+    table = f.KeyValueTableFactory()
+    _violates(f.KeyValueTableFactory, scope=table.scope, name=table.name)
 
 
 def test_one_pending_epoch_transition_per_stream() -> None:

@@ -22,7 +22,9 @@ from tiers.memory.log import MemoryLogStore
 def fast_config(**overrides: object) -> ContainerConfig:
     """A container config with short delays and small limits, so tests exercise every path."""
     config = ContainerConfig(
-        durable_log=DurableLogConfig(checkpoint_operations_min=50, frame_bytes_max=1 << 20),
+        durable_log=DurableLogConfig(
+            checkpoint_operations_min=50, frame_bytes_max=1 << 20, inline_frame_bytes_max=16384
+        ),
         read_index=ReadIndexConfig(cache_bytes_max=1 << 20, cache_entry_bytes_max=4096),
         storage_writer=StorageWriterConfig(
             flush_bytes_min=8192,
@@ -45,12 +47,17 @@ class Tiers:
     log_faults: FaultInjector = dataclasses.field(default_factory=lambda: FaultInjector(1))
     chunk_faults: FaultInjector = dataclasses.field(default_factory=lambda: FaultInjector(2))
     config: ContainerConfig = dataclasses.field(default_factory=fast_config)
+    #: Lone frames written at once (``append_now``), as on the file tier-1, or all queued.
+    inline: bool = False
 
     def container(self) -> SegmentContainer:
         return SegmentContainer(
             0,
             MemoryDurableDataLog(
-                store=self.log_store, faults=self.log_faults, frame_bytes_max=1 << 21
+                store=self.log_store,
+                faults=self.log_faults,
+                frame_bytes_max=1 << 21,
+                appends_inline=self.inline,
             ),
             MemoryChunkStorage(store=self.chunk_store, faults=self.chunk_faults),
             self.config,
@@ -62,6 +69,6 @@ class Tiers:
         return container
 
 
-@pytest.fixture
-def tiers() -> Tiers:
-    return Tiers()
+@pytest.fixture(params=[False, True], ids=["queued", "inline"])
+def tiers(request: pytest.FixtureRequest) -> Tiers:
+    return Tiers(inline=request.param)

@@ -23,6 +23,8 @@ from segment_app.engine.errors import (
     TierUnavailableError,
     TooLargeError,
 )
+from segment_app.engine.logs.frames import parse_frame
+from segment_app.engine.logs.operations import Merge, Seal
 from tests.engine.conftest import Tiers
 
 SEG = "scope/stream/0.#epoch.0"
@@ -157,10 +159,10 @@ async def test_merge_transaction_is_atomic_and_survives_restart(tiers: Tiers) ->
     await c.append(SEG, b"parent-")
     await c.append(TXN, b"txn-1;")
     await c.append(TXN, b"txn-2;")
-    before = dict(tiers.log_faults.calls)
+    written = len(tiers.log_store.frames)
     assert await c.merge(SEG, TXN) == 19
-    writes = {k: n - before.get(k, 0) for k, n in tiers.log_faults.calls.items()}
-    assert writes["append_batch"] == 1, writes  # the seal and the merge in one tier-1 write
+    frames = [[type(op) for op in parse_frame(f)] for _, f in tiers.log_store.frames[written:]]
+    assert [Seal, Merge] in frames, frames  # the seal and the merge in one tier-1 write
     assert await read_all(c, SEG) == b"parent-txn-1;txn-2;"
     with pytest.raises(SegmentNotFoundError):
         await c.get_info(TXN)
@@ -767,3 +769,20 @@ async def test_with_a_disk_cache_the_tier1_backlog_grows_past_memory(
     assert again.read_index.disk is not None and again.read_index.disk.bytes == 0
     assert await read_all(again, SEG) == payload * (info.length // len(payload))
     await again.stop()
+
+
+async def test_lone_frames_are_written_at_once_where_tier1_allows(tiers: Tiers) -> None:
+    """With nothing in flight, a small frame is written on the loop's thread and committed
+    there; appends arriving together still share a frame, and a large frame is handed over."""
+    c = await tiers.start()
+    await c.create_segment(SEG)
+    log = c.durable_log
+    assert log is not None
+    before = log.inline_frames
+    await c.append(SEG, b"alone;")
+    await asyncio.gather(*(c.append(SEG, b"%d;" % i) for i in range(20)))
+    await c.append(SEG, b"x" * (log.config.inline_frame_bytes_max + 1))
+    written = log.inline_frames - before
+    assert written == (2 if tiers.inline else 0)  # the lone append, the twenty together
+    assert (await read_all(c, SEG)).startswith(b"alone;0;1;2;")
+    await c.stop()

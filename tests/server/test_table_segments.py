@@ -221,6 +221,74 @@ async def test_compaction_keeps_every_live_entry_and_the_index_rebuilds_the_same
     assert rebuilt == found
 
 
+async def test_compaction_copies_only_the_older_half(
+    server: SegmentStoreServer, store: SegmentStore, raw: Any
+) -> None:
+    """Old entries still live are copied to the tail (new versions); the newest are left where
+    they are (their versions unchanged), so a compaction copies little of a table whose writes
+    keep superseding its oldest entries."""
+    server.tables.compact_min_bytes = 64 * 1024
+    w = await _table(raw)
+    cold = {f"cold-{i}".encode(): b"c" * 100 for i in range(5)}
+    await w.update([(k, v, NO_VERSION) for k, v in cold.items()])
+    for round_ in range(200):  # 8 hot keys overwritten: superseded entries pile up
+        await w.update([(f"hot-{i}".encode(), b"%d" % round_ * 100, NO_VERSION) for i in range(8)])
+        if (await w.info()).start_offset > 0:
+            break
+    newest = await w.read(*(f"hot-{i}".encode() for i in range(8)))
+    cold_before = await w.read(*cold)
+    for _ in range(50):  # compaction runs in the background
+        info = await w.info()
+        if info.start_offset > 0 and not server.tables._tables[TABLE].compacting:
+            break
+        await asyncio.sleep(0.05)
+    assert info.start_offset > 0
+    cold_after = await w.read(*cold)
+    assert {k: v for k, (v, _) in cold_after.items()} == cold  # every live entry kept ...
+    assert all(cold_after[k][1] > cold_before[k][1] or cold_before[k][1] >= info.start_offset
+               for k in cold)  # ... the old ones copied past the cut  # fmt: skip
+    assert await w.read(*newest) == newest  # the newest not copied: versions unchanged
+    assert info.length - info.start_offset < 2 * 64 * 1024
+
+
+async def test_concurrent_updates_of_one_table_share_an_append_and_each_is_answered(
+    server: SegmentStoreServer, store: SegmentStore, raw: Any, open_raw: Any
+) -> None:
+    """Updates from many connections in one event-loop turn go to the durable log as one append;
+    each still gets its own versions, conditions included (one of two racing creates loses)."""
+    w = await _table(raw)
+    await w.update([(b"warm", b"up", NO_VERSION)])  # (the index is open: no task is needed)
+    others = [Wire(await open_raw(server.port)) for _ in range(14)]
+    appends: list[int] = []
+    real_append = store.append_nowait
+
+    def counting(name: str, data: Any, **kwargs: Any) -> Any:
+        appends.append(len(data))
+        return real_append(name, data, **kwargs)
+
+    store.append_nowait = counting  # type: ignore[method-assign]
+    try:
+        replies = await asyncio.gather(
+            *(o.update([(f"k{n}".encode(), b"v%d" % n, NO_VERSION)]) for n, o in
+              enumerate(others[:12])),
+            others[12].update([(b"race", b"a", wire.KEY_NOT_EXISTS)]),
+            others[13].update([(b"race", b"b", wire.KEY_NOT_EXISTS)]),
+        )  # fmt: skip
+    finally:
+        store.append_nowait = real_append  # type: ignore[method-assign]
+        for other in others:
+            await other.raw.close()
+    versions = [r.updated_versions[0] for r in replies[:12]]
+    assert all(isinstance(r, wire.TableEntriesUpdated) for r in replies[:12])
+    assert len(set(versions)) == 12
+    assert {type(r) for r in replies[12:]} == {wire.TableEntriesUpdated, wire.TableKeyBadVersion}
+    assert len(appends) <= 3  # shared appends (one, here), not one per update (13)
+    found = await w.read(*(f"k{n}".encode() for n in range(12)))
+    assert {k: ver for k, (_, ver) in found.items()} == {
+        f"k{n}".encode(): versions[n] for n in range(12)
+    }
+
+
 async def test_plain_writes_to_a_table_and_table_reads_of_a_plain_segment_are_refused(
     store: SegmentStore, raw: Any
 ) -> None:
@@ -266,3 +334,25 @@ async def test_a_key_twice_in_a_batch_is_checked_against_the_table_before_it(raw
     versions = updated.updated_versions
     assert (await w.read(b"lock"))[b"lock"] == (b"2", versions[2])
     assert isinstance(await w.update(batch), wire.TableKeyBadVersion)
+
+
+async def test_a_read_of_a_ready_index_is_answered_in_its_own_turn(
+    server: SegmentStoreServer, raw: Any
+) -> None:
+    """``ReadTable`` is answered without a task once the table's index is loaded here; before
+    that (a node that has not opened the table yet) it takes the task that loads it."""
+    w = await _table(raw)
+    (version,) = (await w.update([(b"k", b"v", NO_VERSION)])).updated_versions
+    read = wire.ReadTable(99, TABLE, "", (wire.TableKey(b"k"), wire.TableKey(b"nope")))
+    pending = server.requests.read_table_now(read)
+    assert pending is not None
+    outcome, reply_of = pending
+    assert outcome.done()
+    reply = reply_of(outcome.result())
+    assert isinstance(reply, wire.TableRead) and reply.request_id == 99
+    assert [(k.data, k.version, v.data) for k, v in reply.entries] == [
+        (b"k", version, b"v"), (b"nope", wire.KEY_NOT_EXISTS, b""),
+    ]  # fmt: skip
+    server.tables._tables.clear()  # as on a node that has not opened it yet
+    assert server.requests.read_table_now(read) is None
+    assert await w.read(b"k") == {b"k": (b"v", version)}  # the task loads it again

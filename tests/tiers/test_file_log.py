@@ -431,3 +431,39 @@ async def test_waiting_batches_are_joined_into_one_call_and_each_caller_gets_its
     for future in doomed:
         with pytest.raises(OSError, match="disk gone"):
             await future
+
+
+# -- appends on the caller's thread (append_now) -----------------------------------------------
+
+
+async def test_append_now_writes_on_the_callers_thread_durable_in_order(tmp_path: Path) -> None:
+    log = await opened(tmp_path, 1)
+    first = await log.append(frame(0))
+    before = log.fsync_count
+    addresses = [log.append_now(frame(i)) for i in range(1, 6)]
+    assert all(a is not None for a in addresses)
+    assert log.fsync_count == before + 5  # each durable on return
+    assert await log.append(frame(6)) > addresses[-1] > first  # type: ignore[operator]
+    successor = await opened(tmp_path, 2)  # a new owner reads every acknowledged frame
+    assert await read_frames(successor) == [frame(i) for i in range(7)]
+
+
+async def test_append_now_declines_while_an_append_is_under_way(tmp_path: Path) -> None:
+    log = await opened(tmp_path, 1)
+    pending = asyncio.ensure_future(log.append(b"queued"))
+    await asyncio.sleep(0)  # queued, handed to the writer thread
+    assert log.append_now(b"would overtake it") is None
+    await pending
+    assert log.append_now(b"alone") is not None
+    assert await read_frames(await opened(tmp_path, 2)) == [b"queued", b"alone"]
+
+
+async def test_append_now_is_fenced_and_its_failure_sticks(tmp_path: Path) -> None:
+    log = await opened(tmp_path, 1)
+    log.append_now(b"mine")
+    await opened(tmp_path, 2)
+    with pytest.raises(DataLogFencedError):
+        log.append_now(b"too late")
+    with pytest.raises(DataLogFencedError):
+        await log.append(b"still too late")
+    assert await read_frames(await opened(tmp_path, 3)) == [b"mine"]

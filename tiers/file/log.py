@@ -10,7 +10,9 @@ seals it there in the manifest, and only then starts its own ledger. A writer ac
 only if, after its write and fdatasync, the epoch file still holds its epoch. So any batch it
 acknowledged was on disk before the new epoch was stored, hence before the seal was measured,
 hence inside the sealed length; anything it writes after the new owner opened lies past the seal
-and is never read. Manifest changes by an old owner (roll, truncate) happen under the same lock
+and is never read. It also checks the epoch before each write, so a writer that was fenced while
+idle (stopped, say) writes nothing more at all; only a write already under way can land past the
+seal. Manifest changes by an old owner (roll, truncate) happen under the same lock
 after checking the epoch, so they cannot interleave with a takeover.
 
 Group commit: the base queues frames while a write is in flight and hands them over together;
@@ -95,6 +97,7 @@ class FileDurableDataLog(DurableDataLog):
     supports_fencing = True
     blocking = True
     accepts_frame_parts = True  # (written from where they are: see format.encode_records)
+    appends_inline = True  # a lone frame: one pwrite and one fdatasync on the caller's thread
 
     @classmethod
     def default_options(cls, data_dir: str, log_id: str) -> dict[str, Any]:
@@ -389,6 +392,8 @@ class FileDurableDataLog(DurableDataLog):
         buffers, addresses, size = fmt.encode_records(frames, sequence, ledger, offset)
         if appender.end != offset:
             raise DataLogError(f"{self._ledger_path(ledger)}: the appender is not at {offset}")
+        if self.fencing:
+            self._check_fence()  # fenced already: write nothing more (see the module doc)
         try:
             appender.write(buffers, size)
             self._sync(appender.fd)

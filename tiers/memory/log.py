@@ -70,7 +70,8 @@ class MemoryDurableDataLog(DurableDataLog):
     """Tier-1 in memory: fenced, ordered, truncatable; can inject faults and latency.
 
     Options: ``store`` (a ``MemoryLogStore`` to share), else ``log_id`` (name of a process-global
-    store), else a private new store; ``faults`` (a ``FaultInjector``); ``read_batch_frames_max``.
+    store), else a private new store; ``faults`` (a ``FaultInjector``); ``read_batch_frames_max``;
+    ``appends_inline`` (``append_now`` writes at once, as the file tier-1 does; off by default).
     """
 
     name = "memory"
@@ -92,8 +93,10 @@ class MemoryDurableDataLog(DurableDataLog):
         frame_bytes_max: int = 8 * 1024 * 1024,
         batch_frames_max: int = 256,
         read_batch_frames_max: int = 1024,
+        appends_inline: bool = False,
     ) -> None:
         super().__init__(frame_bytes_max=frame_bytes_max, batch_frames_max=batch_frames_max)
+        self.appends_inline = appends_inline  # type: ignore[misc]
         if store is None:
             store = log_store(log_id) if log_id is not None else MemoryLogStore()
         self.store = store
@@ -104,6 +107,13 @@ class MemoryDurableDataLog(DurableDataLog):
     async def _call(self, fn: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
         await inject(self.faults, fn, DataLogError)
         return await super()._call(fn, *args)
+
+    def _append_inline(self, frames: Sequence[Frame]) -> list[LogAddress] | None:
+        if self.faults is not None:
+            if self.faults.delay_for("append_batch"):
+                return None  # a latency to wait out: ``append`` awaits it
+            self.faults.check("append_batch", DataLogError)
+        return self._do_append_batch(frames)
 
     def _check_owner(self) -> None:
         """Raise unless this instance still owns the store (call with the store lock held)."""

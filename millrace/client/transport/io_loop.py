@@ -62,6 +62,16 @@ class IoLoop:
     def forget(self, owner: object) -> None:
         self._closers.pop(id(owner), None)
 
+    def shut(self, owner: object, closer: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Close a client's entry point (``owner``, closed by ``closer()``) for good: what it
+        opened and still open first, then it, then the loop."""
+        if self.stopped:
+            return
+        self.forget(owner)
+        self.close_open()
+        self.run(closer())
+        self.stop()
+
     def stop(self) -> None:
         """Cancel the tasks left (a reader's fetches, say) and stop the thread."""
         if self.stopped:

@@ -2,7 +2,7 @@
 
 Responsibility: ``SegmentStoreClient`` is one TCP connection to a segment store (Pravega's wire
 protocol v17, see ``docs/components/wire-protocol.md``): ``await SegmentStoreClient.connect(...)``
-connects and says Hello. It is made of three parts, each with a small interface:
+connects and says Hello. It is made of four parts, each with a small interface:
 
 * ``connection`` (``millrace.client.transport.connection.Connection``): the transport: send
   queue, congestion, reply matching;
@@ -11,12 +11,14 @@ connects and says Hello. It is made of three parts, each with a small interface:
 * ``appends`` (``millrace.client.transport.append_many.AppendMany``): the writers' append
   sessions: ``setup_append``, ``append_block``, ``flush``, ``conditional_append`` and
   ``append_many`` over many writers at once;
+* ``tables`` (``millrace.client.transport.table_calls.TableCalls``): the table-segment calls
+  (key-value tables), reached as ``client.tables``;
 
-and offers their methods as its own. Error replies become the exceptions of
-``millrace.client.errors`` (importable from here). A lost connection fails every pending call;
-appends fail with ``AppendsLostError`` listing the unacked event numbers and payloads, so a
-caller can reconnect, ``setup_append`` again and resend the events numbered above the returned
-last event number (the server drops duplicates).
+and offers the methods of ``calls`` and ``appends`` as its own. Error replies become the
+exceptions of ``millrace.client.errors`` (importable from here). A lost connection fails every
+pending call; appends fail with ``AppendsLostError`` listing the unacked event numbers and
+payloads, so a caller can reconnect, ``setup_append`` again and resend the events numbered
+above the returned last event number (the server drops duplicates).
 
 ``millrace.client.transport.sync.SyncSegmentStoreClient`` runs one for blocking code.
 """
@@ -57,6 +59,7 @@ from millrace.client.transport.calls import (
     SegmentInfo,
 )
 from millrace.client.transport.connection import Connection
+from millrace.client.transport.table_calls import TableCalls
 from millrace.kernel import wire
 from millrace.kernel.tls import TlsRefused, refusal
 
@@ -106,6 +109,8 @@ class SegmentStoreClient:
             self.connection, delegation_token=delegation_token, token_refresh=token_refresh
         )
         self.appends = AppendMany(self.calls, limits=limits)
+        #: Table-segment calls (``TableCalls``).
+        self.tables = TableCalls(self.calls)
         # The append path's methods, bound once: no call in between on the path of each event.
         appends = self.appends
         self.setup_append = appends.setup_append

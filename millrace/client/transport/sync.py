@@ -58,6 +58,12 @@ class SyncSegmentStoreClient:
         self._run(submit())
         return result
 
+    def table(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A table-segment call (``TableCalls.<method>``: ``"update"``, ``"get"`` ...)."""
+        if method not in _TABLE_METHODS:
+            raise AttributeError(method)
+        return self._run(getattr(self._client.tables, method)(*args, **kwargs))
+
     def all_at_once(
         self, method: str, calls: Sequence[tuple[tuple[Any, ...], str | None]]
     ) -> list[BaseException | None]:
@@ -95,6 +101,9 @@ _SYNC_METHODS = frozenset(
         "locate_offset",
     }
 )  # fmt: skip
+
+
+_TABLE_METHODS = frozenset({"create", "delete", "info", "update", "remove", "get", "entries"})
 
 
 def _copy_outcome(target: concurrent.futures.Future[T], source: asyncio.Future[T]) -> None:

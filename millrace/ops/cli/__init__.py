@@ -1,8 +1,8 @@
 """The ``millrace`` command: start a node's processes and run administrative commands.
 
 Responsibility: build the parser from the command groups (one module each: ``node`` runs the
-node's processes, ``users`` makes credentials, ``scopes``, ``streams``, ``readergroups`` and
-``status`` talk to a running node through the client, ``spark`` runs the Spark jobs), read the
+node's processes, ``users`` makes credentials, ``scopes``, ``streams``, ``readergroups``, ``kvt``
+and ``status`` talk to a running node through the client, ``spark`` runs the Spark jobs), read the
 environment into typed settings once (a bad value ends the command with a one-line message and
 exit status 2, never a traceback), and hand over to the code that does the work. A command
 imports the server's machinery (Django, Celery, the engine) only when it runs, so that
@@ -22,7 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from millrace.kernel.config import ConfigError
-from millrace.ops.cli import cluster, node, readergroups, scopes, spark, status, streams, users
+from millrace.ops.cli import (
+    cluster,
+    kvtables,
+    node,
+    readergroups,
+    scopes,
+    spark,
+    status,
+    streams,
+    users,
+)
 from millrace.ops.cli.base import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -36,7 +46,9 @@ from millrace.ops.cli.base import (
 __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
-GROUPS: tuple[Any, ...] = (node, users, status, cluster, scopes, streams, readergroups, spark)
+GROUPS: tuple[Any, ...] = (
+    node, users, status, cluster, scopes, streams, readergroups, kvtables, spark
+)  # fmt: skip
 
 
 def run_version(args: argparse.Namespace, rest: list[str]) -> int:

@@ -76,7 +76,10 @@ def split(name: str) -> tuple[str, str]:
     return scope, stream
 
 
-def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+def call(
+    args: argparse.Namespace, method: str, path: str, body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Any:  # fmt: skip
     """One REST call through the Python client's controller calls: a controller restarting
     or a service it needs that is away (503) is waited for, within the client's patience
     (``millrace.client.controller.PATIENCE_SECONDS``)."""
@@ -91,7 +94,7 @@ def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
             url(args), token(args), timeout=90, user_agent=CLI_AGENT, tls_ca=ca(args)
         )
         try:
-            return await client.call(method, path, body)
+            return await client.call(method, path, body, headers=headers)
         finally:
             await client.close()
 

@@ -2,15 +2,16 @@
 
 Callers ``add`` a request and get a future, or ``add_appends`` many plain appends and get one
 future completed once all of them are answered (the wire server's appends of one read
-buffer). One
-processor task drains the whole queue at a time, validates every operation
+buffer). One processor task drains the whole queue at a time, validates every operation
 (``MetadataUpdater``), packs the accepted ones into data frames and hands the frames to tier-1
-without waiting, up to ``frames_in_flight_max`` at once. A completer
-task awaits the frames in order; only when a frame is durable are its operations applied to the
-metadata, passed to ``on_commit`` (read index, storage writer) and their futures completed.
-Appends queued by ``add_appends`` skip the per-operation objects: each becomes an
-``AppendRecord`` tuple, written with the bytes an ``Append`` would have, and a frame's run of
-them is applied and passed to ``on_appends`` in one call.
+without waiting, up to ``frames_in_flight_max`` at once. A completer task awaits the frames in
+order; only when a frame is durable are its operations applied to the metadata, passed to
+``on_commit`` (read index, storage writer) and their futures completed. A small frame with none
+in flight is written on the loop's thread instead, where tier-1 can (``append_now``), and
+committed at once: nothing would share its write, and a hand-over to tier-1's writer thread
+and back costs more than the write. Appends queued by ``add_appends`` skip the per-operation
+objects: each becomes an ``AppendRecord`` tuple, written with the bytes an ``Append`` would
+have, and a frame's run of them is applied and passed to ``on_appends`` in one call.
 
 A failed frame rolls back the pending view and fails its callers and every later one; the log
 is then failed (``failure``) and the container must restart, recovering from tier-1, which is the
@@ -45,7 +46,7 @@ from segment_app.engine.logs.operations import (
     Operation,
     encode_operation,
 )
-from tiers.base import DataLogFencedError, DurableDataLog, LogAddress
+from tiers.base import DataLogFencedError, DurableDataLog, LogAddress, frame_size
 
 __all__ = ["DurableLog"]
 
@@ -105,6 +106,8 @@ class DurableLog:
         self.now_ms = now_ms
         self.over_budget = over_budget
         self.throttled_seconds = 0.0
+        #: Frames written on the loop's thread (``append_now``) rather than handed over.
+        self.inline_frames = 0
         #: When appends began to be held back (ms, ``now_ms``), while they are.
         self._held_since: int | None = None
         self.updater = MetadataUpdater(metadata, deduplicate=deduplicate)
@@ -218,7 +221,8 @@ class DurableLog:
         except asyncio.CancelledError:
             raise
         except BaseException as error:
-            log.exception("durable log processor failed")
+            if self.failure is None:  # (else the failure is logged already: tier-1's)
+                log.exception("durable log processor failed")
             self._fail(error)
 
     def _take_batch(self) -> list[_Entry]:
@@ -402,7 +406,21 @@ class DurableLog:
             await self._frame_done.wait()
             if self.failure is not None:
                 raise ContainerOfflineError(f"durable log failed: {self.failure}")
-        frame.task = asyncio.ensure_future(self.data_log.append(builder.close()))
+        data = builder.close()
+        if not self._in_flight and frame_size(data) <= self.config.inline_frame_bytes_max:
+            self._in_flight.append(frame)  # (where ``_fail`` finds its requests)
+            try:
+                address = self.data_log.append_now(data)
+            except Exception as error:
+                self._fail(error)
+                raise ContainerOfflineError(f"durable log failed: {error!r}") from error
+            self._in_flight.pop()
+            if address is not None:
+                self.inline_frames += 1
+                self._commit(frame, address)
+                self._frame_done.set()
+                return
+        frame.task = asyncio.ensure_future(self.data_log.append(data))
         self._in_flight.append(frame)
         self._completer_wakeup.set()
 

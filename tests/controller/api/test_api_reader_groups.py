@@ -125,15 +125,17 @@ def test_reset_starts_a_new_generation_at_a_stream_cut(api: APIClient, sc: str) 
 
 
 def test_a_reader_that_stops_syncing_is_declared_dead(api: APIClient, sc: str) -> None:
-    _create(api, sc, readerTimeoutMs=600)
+    _create(api, sc, readerTimeoutMs=2000)
     base = f"/v1/scopes/{sc}/readergroups/rg"
     for reader in "ab":
         _ok(api.post(f"{base}/readers", {"readerId": reader}, format="json"), 201)
     a_held = _sync(api, sc, "a")["acquired"]
     _sync(api, sc, "a", positions={a_held[0]["key"]: 77})
-    time.sleep(0.4)
+    a_synced = time.monotonic()
+    time.sleep(0.5)
     assert len(_sync(api, sc, "b")["acquired"]) == 2  # the rest; a is not dead yet
-    time.sleep(0.4)
+    assert time.monotonic() - a_synced < 2.0, "too slow to tell: b synced after a's timeout"
+    time.sleep(max(0.0, a_synced + 2.2 - time.monotonic()))
     taken = _sync(api, sc, "b")["acquired"]
     assert {x["key"]: x["offset"] for x in taken}[a_held[0]["key"]] == 77
     message = _error(

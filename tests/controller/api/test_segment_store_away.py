@@ -1,9 +1,11 @@
 """REST calls that need the segment store while it is away: 503 with ``Retry-After``, never 500.
 
 A segment store node of this test's own is registered, a stream created on it, then the node
-is killed with SIGKILL: creating a stream, appending and reading answer 503 ``{code, message}``
-with ``Retry-After`` and change nothing; the Python client's controller calls wait through the
-503s. Once a node serves the data directory again, the same calls succeed.
+is killed with SIGKILL: creating a stream or a key-value table, appending, reading and a table's
+entries answer 503 ``{code, message}`` with ``Retry-After`` and change nothing (an append
+given up is not delivered later either); the Python
+client's controller calls wait through the 503s. Once a node serves the data directory again,
+the same calls succeed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def test_a_segment_store_away_is_503_with_retry_after(
     assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
     events = {"events": [{"data": "e1", "routingKey": "k"}]}
     assert api.post(f"/v1/scopes/{sc}/streams/st/events", events, format="json").status_code == 201
+    table = {"kvtName": "kv", "partitionCount": 2, "primaryKeyLength": 2}
+    assert api.post(f"/v1/scopes/{sc}/kvtables", table, format="json").status_code == 201
+    entry = f"/v1/scopes/{sc}/kvtables/kv/entries/k1"
+    assert api.put(entry, {"value": "v1"}, format="json").status_code == 200
 
     own_node.stop()
     other = {"streamName": "other", "scalingPolicy": body["scalingPolicy"]}
@@ -62,12 +68,24 @@ def test_a_segment_store_away_is_503_with_retry_after(
     assert not Stream.objects.filter(scope__name=sc, name="other", state="ACTIVE").exists()
     assert_unavailable(api.post(f"/v1/scopes/{sc}/streams/st/events", events, format="json"))
     assert_unavailable(api.get(f"/v1/scopes/{sc}/streams/st/events?from=head"))
+    assert_unavailable(api.get(entry))
+    assert_unavailable(api.put(entry, {"value": "v2"}, format="json"))
+    assert_unavailable(api.get(f"/v1/scopes/{sc}/kvtables/kv/entries"))
+    other_table = {**table, "kvtName": "kv2"}
+    assert_unavailable(api.post(f"/v1/scopes/{sc}/kvtables", other_table, format="json"))
 
     back = NodeProcess(tmp_path / "store")  # the same data: a restarted segment store
     try:
         segment_client.register_node(host="127.0.0.1", port=back.port, container_count=CONTAINERS)
+        assert api.get(entry).json()["value"] == "v1"  # nothing changed while it was away
+        # The append answered 503 was given up, not delivered once the node came back: a
+        # client sending it again (here e2) does not get it twice.
+        again = {"events": [{"data": "e2", "routingKey": "k"}]}
+        assert (
+            api.post(f"/v1/scopes/{sc}/streams/st/events", again, format="json").status_code == 201
+        )
         page = api.get(f"/v1/scopes/{sc}/streams/st/events?from=head").json()
-        assert [e["data"] for e in page["events"]] in (["e1"], ["ZTE="])
+        assert [e["data"] for e in page["events"]] in (["e1", "e2"], ["ZTE=", "ZTI="])
         assert api.post(f"/v1/scopes/{sc}/streams", other, format="json").status_code == 201
     finally:
         back.stop()
