@@ -229,6 +229,13 @@ class GroupState:
             taken[key] = held[key] = self.unassigned.pop(key)
         return taken
 
+    def unreported(self, reader: str, positions: Mapping[str, int]) -> dict[str, int]:
+        """Segments ``reader`` holds but did not report, with their offsets: the answer that
+        gave them to it was lost (the database failed after the change was committed, or the
+        connection did), so they are given again rather than left unread for good."""
+        held = self.member(reader)["segments"]
+        return {key: offset for key, offset in held.items() if key not in positions}
+
     def surplus(self, reader: str) -> int:
         """How many segments ``reader`` should release so that others get their share: those
         above ``ceil(segments / readers)``, or one when it holds that many and another reader

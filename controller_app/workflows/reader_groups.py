@@ -9,7 +9,8 @@ read the row, apply one request to the document, write it back with
 A reader process calls ``add_reader`` once, then ``sync`` every ``groupRefreshTimeMs`` (and at
 once when a segment ends): it reports its positions, the segments it read to their end, the
 segments it released and the checkpoint it acknowledged; the answer gives it new segments
-(with where they are served), how many to release, a checkpoint to mark, and whether the
+(with where they are served; and again any it holds but did not report, whose first answer was
+lost), how many to release, a checkpoint to mark, and whether the
 group's streams have been read to their end. Readers not heard from for ``readerTimeoutMs``
 are declared dead on the next request to the group.
 """
@@ -397,7 +398,7 @@ def sync(scope: str, name: str, reader: str, request: SyncRequest) -> dict[str, 
                 pending_end.append(key)
             else:
                 state.complete(reader, key, end, found)
-        acquired = state.acquire(reader)
+        acquired = state.unreported(reader, positions) | state.acquire(reader)
         return {
             "generation": group.generation,
             "reinitialize": False,

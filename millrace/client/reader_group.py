@@ -549,6 +549,8 @@ class AsyncGroupReader:
 
     def _hold(self, where: dict[str, Any]) -> None:
         key = where["key"]
+        if key in self._segments:
+            return  # (given again, though this reader reported it: nothing to start)
         segment = _Segment(key, where["segment"], where["host"], where["port"], where["offset"])
         segment.task = asyncio.get_running_loop().create_task(
             self._fetch(segment, where["scope"], where["stream"])

@@ -172,11 +172,26 @@ class Run:
         )
         assert status == 200, answer
         for i in range(READERS):
-            assert self.procs[f"r{i}"].wait(300) == 0, self.stderr(f"r{i}")
+            try:
+                code = self.procs[f"r{i}"].wait(300)
+            except subprocess.TimeoutExpired:
+                self.fail_stuck(f"r{i}")
+            assert code == 0, self.stderr(f"r{i}")
         assert self.tail.wait(120) == 0, self.tail.err.read_text()[-3000:]
         (self.where / "tail.lines").write_text("\n".join(self.tail.lines()))
         if self.spark is not None:
             self.spark.check()
+
+    def fail_stuck(self, name: str) -> None:
+        """Fail with the group's state as the controller has it, and the stuck reader's asyncio
+        tasks and stderr (it dumps them on SIGUSR1)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.procs[name].pid, signal.SIGUSR1)
+        time.sleep(2)
+        group = request(self.base, "GET", f"/v1/scopes/{self.scope}/readergroups/rg",
+                        self.cluster.token)  # fmt: skip
+        stderr = (self.where / f"{name}.stderr").read_text(errors="replace")[-20_000:]
+        pytest.fail(f"{name} did not finish in 300 s; the group: {group}\n{stderr}")
 
     def kill_all(self) -> None:
         for proc in self.procs.values():

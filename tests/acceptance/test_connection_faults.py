@@ -1,4 +1,4 @@
-"""Connection faults between the clients and the segment store: nothing lost or repeated.
+"""Connection faults between the clients and the node: nothing lost or repeated.
 
 A ``millrace standalone`` node whose segment store is registered behind ``FaultyProxy`` (the
 node's address in the host store points at the proxy, as for a node behind a load balancer),
@@ -7,6 +7,9 @@ and the controller's own) goes through the proxy. While the writer writes, the p
 every connection, freezes all traffic for a few seconds, and cuts a reply in the middle of a
 frame. Afterwards every acknowledged event is read exactly once by both readers, per routing
 key in the order written.
+
+And one between a reader and the controller: the answers of its syncs are cut while the group
+gives it segments, and it still reads them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Standalone, FaultyProxy]]:
     finally:
         if proxy is not None:
             proxy.close()
+        node.kill()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Standalone]:
+    http, wire = free_ports(2)
+    node = Standalone(tmp_path / "data", http, wire)
+    try:
+        node.wait_for(READY_LINE)
+        yield node
+    finally:
         node.kill()
 
 
@@ -129,3 +143,69 @@ def test_clients_recover_from_cuts_stalls_and_resets(
         reader.close()
     finally:
         manager.close()
+
+
+def test_a_reader_whose_sync_answers_are_cut_still_reads_every_segment(node: Standalone) -> None:
+    """Reader ``b`` talks to the controller through the proxy, which cuts every answer ``b``
+    gets while the group hands it half the segments: the controller committed the change, and
+    ``b`` never heard of it. Its next sync leaves those segments out of its positions, and the
+    controller gives them again; after the seal both readers finish, every event read once
+    (without that, ``b``'s segments stay assigned to it and unread, and the group never
+    finishes)."""
+    proxy = FaultyProxy(int(node.base.rsplit(":", 1)[1]))
+    scope = f"f{uuid.uuid4().hex[:8]}"
+    manager = StreamManager(node.base, token=node.token)
+    behind = StreamManager(f"http://127.0.0.1:{proxy.port}", token=node.token)
+    group = f"/v1/scopes/{scope}/readergroups/rg"
+    try:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", initial_segments=4)
+        manager.create_reader_group(scope, "rg", [f"{scope}/st"], reader_timeout_ms=60_000)
+        writer = manager.create_writer(scope, "st")
+        written = batch("before", 1000, keys=8)
+        for data, key in written:
+            writer.write_event(data, routing_key=key)
+        writer.flush()
+        first = Collector(manager.reader_group(scope, "rg").create_reader("a"))
+        first.start()
+
+        def held() -> dict[str, int]:
+            status, answer = request(node.base, "GET", group, node.token)
+            assert status == 200, answer
+            return {r["readerId"]: len(r["segments"]) for r in answer["readers"]}
+
+        deadline = time.monotonic() + 30
+        while held().get("a") != 4:
+            assert time.monotonic() < deadline, f"a holds {held()}"
+            time.sleep(0.1)
+        second = Collector(behind.reader_group(scope, "rg").create_reader("b"))
+        second.start()
+        # Every answer b gets is cut (armed again at once after each cut) until the controller
+        # has given b its share.
+        proxy.reset_mid_frame()
+        cuts, deadline = 0, time.monotonic() + 60
+        while held().get("b") != 2:
+            assert time.monotonic() < deadline, f"the group never gave b its share: {held()}"
+            if proxy.resets > cuts:
+                cuts = proxy.resets
+                proxy.reset_mid_frame()
+            time.sleep(0.005)
+        assert proxy.resets >= 1, "no answer to b was cut"
+        more = batch("after", 1000, keys=8)
+        for data, key in more:
+            writer.write_event(data, routing_key=key)
+        writer.flush()
+        writer.close()
+        status, answer = request(node.base, "PUT", f"/v1/scopes/{scope}/streams/st/state",
+                                 node.token, {"streamState": "SEALED"})  # fmt: skip
+        assert status == 200, answer
+        for collector in (first, second):
+            collector.join(120)
+            assert not collector.is_alive(), f"a reader is stuck: the group is {held()}"
+            assert collector.error is None, repr(collector.error)
+        assert second.seen, "b read nothing"
+        assert sorted(first.seen + second.seen) == sorted(data for data, _ in written + more)
+    finally:
+        behind.close()
+        manager.close()
+        proxy.close()

@@ -87,6 +87,24 @@ def test_two_readers_share_the_segments_and_get_where_to_read(
     assert sorted(len(r["segments"]) for r in detail["readers"]) == [2, 2]
 
 
+def test_segments_whose_answer_was_lost_are_given_again(api: APIClient, sc: str) -> None:
+    """The controller commits a sync, then its answer is lost (the database failed before the
+    reply was made, or the connection did): the reader asks again without those segments in
+    its positions, and gets them again rather than never reading them."""
+    _create(api, sc)
+    base = f"/v1/scopes/{sc}/readergroups/rg"
+    _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    first = _sync(api, sc, "a")["acquired"]
+    assert len(first) == 4
+    again = _sync(api, sc, "a")["acquired"]  # (the same request: the first answer never came)
+    assert sorted(again, key=lambda x: x["key"]) == sorted(first, key=lambda x: x["key"])
+    positions = {x["key"]: 5 for x in again}
+    assert _sync(api, sc, "a", positions=positions)["acquired"] == []  # reported: held
+    dropped, *kept = positions
+    lost = _sync(api, sc, "a", positions={key: 5 for key in kept})["acquired"]
+    assert [(x["key"], x["offset"]) for x in lost] == [(dropped, 5)]
+
+
 def test_checkpoint_gives_a_valid_stream_cut(api: APIClient, sc: str) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
