@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from controller_app import selectors as sel
 from controller_app.models import ReaderGroup, Subscriber
 from millrace.client.streamcut import StreamCut
+from tests.controller.api.answers import error, ok
 
 pytestmark = pytest.mark.django_db
 
@@ -25,27 +26,15 @@ def sc(api: APIClient, registered_node) -> str:
     return name
 
 
-def _ok(response, status: int = 200) -> dict:
-    assert response.status_code == status, response.content
-    return response.json() if response.content else {}
-
-
-def _error(response, status: int, code: str) -> str:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert body["code"] == code and body["message"], body
-    return body["message"]
-
-
 def _create(api: APIClient, sc: str, **extra) -> dict:
     body = {"readerGroupName": "rg", "streams": {f"{sc}/st": "head"}, **extra}
-    return _ok(api.post(f"/v1/scopes/{sc}/readergroups", body, format="json"), 201)
+    return ok(api.post(f"/v1/scopes/{sc}/readergroups", body, format="json"), 201)
 
 
 def _sync(api: APIClient, sc: str, reader: str, **body) -> dict:
     body.setdefault("generation", 0)
     path = f"/v1/scopes/{sc}/readergroups/rg/readers/{reader}/sync"
-    return _ok(api.post(path, body, format="json"))
+    return ok(api.post(path, body, format="json"))
 
 
 def test_create_get_list_delete(api: APIClient, sc: str) -> None:
@@ -54,11 +43,11 @@ def test_create_get_list_delete(api: APIClient, sc: str) -> None:
     assert len(created["unassignedSegments"]) == 4
     assert _create(api, sc) == created  # the same create again
     other = {"readerGroupName": "rg", "streams": {f"{sc}/st": "tail"}}
-    _error(api.post(f"/v1/scopes/{sc}/readergroups", other, format="json"), 409, "already-exists")
-    assert _ok(api.get(f"/v1/scopes/{sc}/readergroups")) == {
+    error(api.post(f"/v1/scopes/{sc}/readergroups", other, format="json"), 409, "already-exists")
+    assert ok(api.get(f"/v1/scopes/{sc}/readergroups")) == {
         "readerGroups": [{"readerGroupName": "rg"}]
     }
-    assert _ok(api.delete(f"/v1/scopes/{sc}/readergroups/rg"), 204) == {}
+    assert ok(api.delete(f"/v1/scopes/{sc}/readergroups/rg"), 204) == {}
     assert not ReaderGroup.objects.filter(name="rg", scope__name=sc).exists()
 
 
@@ -67,14 +56,14 @@ def test_two_readers_share_the_segments_and_get_where_to_read(
 ) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
-    joined = _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    joined = ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
     assert joined["generation"] == 0 and joined["groupRefreshTimeMs"] == 1000
     first = _sync(api, sc, "a")
     assert len(first["acquired"]) == 4
     where = first["acquired"][0]
     assert where["port"] == registered_node.port and where["offset"] == 0
     assert where["segment"].startswith(f"{sc}/st/")
-    _ok(api.post(f"{base}/readers", {"readerId": "b"}, format="json"), 201)
+    ok(api.post(f"{base}/readers", {"readerId": "b"}, format="json"), 201)
     assert _sync(api, sc, "b")["acquired"] == []
     asked = _sync(api, sc, "a", positions={where["key"]: 30})
     assert asked["release"] == 2
@@ -82,7 +71,7 @@ def test_two_readers_share_the_segments_and_get_where_to_read(
     _sync(api, sc, "a", released=give)
     taken = _sync(api, sc, "b")["acquired"]
     assert sorted(x["key"] for x in taken) == sorted(give)
-    detail = _ok(api.get(base))
+    detail = ok(api.get(base))
     assert detail["onlineReaderIds"] == ["a", "b"]
     assert sorted(len(r["segments"]) for r in detail["readers"]) == [2, 2]
 
@@ -93,7 +82,7 @@ def test_segments_whose_answer_was_lost_are_given_again(api: APIClient, sc: str)
     its positions, and gets them again rather than never reading them."""
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
-    _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
     first = _sync(api, sc, "a")["acquired"]
     assert len(first) == 4
     again = _sync(api, sc, "a")["acquired"]  # (the same request: the first answer never came)
@@ -109,9 +98,9 @@ def test_checkpoint_gives_a_valid_stream_cut(api: APIClient, sc: str) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
     for reader in "ab":
-        _ok(api.post(f"{base}/readers", {"readerId": reader}, format="json"), 201)
+        ok(api.post(f"{base}/readers", {"readerId": reader}, format="json"), 201)
     held = {r: _sync(api, sc, r)["acquired"] for r in "ab"}
-    status = _ok(api.post(f"{base}/checkpoints", {"checkpointName": "c1"}, format="json"), 202)
+    status = ok(api.post(f"{base}/checkpoints", {"checkpointName": "c1"}, format="json"), 202)
     assert status == {
         "checkpointName": "c1", "complete": False, "pendingReaders": ["a", "b"], "streamCuts": {}
     }  # fmt: skip
@@ -119,24 +108,24 @@ def test_checkpoint_gives_a_valid_stream_cut(api: APIClient, sc: str) -> None:
     assert answer["checkpoint"] == "c1"
     mine = {x["key"]: 0 for x in held["a"]}
     _sync(api, sc, "a", checkpoint="c1", checkpointPositions=mine)
-    assert _ok(api.get(f"{base}/checkpoints/c1"))["pendingReaders"] == ["b"]
+    assert ok(api.get(f"{base}/checkpoints/c1"))["pendingReaders"] == ["b"]
     _sync(api, sc, "b", checkpoint="c1")
-    done = _ok(api.get(f"{base}/checkpoints/c1"))
+    done = ok(api.get(f"{base}/checkpoints/c1"))
     assert done["complete"] is True
     cut = {int(k): v for k, v in done["streamCuts"][f"{sc}/st"].items()}
     assert sel.is_stream_cut_valid(sel.get_stream(sc, "st"), cut)
-    _error(api.get(f"{base}/checkpoints/nosuch"), 404, "not-found")
+    error(api.get(f"{base}/checkpoints/nosuch"), 404, "not-found")
 
 
 def test_reset_starts_a_new_generation_at_a_stream_cut(api: APIClient, sc: str) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
-    _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
     _sync(api, sc, "a")
     stream = sel.get_stream(sc, "st")
     head = {s.id: 0 for s in sel.head_segments(stream)}
     text = StreamCut(sc, "st", head).to_text()
-    reset = _ok(api.post(f"{base}/reset", {"streams": {f"{sc}/st": text}}, format="json"))
+    reset = ok(api.post(f"{base}/reset", {"streams": {f"{sc}/st": text}}, format="json"))
     assert reset["generation"] == 1 and len(reset["unassignedSegments"]) == 4
     assert _sync(api, sc, "a") == {"generation": 1, "reinitialize": True}
     assert len(_sync(api, sc, "a", generation=1)["acquired"]) == 4
@@ -146,7 +135,7 @@ def test_a_reader_that_stops_syncing_is_declared_dead(api: APIClient, sc: str) -
     _create(api, sc, readerTimeoutMs=2000)
     base = f"/v1/scopes/{sc}/readergroups/rg"
     for reader in "ab":
-        _ok(api.post(f"{base}/readers", {"readerId": reader}, format="json"), 201)
+        ok(api.post(f"{base}/readers", {"readerId": reader}, format="json"), 201)
     a_held = _sync(api, sc, "a")["acquired"]
     _sync(api, sc, "a", positions={a_held[0]["key"]: 77})
     a_synced = time.monotonic()
@@ -156,7 +145,7 @@ def test_a_reader_that_stops_syncing_is_declared_dead(api: APIClient, sc: str) -
     time.sleep(max(0.0, a_synced + 2.2 - time.monotonic()))
     taken = _sync(api, sc, "b")["acquired"]
     assert {x["key"]: x["offset"] for x in taken}[a_held[0]["key"]] == 77
-    message = _error(
+    message = error(
         api.post(f"{base}/readers/a/sync", {"generation": 0}, format="json"),
         410,
         "reader-not-in-group",
@@ -167,11 +156,11 @@ def test_a_reader_that_stops_syncing_is_declared_dead(api: APIClient, sc: str) -
 def test_leaving_hands_segments_back_at_the_given_positions(api: APIClient, sc: str) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
-    _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
     key = _sync(api, sc, "a")["acquired"][0]["key"]
-    _ok(api.delete(f"{base}/readers/a", {"positions": {key: 12}}, format="json"), 204)
-    _ok(api.delete(f"{base}/readers/a", format="json"), 204)  # again: harmless
-    assert _ok(api.get(base))["unassignedSegments"][key] == 12
+    ok(api.delete(f"{base}/readers/a", {"positions": {key: 12}}, format="json"), 204)
+    ok(api.delete(f"{base}/readers/a", format="json"), 204)  # again: harmless
+    assert ok(api.get(base))["unassignedSegments"][key] == 12
 
 
 def test_subscriber_cuts(api: APIClient, sc: str) -> None:
@@ -183,9 +172,9 @@ def test_subscriber_cuts(api: APIClient, sc: str) -> None:
     path = f"/v1/scopes/{sc}/readergroups/rg/subscriber-stream-cuts"
     first = next(iter(head))
     moved = {**head, first: 0}
-    _ok(api.put(path, {"streamCuts": {f"{sc}/st": moved}}, format="json"), 204)
+    ok(api.put(path, {"streamCuts": {f"{sc}/st": moved}}, format="json"), 204)
     bad = {"streamCuts": {f"{sc}/st": {first: 0}}}
-    _error(api.put(path, bad, format="json"), 400, "invalid-stream-cut")
+    error(api.put(path, bad, format="json"), 400, "invalid-stream-cut")
 
 
 @pytest.mark.parametrize(
@@ -211,7 +200,7 @@ def test_bad_configurations_are_refused_clearly(api: APIClient, sc: str, body: d
 def test_bad_sync_requests_are_refused_clearly(api: APIClient, sc: str) -> None:
     _create(api, sc)
     base = f"/v1/scopes/{sc}/readergroups/rg"
-    _ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
+    ok(api.post(f"{base}/readers", {"readerId": "a"}, format="json"), 201)
     for body in (
         {},
         {"generation": -1},
@@ -221,12 +210,12 @@ def test_bad_sync_requests_are_refused_clearly(api: APIClient, sc: str) -> None:
     ):
         response = api.post(f"{base}/readers/a/sync", body, format="json")
         assert response.status_code == 400, (body, response.content)
-    _error(
+    error(
         api.post(f"{base}/readers/nobody/sync", {"generation": 0}, format="json"),
         410,
         "reader-not-in-group",
     )
-    _error(
+    error(
         api.post(f"/v1/scopes/{sc}/readergroups/nosuch/readers", {"readerId": "a"}, format="json"),
         404,
         "reader-group-not-found",
