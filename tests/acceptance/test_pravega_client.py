@@ -144,9 +144,9 @@ def test_the_client_follows_a_scale_made_while_it_writes(
         })  # fmt: skip
         assert status == 200, body
         signal_file.write_text("scaled")
-        assert process.wait(180) == 0, (
-            (process.stderr or "").read()[-3000:] if process.stderr else ""
-        )
+        code = process.wait(180)
+        reader.join(10)
+        assert code == 0, f"{lines[-1:]} {process.stderr.read()[-3000:] if process.stderr else ''}"
     finally:
         process.kill()
     reader.join(10)
