@@ -5,10 +5,11 @@ returns at once: the event goes into a buffer of the writer (a deque: several th
 to one writer), with no thread hop, future or lock per event. The buffer is handed to the I/O
 loop (``IoLoop``) in batches, when ``batch_events`` events or ``batch_bytes`` bytes are
 waiting, and otherwise ``linger_ms`` after the first event of a batch (as Kafka's producer
-does); there one task passes each batch to ``AsyncEventWriter.write_batch``, in order, which
-routes the events by key and appends them (durable once acknowledged; per routing key in order,
-across scaling and reconnects). ``flush()`` hands over what is buffered and waits until
-everything written before it is durable.
+does); there one task passes each batch to ``AsyncEventWriter.write_batch_parts``, in order,
+which routes the events by key and appends them (durable once acknowledged; per routing key in
+order, across scaling and reconnects). Each segment's part of a batch counts as durable by
+itself: a segment whose node is silent holds back only its own events. ``flush()`` hands over
+what is buffered and waits until everything written before it is durable.
 
 Back-pressure: at most ``pending_events_max`` events and ``pending_bytes_max`` bytes are
 buffered or unacknowledged; ``write_event`` then waits for room (the memory a writer holds is
@@ -235,23 +236,38 @@ class EventWriter:
     async def _take(self, count: int) -> None:
         pop = self._buffer.popleft
         items = [pop() for _ in range(count)]
-        callbacks: list[tuple[int, Callable[[BaseException | None], object]]] = []
+        #: Each callback with the routing key of its event (the one just before it).
+        callbacks: list[tuple[str | None, Callable[[BaseException | None], object]]] = []
         if any(item[0] is _CALLBACK for item in items):
-            callbacks = [(i, fn) for i, (kind, fn) in enumerate(items) if kind is _CALLBACK]
+            callbacks = [
+                (items[i - 1][1], fn) for i, (kind, fn) in enumerate(items) if kind is _CALLBACK
+            ]
             items = [item for item in items if item[0] is not _CALLBACK]
         events = [item[0] for item in items]
         keys = [item[1] for item in items]
-        size = sum(map(len, events))
         try:
-            done = await self._writer.write_batch(events, keys)
+            parts = await self._writer.write_batch_parts(events, keys)
         except BaseException as exc:
-            self._failed(exc, len(events), size)
+            self._failed(exc, len(events), sum(map(len, events)))
             for _, fn in callbacks:
                 _call(fn, exc)
             return
-        done.add_done_callback(lambda f: self._batch_done(f, len(events), size))
-        for _, fn in callbacks:  # (all the batch's events must be durable: not just earlier)
-            done.add_done_callback(lambda f, fn=fn: _call(fn, _error_of(f)))  # type: ignore[misc]
+        # Each segment's part counts as durable on its own: a segment whose node is silent
+        # holds back only its own events (and the room they take), never the others'.
+        for part in parts:
+            part.done.add_done_callback(
+                lambda f, n=part.events, size=part.size: self._batch_done(f, n, size)  # type: ignore[misc]
+            )
+        if callbacks:
+            # A callback runs once its event's segment part is durable (an event without a
+            # routing key went to any segment: once all are).
+            by_key: dict[str | None, asyncio.Future[Any]] = {
+                key: part.done for part in parts for key in part.keys if key is not None
+            }
+            for key, fn in callbacks:
+                if key not in by_key:
+                    by_key[key] = asyncio.gather(*(part.done for part in parts))
+                by_key[key].add_done_callback(lambda f, fn=fn: _call(fn, _error_of(f)))  # type: ignore[misc]
 
     def _batch_done(self, done: asyncio.Future[None], events: int, size: int) -> None:
         error = _error_of(done)

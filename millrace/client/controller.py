@@ -35,6 +35,13 @@ REQUEST_TIMEOUT_SECONDS = 60.0
 PATIENCE_SECONDS = 60.0
 #: Delay before the first retry; it doubles up to the max (or what ``Retry-After`` says).
 RETRY_DELAY_SECONDS, RETRY_DELAY_MAX_SECONDS = 0.1, 2.0
+#: Seconds a connection to a controller may take: one partitioned or paused answers no SYN
+#: (or never reads), and the client moves to the next controller after this.
+CONNECT_TIMEOUT_SECONDS = 3.0
+#: Answers after which the client tries again, on the next controller if it has several:
+#: 503 (the controller, or a service it needs, is away: nothing was changed), and a proxy's
+#: 502 and 504 for a call that changes nothing.
+_MOVE_ON = frozenset({502, 503, 504})
 
 
 class ControllerError(Exception):
@@ -72,9 +79,25 @@ def http_url(uri: str) -> str:
     return uri
 
 
+def controller_urls(uri: str) -> list[str]:
+    """The controllers of ``uri``: one URL, or several separated by commas as Pravega's
+    clients take them (``http://a:9091,b:9091``: an address without a scheme takes the first
+    one's). Each as an HTTP URL without a trailing ``/``; all of one scheme (TLS or not)."""
+    parts = [part.strip() for part in uri.split(",")]
+    if not parts[0] or any(not part for part in parts):
+        raise ValueError(f"{uri!r}: an empty controller address (give http://host:9091,...)")
+    first = http_url(parts[0])
+    scheme = first.split("://", 1)[0]
+    urls = [first] + [http_url(p if "://" in p else f"{scheme}://{p}") for p in parts[1:]]
+    if len({url.split("://", 1)[0] for url in urls}) > 1:
+        raise ValueError(f"{uri!r}: the controllers must all use TLS or none")
+    return [url.rstrip("/") for url in urls]
+
+
 class AsyncControllerClient:
-    """REST calls to one controller (``http://host:9091``, ``https://`` for TLS), authenticated
-    by an API token."""
+    """REST calls to a controller (``http://host:9091``, ``https://`` for TLS), authenticated
+    by an API token. Given several (``http://a:9091,b:9091``), it calls one and moves to the
+    next when that one is away, silent or answers 502-504."""
 
     def __init__(
         self,
@@ -88,21 +111,27 @@ class AsyncControllerClient:
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ):
-        uri = http_url(uri)
+        #: The controllers' base URLs, and which one is called now.
+        self.urls = controller_urls(uri)
+        self._current = 0
         headers = {"Authorization": f"Token {token}"} if token else {}
         if user_agent is not None:
             headers["User-Agent"] = user_agent
         #: TLS to the controller and the segment store nodes (None: plaintext).
         self.tls: ssl.SSLContext | None = None
-        if uri.startswith("https://"):
+        if self.urls[0].startswith("https://"):
             self.tls = client_context(
                 tls_ca, verify_hostname=validate_hostname, cert_file=tls_cert, key_file=tls_key
             )
-        self.url = httpx.URL(uri)
         self._http = httpx.AsyncClient(
-            base_url=uri.rstrip("/") + "/v1", headers=headers, timeout=timeout,
+            headers=headers, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_SECONDS),
             verify=self.tls or _plain(),
         )  # fmt: skip
+
+    @property
+    def url(self) -> httpx.URL:
+        """The controller called now."""
+        return httpx.URL(self.urls[self._current])
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -111,16 +140,19 @@ class AsyncControllerClient:
         self, method: str, path: str, body: Any = None, *, changes: bool | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:  # fmt: skip
-        """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``.
+        """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``,
+        moving to the next controller (if it was given several) after each failed try.
 
         A call whose connection was never made is retried whatever its method; one cut after it
         was sent only if it changes nothing (``changes``: default, whether it is not a
         ``GET``), since a change may have been made."""
         loop = asyncio.get_running_loop()
         delay, deadline = RETRY_DELAY_SECONDS, loop.time() + PATIENCE_SECONDS
+        tried = 0  # controllers tried since the last pause
         while True:
+            url = f"{self.urls[self._current]}/v1{path}"
             try:
-                response = await self._http.request(method, path, json=body, headers=headers)
+                response = await self._http.request(method, url, json=body, headers=headers)
             except httpx.TransportError as exc:
                 await self._tls_refusal(exc)
                 unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -128,9 +160,18 @@ class AsyncControllerClient:
                 if not (unsent or safe) or loop.time() + delay > deadline:
                     raise
             else:
-                if response.status_code != 503 or loop.time() + delay > deadline:
+                status = response.status_code
+                safe = method == "GET" if changes is None else not changes
+                again = status == 503 or (status in _MOVE_ON and safe)
+                if not again or loop.time() + delay > deadline:
                     break
-                delay = _retry_after(response, delay)
+                if response.status_code == 503:
+                    delay = _retry_after(response, delay)
+            self._current = (self._current + 1) % len(self.urls)
+            tried += 1
+            if tried < len(self.urls):
+                continue  # the next controller at once
+            tried = 0
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY_MAX_SECONDS)
         if response.status_code >= 400:

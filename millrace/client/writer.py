@@ -22,20 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.retry import transient
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 
+log = logging.getLogger("millrace.client")
+
 #: Pause before a writer whose appends were answered "not served here" sets up again.
 OFFLINE_RETRY_PAUSE_S = 0.5
+#: The first pause before a writer's setup is tried again (the node away or silent, the
+#: controller away); it doubles up to the max, until the delivery timeout.
+RETRY_PAUSE_S, RETRY_PAUSE_MAX_S = 0.1, 1.0
 #: How long a writer goes on sending events the segment store keeps refusing (a container
 #: that cannot write its tier-1, appends refused on a nearly full disk) before they fail with
 #: ``DeliveryTimeoutError`` naming the last refusal (Kafka's ``delivery.timeout.ms``), and
@@ -91,9 +99,25 @@ class _SegmentWriter:
     #: at the first refusal, cleared by the next acknowledgement.
     refused_since: float | None = None
     refused_why: str = ""
+    #: Since when (loop time) the writer's appends are in any trouble (refused, connection lost
+    #: or silent): the delivery timeout counts from here; cleared by the next acknowledgement.
+    trouble_since: float | None = None
 
 
 _Groups = dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPart:
+    """The events of one segment in a ``write_batch_parts`` call."""
+
+    #: Completed once they are durable (or failed).
+    done: asyncio.Future[None]
+    #: How many, and their bytes.
+    events: int
+    size: int
+    #: Their routing keys, in order.
+    keys: list[str | None]
 
 
 def _route_batch(
@@ -224,6 +248,8 @@ class AsyncEventWriter:
         self.automatic_marks = False
         #: Why this writer gave up (``abandon``): every event queued after fails with it.
         self._abandoned: Exception | None = None
+        #: Its reconnects and re-routings under way (``_spawn``).
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def refusal(self) -> str | None:
         """Why the segment store refuses this writer's appends now (its last answer), if it
@@ -256,15 +282,18 @@ class AsyncEventWriter:
         return writer
 
     async def _setup(
-        self, segment: SegmentWithRange, writer_id: uuid.UUID
+        self, segment: SegmentWithRange, writer_id: uuid.UUID, since: float | None = None
     ) -> tuple[ssc.SegmentStoreClient, int, tuple[str, int]]:
         """Find the segment's node (the controller's ``segment_uri``, Pravega's getURI),
         connect and set up appends of ``writer_id``; the client, the writer's last persisted
-        event number and the node. While the node is away or answers WrongHost (its container
-        moved, or is restarting), look the node up again and retry, up to the delivery
-        timeout."""
+        event number and the node. While the node is away, silent or answers WrongHost (its
+        container moved, or is restarting), or the controller is away, look the node up again
+        and retry with a growing pause, until the delivery timeout counted from ``since``
+        (default: now); then the last error is raised."""
         assert self._pool is not None
-        delay, deadline = 0.1, asyncio.get_running_loop().time() + self.delivery_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = (loop.time() if since is None else since) + self.delivery_timeout_s
+        delay = RETRY_PAUSE_S
         while True:
             try:
                 node = await self.controller.segment_uri(
@@ -272,11 +301,11 @@ class AsyncEventWriter:
                 )
                 client = await self._pool.get(*node)
                 return client, await client.setup_append(segment.name, writer_id), node
-            except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
-                if asyncio.get_running_loop().time() > deadline:
+            except Exception as exc:
+                if not transient(exc) or loop.time() + delay > deadline:
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_PAUSE_MAX_S)
 
     async def write_event(
         self, event: bytes | str, routing_key: str | None = None
@@ -322,15 +351,22 @@ class AsyncEventWriter:
     ) -> asyncio.Future[None]:
         """Queue ``events[i]`` under routing key ``keys[i]`` for every ``i``, per key in order;
         one future for all of them, completed when every one is durable (or failed with the
-        first error). The blocking writer hands its buffer over through this, a batch at a
-        time: nothing is made per event but the routing (one dict lookup for a key seen before)."""
+        first error)."""
+        parts = await self.write_batch_parts(events, keys)
+        return _all_done([part.done for part in parts])
+
+    async def write_batch_parts(
+        self, events: Sequence[bytes], keys: Sequence[str | None]
+    ) -> list[BatchPart]:
+        """``write_batch``, answered per segment: a ``BatchPart`` for the events of each
+        segment, completed when those are durable, so that one segment's stall holds back only
+        its own events (the blocking writer hands its buffer over through this, a batch at a
+        time: nothing is made per event but the routing, one dict lookup for a key seen
+        before)."""
         if len(events) != len(keys):
             raise ValueError(f"{len(events)} events but {len(keys)} routing keys")
-        loop = asyncio.get_running_loop()
         if not events:
-            done: asyncio.Future[None] = loop.create_future()
-            done.set_result(None)
-            return done
+            return []
         while self._inflight >= self.pending_events_max:
             self._room.clear()
             await self._room.wait()
@@ -345,7 +381,7 @@ class AsyncEventWriter:
 
     async def _write_batch_locked(
         self, events: Sequence[bytes], keys: Sequence[str | None]
-    ) -> asyncio.Future[None]:
+    ) -> list[BatchPart]:
         """``write_batch`` under the routing lock: start, and set up the segments' writers."""
         if self._keyspace is None:
             await self._start()
@@ -363,18 +399,16 @@ class AsyncEventWriter:
     def _groups(self, events: Sequence[bytes], keys: Sequence[str | None]) -> _Groups | None:
         return _route_batch(self._routes, self._keyspace, self._writers, events, keys)
 
-    def _enqueue_groups(self, groups: _Groups) -> asyncio.Future[None]:
-        """One item per segment writer; the returned future completes once all of them did."""
-        items = []
-        for data, keys in groups.values():
+    def _enqueue_groups(self, groups: _Groups) -> list[BatchPart]:
+        """One item per segment writer, and its part of the batch."""
+        parts = []
+        for writer, (data, keys) in groups.items():
             weight = len(data)
             item = _Pending(b"", 0.0, self._new_future(weight), group=data, weight=weight)
             item.keys = keys
-            items.append(item)
-        done = _all_done([item.done for item in items])
-        for writer, item in zip(groups, items, strict=True):
+            parts.append(BatchPart(item.done, weight, sum(map(len, data)), keys))
             self._enqueue(writer, item)
-        return done
+        return parts
 
     async def _submit(
         self, data: bytes, group: list[bytes] | None, routing_key: str | None
@@ -466,9 +500,12 @@ class AsyncEventWriter:
                         writer.sealed = True
                         await self._reroute_locked(writer)
                     return
-                except ssc.ConnectionLostError:
+                except (ssc.ConnectionLostError, ssc.ContainerOfflineError) as exc:
+                    # Raised while sending (the session failed, or its connection went, before
+                    # this call): the same as when an acknowledgement says so. The events stay
+                    # in ``pending``; the reconnect sends them again.
                     if writer.client is client:
-                        self._schedule_reconnect(writer)
+                        self._trouble(writer, exc)
                         return
                     # A reconnect replaced the connection while this call waited on the old
                     # one; it queued every pending event again (renumbered, in order): go on
@@ -485,7 +522,7 @@ class AsyncEventWriter:
     ) -> None:
         error = asyncio.CancelledError() if ack.cancelled() else ack.exception()
         if error is None:
-            writer.refused_since = None
+            writer.refused_since = writer.trouble_since = None
             offset = ack.result().segment_write_offset
             if offset > writer.acked_offset:
                 writer.acked_offset = offset
@@ -498,28 +535,54 @@ class AsyncEventWriter:
         elif isinstance(error, ssc.SegmentSealedError):
             if not writer.sealed:
                 writer.sealed = True
-                asyncio.get_running_loop().create_task(self._reroute_locked(writer))
-        elif isinstance(error, ssc.ConnectionLostError):
-            if writer.client.is_closed:  # else: a late failure of the old connection
-                self._schedule_reconnect(writer)
-        elif isinstance(error, ssc.ContainerOfflineError):
-            # Not served now (a container restarting, appends refused while tier-2 is far
-            # behind or the disk is nearly full): set the writer up again after a pause and send
-            # what is not persisted, until the delivery timeout.
-            if writer.refused_since is None:
-                writer.refused_since = asyncio.get_running_loop().time()
-            writer.refused_why = str(error)
-            self._schedule_reconnect(writer, pause=OFFLINE_RETRY_PAUSE_S)
+                self._spawn(writer, self._reroute_locked(writer))
+        elif isinstance(error, ssc.ConnectionLostError | ssc.ContainerOfflineError):
+            if writer.client.is_closed or isinstance(error, ssc.ContainerOfflineError):
+                self._trouble(writer, error)  # (else: a late failure of the old connection)
         else:
             for item in batch:
                 if item in writer.pending:
                     writer.pending.remove(item)
                 self._complete(item, error)
 
+    def _trouble(self, writer: _SegmentWriter, error: Exception) -> None:
+        """``writer``'s connection was lost (or given up as silent) or its segment is not
+        served there now (WrongHost: the container moved, restarts, or refuses appends while
+        its tier-2 is far behind or its disk nearly full): set the writer up again, where the
+        controller says the segment is now, and send what is not persisted, until the delivery
+        timeout counted from the first trouble since the last acknowledgement."""
+        now = asyncio.get_running_loop().time()
+        if writer.trouble_since is None:
+            writer.trouble_since = now
+        pause = 0.0
+        if isinstance(error, ssc.ContainerOfflineError):
+            if writer.refused_since is None:
+                writer.refused_since = now
+            writer.refused_why = str(error)
+            pause = OFFLINE_RETRY_PAUSE_S
+        self._schedule_reconnect(writer, pause)
+
     def _schedule_reconnect(self, writer: _SegmentWriter, pause: float = 0.0) -> None:
         if not writer.reconnecting and not writer.sealed:
             writer.reconnecting = True
-            asyncio.get_running_loop().create_task(self._reconnect(writer, pause))
+            self._spawn(writer, self._reconnect(writer, pause))
+
+    def _spawn(self, writer: _SegmentWriter, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (a reconnect or a re-routing of ``writer``) as a task of its own that
+        never dies unheard: whatever it raises fails the writer's pending events with it."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._task_done(writer, t))
+
+    def _task_done(self, writer: _SegmentWriter, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        log.warning("millrace client: the writer of %s gave up: %r", writer.segment.name, error)
+        writer.reconnecting = False
+        self._writers.pop(writer.segment.segment_id, None)
+        self._routes = {}
+        self._fail_all(writer, error)
 
     async def _reconnect(self, writer: _SegmentWriter, pause: float = 0.0) -> None:
         """The connection to the segment store was lost (or the segment was not served): open
@@ -528,28 +591,22 @@ class AsyncEventWriter:
         order (never twice: the numbers are the same)."""
         if pause:
             await asyncio.sleep(pause)
-        refused = writer.refused_since
-        if refused is not None and asyncio.get_running_loop().time() - refused > (
-            self.delivery_timeout_s
-        ):
-            writer.reconnecting, writer.refused_since = False, None
-            self._fail_all(writer, ssc.DeliveryTimeoutError(
-                f"events to {writer.segment.name} not acknowledged within the delivery timeout"
-                f" of {self.delivery_timeout_s:g} s; the segment store refuses them:"
-                f" {writer.refused_why}"
-            ))  # fmt: skip
-            return
+        since = writer.trouble_since
         try:
-            client, last, writer.node = await self._setup(writer.segment, writer.writer_id)
+            client, last, writer.node = await self._setup(writer.segment, writer.writer_id, since)
         except ssc.SegmentSealedError:
             writer.reconnecting = False
             await self._reroute_locked(writer)
             return
-        except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError) as exc:
+        except Exception as exc:
             writer.reconnecting = False
             self._writers.pop(writer.segment.segment_id, None)
             self._routes = {}
-            self._fail_all(writer, exc)
+            why = writer.refused_why if writer.refused_since is not None else f"{exc}"
+            self._fail_all(writer, ssc.DeliveryTimeoutError(
+                f"events to {writer.segment.name} not acknowledged within the delivery timeout"
+                f" of {self.delivery_timeout_s:g} s; last: {why}"
+            ))  # fmt: skip
             return
         async with self._lock:
             writer.client = client

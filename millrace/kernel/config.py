@@ -74,6 +74,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-token-overlap": "a rotated token secret stops verifying at once (no overlap)",
     "no-signin-limit": "the console's sign-in takes any number of failed attempts",
     "no-table-versions": "table segments apply conditional updates without checking versions",
+    "no-client-liveness": "clients never give up a connection that went silent (no keep-alive)",
 }
 
 

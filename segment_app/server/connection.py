@@ -130,7 +130,7 @@ class WireConnection(asyncio.BufferedProtocol):
         self._traffic = server.traffic.record if self.config.traffic_monitor else None
         self._sync_handlers: dict[int, Callable[[Any], None]] = {
             wire.Hello.TYPE: self._hello,
-            wire.KeepAlive.TYPE: _ignore,
+            wire.KeepAlive.TYPE: self._keep_alive,
             wire.Padding.TYPE: _ignore,
             wire.AppendBlockEnd.TYPE: self._append_block_end,
             wire.ConditionalBlockEnd.TYPE: self._conditional_block_end,
@@ -349,6 +349,16 @@ class WireConnection(asyncio.BufferedProtocol):
                 "client %s speaks versions %d..%d", self._peer(), cmd.low_version, cmd.high_version
             )
             self.close()
+
+    def _keep_alive(self, cmd: wire.KeepAlive) -> None:
+        """Answered at once, as Pravega's server does: the client's proof that this node still
+        answers (a partitioned or paused node does not, and its clients leave it)."""
+        self.send(cmd)
+
+    def _keep_alive(self, cmd: wire.KeepAlive) -> None:
+        """Answered at once, as Pravega's server does: the client's proof that this node still
+        answers (a partitioned or paused node does not, and its clients leave it)."""
+        self.send(cmd)
 
     # -- appends --------------------------------------------------------------------------------
 

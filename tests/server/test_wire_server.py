@@ -274,7 +274,8 @@ async def test_unsupported_commands(raw: RawConnection, store) -> None:
     update = wire.ConditionalAttributeUpdate(uuid.uuid4(), 1, 1, 0)
     await raw.send(wire.MergeSegments(6, SEG, "other", "", (update,)))
     assert isinstance(await raw.recv(), wire.OperationUnsupported)
-    await raw.send(wire.KeepAlive())  # no reply
+    await raw.send(wire.KeepAlive())  # answered in kind, at once
+    assert await raw.recv() == wire.KeepAlive()
     await raw.send(wire.FlushToStorage(0, "", 9))
     assert (await raw.recv()).request_id == 9
 

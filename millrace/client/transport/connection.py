@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import struct
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -21,7 +22,14 @@ from typing import Any, Protocol
 from millrace.client.errors import ConnectionLostError, SegmentStoreError
 from millrace.kernel import wire
 
-__all__ = ["SEND_BUFFER_BYTES", "WRITE_CHUNK_BYTES", "AppendListener", "Connection"]
+__all__ = [
+    "KEEPALIVE_S",
+    "SEND_BUFFER_BYTES",
+    "SILENCE_S",
+    "WRITE_CHUNK_BYTES",
+    "AppendListener",
+    "Connection",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,15 @@ WRITE_CHUNK_BYTES = 256 * 1024
 #: number, request id, segment write offset), decoded without the generic codec.
 _DATA_APPENDED = struct.Struct(">16sqqqq")
 _DATA_APPENDED_TYPE = wire.DataAppended.TYPE
+#: A connection nothing arrived on for this long sends a KeepAlive (the segment store answers
+#: each one, as Pravega's does) ...
+KEEPALIVE_S = 1.0
+#: ... and one nothing arrived on for this long is given up as silent (the node is partitioned,
+#: paused or frozen): it is aborted with ``ConnectionLostError``, so that what waits on it
+#: (appends, requests) fails over like a crash. Below the node's session timeout (5 s at the
+#: defaults), so that a client has found the silence by the time the container moves; far above
+#: a slow link's round trip (a live node answers a KeepAlive within one).
+SILENCE_S = 4.0
 
 
 class AppendListener(Protocol):
@@ -63,10 +80,21 @@ class AppendListener(Protocol):
 class Connection(asyncio.BufferedProtocol):
     """One connection to a segment store (made by ``loop.create_connection``)."""
 
-    def __init__(self, request_timeout: float) -> None:
+    def __init__(
+        self, request_timeout: float, *, keepalive_s: float = KEEPALIVE_S,
+        silence_s: float = SILENCE_S,
+    ) -> None:  # fmt: skip
         #: Who hears about appends (``listen``; the client's append sessions).
         self.appends: AppendListener
         self.request_timeout = request_timeout
+        #: The liveness watch (``_watch``): a KeepAlive after ``keepalive_s`` without a byte
+        #: from the peer, given up after ``silence_s`` (0: never; TEST-ONLY switch
+        #: ``MILLRACE_TEST_UNSAFE=no-client-liveness``).
+        self.keepalive_s = keepalive_s
+        self.silence_s = 0.0 if _liveness_off() else silence_s
+        #: When (loop time) a byte last arrived.
+        self.heard = 0.0
+        self._watcher: asyncio.TimerHandle | None = None
         self.assembler = wire.FrameAssembler()
         self.transport: asyncio.Transport | None = None
         #: Encoded commands not yet handed to the transport (see ``send``).
@@ -91,11 +119,16 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES)  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        self.heard = loop.time()
+        if self.silence_s > 0:
+            self._watcher = loop.call_later(self.keepalive_s, self._watch)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.assembler.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.heard = asyncio.get_running_loop().time()
         appends = self.appends
         try:
             for type_code, payload in self.assembler.buffer_updated(nbytes):
@@ -110,6 +143,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.congested = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         lost = self.lost or ConnectionLostError(f"connection lost: {exc or 'closed'}")
         if lost.__cause__ is None and exc is not None:
             lost.__cause__ = exc  # (what TLS said, for ``TlsRefused``)
@@ -224,6 +260,31 @@ class Connection(asyncio.BufferedProtocol):
             if request_id == wire.NO_REQUEST_ID and isinstance(reply, wire.ErrorMessage):
                 self.lost = ConnectionLostError(f"server closed the connection: {reply.message}")
 
+    # -- liveness -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Every ``keepalive_s``: a KeepAlive if nothing arrived meanwhile; the connection is
+        aborted once nothing arrived for ``silence_s`` (a TCP connection to a partitioned or
+        paused node never fails by itself: the kernel retransmits for many minutes)."""
+        self._watcher = None
+        transport = self.transport
+        if self.lost is not None or transport is None or transport.is_closing():
+            return
+        loop = asyncio.get_running_loop()
+        silent = loop.time() - self.heard
+        if silent >= self.silence_s:
+            peer = transport.get_extra_info("peername") or ("?", 0)
+            self.abort(ConnectionLostError(
+                f"the segment store at {peer[0]}:{peer[1]} sent nothing for {silent:.1f} s"
+                " (partitioned, paused or gone): connection given up"
+            ))  # fmt: skip
+            return
+        if silent >= self.keepalive_s:
+            self.send(wire.KeepAlive())
+            if self.congested:  # (the send buffer is full: the probe goes out first anyway)
+                self.flush_out(everything=True)
+        self._watcher = loop.call_later(self.keepalive_s, self._watch)
+
     # -- closing --------------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -238,3 +299,10 @@ class Connection(asyncio.BufferedProtocol):
         self.lost = self.lost or error
         if self.transport is not None:
             self.transport.abort()
+
+
+def _liveness_off() -> bool:
+    """TEST-ONLY: ``MILLRACE_TEST_UNSAFE`` names ``no-client-liveness`` (``UNSAFE_TEST_FLAGS``:
+    the acceptance tests show that a silent node then stalls its writers)."""
+    flags = os.environ.get("MILLRACE_TEST_UNSAFE", "")
+    return "no-client-liveness" in (flag.strip() for flag in flags.split(","))

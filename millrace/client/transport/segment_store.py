@@ -132,8 +132,20 @@ class SegmentStoreClient:
         client = cls(**kwargs)
         loop = asyncio.get_running_loop()
         try:
-            await loop.create_connection(lambda: client.connection, host, port, ssl=ssl)
+            # A node that does not answer (partitioned: SYNs go unanswered for minutes) is
+            # given up after the silence a connection is given up after; one that accepts and
+            # never says Hello (paused) is given up by the connection's liveness watch.
+            await asyncio.wait_for(
+                loop.create_connection(lambda: client.connection, host, port, ssl=ssl),
+                client.connection.silence_s or None,
+            )
             await client.connection.handshake()
+        except TimeoutError:
+            client.connection.abort(ConnectionLostError("connect timed out"))
+            raise ConnectionLostError(
+                f"segment store {host}:{port} did not answer the connection within"
+                f" {client.connection.silence_s:g} s (partitioned or down)"
+            ) from None
         except (OSError, ConnectionLostError) as exc:
             client.connection.abort(ConnectionLostError(str(exc)))
             where, cause = f"segment store {host}:{port}", exc.__cause__ or exc
