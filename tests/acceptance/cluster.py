@@ -31,6 +31,7 @@ from millrace.kernel import wire
 from millrace.kernel.claims import READ, mint_token
 from millrace.kernel.naming import container_for
 from tests.acceptance.certs import Certs
+from tests.acceptance.netns import PrivateNetwork
 from tests.acceptance.standalone_node import eventually, free_ports
 
 __all__ = ["LocalCluster", "Process"]
@@ -39,10 +40,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Process:
-    """One process of the cluster, in its own process group; its output in ``<name>.log``."""
+    """One process of the cluster, in its own process group; its output in ``<name>.log``.
+    ``prefix``: what it runs under (``ip netns exec ...``: a host of its own)."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], where: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], where: Path,
+        prefix: list[str] | None = None,
+    ) -> None:  # fmt: skip
         self.name, self.args, self.env, self.where = name, args, env, where
+        self.prefix = prefix or []
         self.log = where / f"{name}.log"
         self.popen: subprocess.Popen[bytes] | None = None
         self.start()
@@ -50,7 +56,7 @@ class Process:
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "millrace.ops.cli", *self.args],
+                [*self.prefix, sys.executable, "-m", "millrace.ops.cli", *self.args],
                 env=self.env,
                 cwd=ROOT,
                 stdout=out,
@@ -89,10 +95,14 @@ class LocalCluster:
         unsafe: str = "",
         environ: dict[str, str] | None = None,
         certs: Certs | None = None,
+        network: PrivateNetwork | None = None,
     ) -> None:
         """``certs``: TLS on every port of every process, the nodes' wire and metrics ports
-        asking for client certificates (mutual TLS), all made by this CA."""
+        asking for client certificates (mutual TLS), all made by this CA. ``network``: each
+        segment store node runs in a host of its own (``tests.acceptance.netns``), reaching the
+        database at the network's database address (its server must listen there)."""
         self.where = where
+        self.network = network
         self.database_url = database_url
         self.containers = containers
         base = {
@@ -181,23 +191,39 @@ class LocalCluster:
     def start_node(self, i: int) -> Process:
         """Start segment store node ``i`` (again, after a kill: same port, same data dir), with
         ``node_env[i]`` over the cluster's environment."""
-        port = self.node_ports[i]
+        port, host = self.node_ports[i], self.node_host(i)
+        env, prefix = dict(self.node_env.get(i, {})), None
+        if self.network is not None:
+            prefix = self.network.prefix(i)
+            env.setdefault("DATABASE_URL", self.database_url.replace(
+                "@127.0.0.1:", f"@{self.network.database}:"
+            ))  # fmt: skip
         return self._spawn(
             f"node-{i}",
             "segmentstore",
             "--data-dir",
             str(self.where / f"node-{i}"),
+            "--host",
+            host,
             "--port",
             str(port),
             "--advertise",
-            f"127.0.0.1:{port}",
+            f"{host}:{port}",
             "--node-id",
             f"node-{i}",
-            env=self.node_env.get(i),
+            env=env,
+            prefix=prefix,
         )
 
-    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Process:
-        self.processes[name] = Process(name, list(args), self.env | (env or {}), self.where)
+    def node_host(self, i: int) -> str:
+        """The address node ``i`` listens on and advertises."""
+        return "127.0.0.1" if self.network is None else self.network.addresses[i]
+
+    def _spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> Process:  # fmt: skip
+        self.processes[name] = Process(name, list(args), self.env | (env or {}), self.where, prefix)
         return self.processes[name]
 
     def _context(self) -> ssl.SSLContext | None:
@@ -260,9 +286,11 @@ class LocalCluster:
                 name for i in range(100_000)
                 if container_for(name := f"settle/s{i}/0.#epoch.0", self.containers) == container
             )  # fmt: skip
-            port = self.node_ports[int(node.rsplit("-", 1)[1])]
+            i = int(node.rsplit("-", 1)[1])
             try:
-                reply = wire_call(port, wire.GetStreamSegmentInfo(1, name, token))
+                reply = wire_call(
+                    self.node_ports[i], wire.GetStreamSegmentInfo(1, name, token), self.node_host(i)
+                )
             except OSError:
                 return False
             if not isinstance(reply, wire.StreamSegmentInfo | wire.NoSuchSegment):
@@ -294,9 +322,9 @@ class LocalCluster:
         )
 
 
-def wire_call(port: int, command: object) -> object:
+def wire_call(port: int, command: object, host: str = "127.0.0.1") -> object:
     """One request on a new connection to a node (Hello first), and its reply."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+    with socket.create_connection((host, port), timeout=60) as sock:
         sock.sendall(wire.encode_frame(wire.Hello(15, 5)) + wire.encode_frame(command))
         replies = []
         buffer = b""

@@ -29,6 +29,15 @@ class PrivatePostgres:
         self.where, self.bin, self.port = where, bin_dir, port
         self.data = where / "pgdata"
         self.url = f"postgres://postgres@127.0.0.1:{port}/postgres"
+        #: Addresses listened on besides 127.0.0.1, and the subnet trusted on them (``also``).
+        self.listen: list[str] = []
+        self.trusted = ""
+
+    def also(self, address: str, subnet: str) -> None:
+        """Listen on ``address`` too (a private network's, ``tests.acceptance.netns``), trusting
+        ``subnet`` (before ``init``)."""
+        self.listen.append(address)
+        self.trusted = subnet
 
     def _run(self, *args: str) -> None:
         command = [str(self.bin / args[0]), *args[1:]]
@@ -42,9 +51,13 @@ class PrivatePostgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.where, user.pw_uid, user.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        if self.trusted:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.trusted} trust\n")
 
     def start(self) -> None:
-        options = f"-p {self.port} -k {self.where} -c listen_addresses=127.0.0.1 -c fsync=off"
+        listen = ",".join(["127.0.0.1", *self.listen])
+        options = f"-p {self.port} -k {self.where} -c listen_addresses={listen} -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.where / "postgres.log"), "-w", "start")  # fmt: skip
 
@@ -62,6 +75,12 @@ def postgres_bin() -> Path | None:
 
 @pytest.fixture
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    yield from private_postgres()
+
+
+def private_postgres(also: tuple[str, str] | None = None) -> Iterator[PrivatePostgres]:
+    """A started server, stopped and removed at the end (a fixture's body); ``also``: an
+    address to listen on besides loopback, and the subnet trusted there."""
     bin_dir = postgres_bin()
     if bin_dir is None:
         pytest.skip("no PostgreSQL server binaries (pg_ctl) on this machine")
@@ -73,6 +92,8 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgr
     # (a folder the postgres user can reach: pytest's own may sit under a private home)
     where = Path(tempfile.gettempdir()) / f"pg-{uuid.uuid4().hex[:8]}"
     server = PrivatePostgres(where, bin_dir, free_ports(1)[0])
+    if also is not None:
+        server.also(*also)
     server.init()
     server.start()
     try:

@@ -92,8 +92,9 @@ class Connection(asyncio.BufferedProtocol):
         #: ``MILLRACE_TEST_UNSAFE=no-client-liveness``).
         self.keepalive_s = keepalive_s
         self.silence_s = 0.0 if _liveness_off() else silence_s
-        #: When (loop time) a byte last arrived.
+        #: When (loop time) a byte last arrived; whether the watch gave the connection up.
         self.heard = 0.0
+        self.silent = False
         self._watcher: asyncio.TimerHandle | None = None
         self.assembler = wire.FrameAssembler()
         self.transport: asyncio.Transport | None = None
@@ -273,6 +274,7 @@ class Connection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         silent = loop.time() - self.heard
         if silent >= self.silence_s:
+            self.silent = True
             peer = transport.get_extra_info("peername") or ("?", 0)
             self.abort(ConnectionLostError(
                 f"the segment store at {peer[0]}:{peer[1]} sent nothing for {silent:.1f} s"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ class SegmentStorePool:
         self.client_options = client_options
         self._clients: dict[tuple[str, int], SegmentStoreClient] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        #: The last failed attempt to connect to each node: when, and what it raised.
+        self._failures: dict[tuple[str, int], tuple[float, Exception]] = {}
         self._closed = False
 
     @property
@@ -50,20 +53,34 @@ class SegmentStorePool:
         )  # fmt: skip
 
     async def get(self, host: str, port: int) -> SegmentStoreClient:
+        """The connection to ``host:port``, opened if it is not. Callers that waited while
+        another's attempt failed get that failure at once rather than trying again in turn
+        (many writers of one partitioned node would otherwise each wait out the connect
+        timeout, one after the other)."""
         key = (host, port)
         client = self._clients.get(key)
         if client is not None and not client.is_closed:
             return client
+        asked = time.monotonic()
         async with self._locks.setdefault(key, asyncio.Lock()):
             if self._closed:  # a reader still running must not open what nobody would close
                 raise ConnectionLostError("the connection pool is closed")
             client = self._clients.get(key)
-            if client is None or client.is_closed:
+            if client is not None and not client.is_closed:
+                return client
+            failed = self._failures.get(key)
+            if failed is not None and failed[0] >= asked:
+                raise failed[1]
+            try:
                 client = await SegmentStoreClient.connect(host, port, **self.client_options)
-                if self._closed:
-                    await client.close()
-                    raise ConnectionLostError("the connection pool is closed")
-                self._clients[key] = client
+            except (OSError, ConnectionLostError) as exc:
+                self._failures[key] = (time.monotonic(), exc)
+                raise
+            self._failures.pop(key, None)
+            if self._closed:
+                await client.close()
+                raise ConnectionLostError("the connection pool is closed")
+            self._clients[key] = client
             return client
 
     async def close(self) -> None:

@@ -148,6 +148,8 @@ class SegmentStoreClient:
             ) from None
         except (OSError, ConnectionLostError) as exc:
             client.connection.abort(ConnectionLostError(str(exc)))
+            if client.connection.silent:  # (a paused node: no TLS probe of it either)
+                raise
             where, cause = f"segment store {host}:{port}", exc.__cause__ or exc
             reason = await refusal(
                 cause, host, port, where, tls=ssl is not None,
