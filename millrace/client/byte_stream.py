@@ -14,12 +14,12 @@ as they are, without event headers, to the stream's only segment; a byte stream 
 scaled. Writes are appends of an idempotent writer (acknowledged once durable; ``flush``
 waits for all). ``read`` returns what is there from the current position (waiting up to
 ``timeout`` at the tail) and ``b""`` once the stream is sealed and read to its end. Reading
-below the head raises ``ByteStreamTruncatedError`` naming the head. A lost connection (or a
-WrongHost: the segment's container moved to another node of a cluster) fails the writes in
-flight with that error, and the byte stream asks the controller where the segment is served
-now: the caller writes again after checking ``current_tail_offset`` (conditional writes make
-that safe). A read follows the segment to its new node by itself, for up to
-``FOLLOW_SECONDS``.
+below the head raises ``ByteStreamTruncatedError`` naming the head. When the segment's node is
+lost, goes silent or answers WrongHost (its container moved to another node of a cluster), the
+writes follow it (``millrace.client.resumable``): what was not persisted is sent again to the
+new node under the same event numbers, so nothing is lost or written twice, up to the delivery
+timeout; a conditional write whose answer was lost is found persisted or sent again. A read
+follows the segment to its new node by itself, for up to ``FOLLOW_SECONDS``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import contextlib
 import uuid
 
 from millrace.client.controller import FOLLOW_SECONDS, AsyncControllerClient
+from millrace.client.resumable import ResumableAppends
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 
@@ -61,7 +62,8 @@ class AsyncByteStream:
         self._node: tuple[str, int] = ("", 0)
         self._pool: SegmentStorePool | None = None
         self._writer_id = uuid.uuid4()
-        self._writing = False
+        #: The writes (made on the first one).
+        self._writer: ResumableAppends | None = None
         self._position = 0
 
     @classmethod
@@ -90,12 +92,14 @@ class AsyncByteStream:
 
     async def _client(self) -> ssc.SegmentStoreClient:
         assert self._pool is not None, "use AsyncByteStream.open"
+        if not self._node[0]:
+            self._node = await self.controller.segment_node(self._segment)
         return await self._pool.get(*self._node)
 
     async def _relocate(self) -> None:
         """The node was lost or answered WrongHost (its container moved, or restarts): ask
-        where the segment is served now; the next write sets its appends up there."""
-        self._writing = False
+        where the segment is served now."""
+        self._forget_node()
         with contextlib.suppress(Exception):  # (the controller away too: the next failure asks)
             self._node = await self.controller.segment_node(self._segment)
 
@@ -171,47 +175,40 @@ class AsyncByteStream:
 
     # -- writing -------------------------------------------------------------------------------
 
-    async def _setup(self) -> ssc.SegmentStoreClient:
-        client = await self._client()
-        if not self._writing:
-            await client.setup_append(self._segment, self._writer_id)
-            self._writing = True
-        return client
+    def _appends(self) -> ResumableAppends:
+        if self._writer is None:
+            self._writer = ResumableAppends(
+                self._segment, self._client, self._forget_node, writer_id=self._writer_id
+            )
+        return self._writer
+
+    def _forget_node(self) -> None:
+        """The node failed or answered WrongHost: the next connection asks the controller
+        where the segment is served now."""
+        self._node = ("", 0)
 
     async def write(self, data: bytes) -> int:
         """Append ``data`` at the tail (durable once ``flush`` returns); its length."""
-        try:
-            client = await self._setup()
-            await client.append_block(self._writer_id, bytes(data), raw=True)
-        except _AWAY:
-            await self._relocate()
-            raise
+        await self._appends().append([bytes(data)], raw=True)
         return len(data)
 
     async def write_conditional(self, data: bytes, expected_offset: int) -> int:
         """Append ``data`` only if the tail is at ``expected_offset`` (several writers can
         coordinate through this); durable when it returns. The new tail offset."""
         try:
-            client = await self._setup()
-            await client.conditional_append(self._writer_id, bytes(data), expected_offset)
+            await self._appends().conditional(bytes(data), expected_offset)
         except ssc.BadOffsetError:
             tail = await self.current_tail_offset()
             raise ConditionalAppendFailedError(
                 f"the tail of {self.scope}/{self.stream} is at {tail}, not {expected_offset}"
             ) from None
-        except _AWAY:
-            await self._relocate()
-            raise
         return expected_offset + len(data)
 
     async def flush(self) -> None:
-        """Wait until every write so far is durable."""
-        if self._writing:
-            try:
-                await (await self._client()).flush(self._writer_id)
-            except _AWAY:
-                await self._relocate()
-                raise
+        """Wait until every write so far is durable (following the segment to another node
+        when its node fails meanwhile)."""
+        if self._writer is not None:
+            await self._writer.flush()
 
     async def truncate(self, offset: int) -> None:
         """Drop the bytes before ``offset`` (Pravega's ``truncateDataBefore``)."""

@@ -4,8 +4,10 @@ commit, or never (abort).
 ``AsyncTransactionalWriter.begin_txn()`` opens a transaction (the controller creates one shadow
 segment per segment of the current epoch); ``Transaction.write_event(event, routing_key)``
 routes by key to the shadow of the segment owning the key, appending as one idempotent writer
-per shadow; ``commit()`` waits until every event is durable in the shadows, then asks the
-controller to commit and waits for COMMITTED; ``abort()`` drops them. The controller merges the
+per shadow (``millrace.client.resumable``: a shadow whose node dies or goes silent is followed
+to its container's new owner, as the event writer follows its segments); ``commit()`` waits
+until every event is durable in the shadows, then asks the controller to commit and waits for
+COMMITTED; ``abort()`` drops them. The controller merges the
 shadows into their parents atomically, rolling the transaction forward if the stream scaled
 meanwhile. ``ping()`` extends the lease (a transaction not pinged within it is aborted).
 """
@@ -13,13 +15,13 @@ meanwhile. ``ping()`` extends the lease (a transaction not pinged within it is a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.resumable import ResumableAppends
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
@@ -41,8 +43,7 @@ class Transaction:
                 for s in answer["shadowSegments"]
             ]
         )
-        self._writers: dict[str, tuple[uuid.UUID, int]] = {}  # shadow -> (writer id, parent)
-        self._acks: list[asyncio.Future[Any]] = []
+        self._writers: dict[str, ResumableAppends] = {}  # by shadow segment name
         self.state = str(answer["state"])
 
     async def write_event(self, event: bytes | str, routing_key: str | None = None) -> None:
@@ -115,20 +116,20 @@ class Transaction:
         new = [s for s in shadows if s.name not in self._writers]
         if len(new) > 1:
             await self.owner.client_for(new[0].segment_id)  # (the pool, made once)
-            clients = await asyncio.gather(*(self.owner.client_for(s.segment_id) for s in new))
-            await asyncio.gather(*map(self._writer_for, new, clients))
+            await asyncio.gather(*(self.owner.client_for(s.segment_id) for s in new))
+            await asyncio.gather(*(self._writer_for(s).start() for s in new))
 
-    async def _writer_for(
-        self, shadow: SegmentWithRange, client: Any = None
-    ) -> tuple[Any, uuid.UUID]:
-        client = client or await self.owner.client_for(shadow.segment_id)
-        known = self._writers.get(shadow.name)
-        if known is None:
-            known = (uuid.uuid4(), shadow.segment_id)
-            with self.owner.forgetting(shadow.segment_id):
-                await client.setup_append(shadow.name, known[0])
-            self._writers[shadow.name] = known
-        return client, known[0]
+    def _writer_for(self, shadow: SegmentWithRange) -> ResumableAppends:
+        """The shadow's idempotent writer: it follows the shadow when its container moves (a
+        shadow lives in its parent's container)."""
+        writer = self._writers.get(shadow.name)
+        if writer is None:
+            parent = shadow.segment_id
+            writer = self._writers[shadow.name] = ResumableAppends(
+                shadow.name, lambda: self.owner.client_for(parent),
+                lambda: self.owner.forget(parent),
+            )  # fmt: skip
+        return writer
 
     async def _append(
         self,
@@ -136,17 +137,13 @@ class Transaction:
         datas: Sequence[bytes | bytearray | memoryview],
         raw: bool = False,
     ) -> None:
-        client, writer_id = await self._writer_for(shadow)
-        self._acks.append(await client.append_block(writer_id, datas, raw=raw))
+        await self._writer_for(shadow).append(datas, raw=raw)
 
     async def flush(self) -> None:
-        """Wait until every event written to the transaction is durable in its shadows."""
-        for writer, parent in self._writers.values():
-            client = await self.owner.client_for(parent)
-            with self.owner.forgetting(parent):
-                await client.flush(writer)
-        with self.owner.forgetting(*(parent for _, parent in self._writers.values())):
-            await asyncio.gather(*self._acks)
+        """Wait until every event written to the transaction is durable in its shadows, where
+        their container is served now (a node that died or went silent meanwhile: its
+        containers' new owners have the shadows)."""
+        await asyncio.gather(*(writer.flush() for writer in self._writers.values()))
 
     async def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
         """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING
@@ -181,19 +178,16 @@ class AsyncTransactionalWriter:
         if node is None:
             node = await self.controller.segment_uri(self.scope, self.stream, parent_id)
             self._nodes[parent_id] = node
-        with self.forgetting(parent_id):
-            return await self._pool.get(*node)
-
-    @contextlib.contextmanager
-    def forgetting(self, *parent_ids: int) -> Iterator[None]:
-        """Forget where these segments are served when the block fails for want of their
-        node (away, or WrongHost: the container moved): the next transaction asks again."""
         try:
-            yield
-        except (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError):
-            for parent_id in parent_ids:
-                self._nodes.pop(parent_id, None)
+            return await self._pool.get(*node)
+        except (ssc.ConnectionLostError, OSError):
+            self.forget(parent_id)
             raise
+
+    def forget(self, parent_id: int) -> None:
+        """Forget where the segment is served (its node failed, or answered WrongHost): the
+        next ``client_for`` asks the controller again."""
+        self._nodes.pop(parent_id, None)
 
     async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT, writer_id: str = "") -> Transaction:
         """A new transaction; ``writer_id`` names who writes it (``open_txn_ids`` finds the

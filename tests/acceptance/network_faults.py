@@ -86,6 +86,7 @@ class FaultRun:
         self.probe = KeyedProbe(self.manager, self.scope, self.stream, keys=keys, rate=rate)
         self.probe.start()
         self.wait_all_keys(time.monotonic(), 60)
+        time.sleep(BEFORE_SECONDS)  # (the usual rate, measured before the first fault)
         #: The controller the cluster's state is asked of (another once one is killed).
         self.via = 0
 
