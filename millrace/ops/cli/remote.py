@@ -46,7 +46,19 @@ def token(args: argparse.Namespace) -> str:
 
 
 def url(args: argparse.Namespace) -> str:
+    """The controller URL as given: one, or several separated by commas."""
     return str(args.url or settings().url).rstrip("/")
+
+
+def urls(args: argparse.Namespace) -> list[str]:
+    """The controllers of ``url``, each a whole URL (``http://a:9091,b:9091``: the second
+    takes the first one's scheme)."""
+    from millrace.client.controller import controller_urls
+
+    try:
+        return controller_urls(url(args))
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def ca(args: argparse.Namespace) -> str | None:
@@ -115,7 +127,11 @@ def out(args: argparse.Namespace, value: Any, text: str) -> None:
 def options() -> argparse.ArgumentParser:
     """``--url``, ``--token`` and ``--json``, as a parent parser."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--url", help=f"the node (default $MILLRACE_URL or {ClientSettings.url})")
+    parent.add_argument(
+        "--url",
+        help="the node, or several controllers separated by commas (default $MILLRACE_URL or"
+        f" {ClientSettings.url})",
+    )
     parent.add_argument(
         "--token", help="API token (default $MILLRACE_TOKEN or <data dir>/admin-token)"
     )

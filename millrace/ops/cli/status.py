@@ -17,7 +17,9 @@ def register(commands: Any, parents: Parents) -> None:
         variables=[v for v in remote.VARIABLES if v.name == "MILLRACE_URL"],
     )  # fmt: skip
     node_status.add_argument(
-        "--url", help=f"the node (default $MILLRACE_URL or {ClientSettings.url})"
+        "--url",
+        help="the node, or several controllers separated by commas (default $MILLRACE_URL or"
+        f" {ClientSettings.url})",
     )
     node_status.add_argument("--json", action="store_true", help="the health tree as JSON")
     node_status.add_argument(
@@ -30,15 +32,19 @@ def run_status(args: argparse.Namespace, rest: list[str]) -> int:
     """The node's health tree; exit status 0 when UP, 1 otherwise."""
     import httpx  # (when the command runs: ``millrace --help`` stays fast)
 
-    try:
-        response = httpx.get(f"{remote.url(args)}/health", timeout=10, verify=remote.verify(args))
-        tree = response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise CommandError(f"cannot reach {remote.url(args)}: {exc}") from None
+    failures = []
+    for url in remote.urls(args):  # (several: the first that answers)
+        try:
+            tree = httpx.get(f"{url}/health", timeout=10, verify=remote.verify(args)).json()
+            break
+        except (httpx.HTTPError, ValueError) as exc:
+            failures.append(f"cannot reach {url}: {exc}")
+    else:
+        raise CommandError("; ".join(failures))
     if args.json:
         print(json.dumps(tree, indent=2))
     else:
-        print("\n".join(_health_lines(tree, remote.url(args))))
+        print("\n".join(_health_lines(tree, url)))
     return 0 if tree.get("status") == "UP" else 1
 
 

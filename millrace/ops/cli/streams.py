@@ -181,36 +181,61 @@ def stream_read(args: argparse.Namespace) -> None:
 
 
 async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
+    """Follow the stream over a WebSocket of the first controller that answers (given
+    several, the next one when a connection cannot be made)."""
     import websockets
 
     from millrace.kernel.tls import explain
 
-    base = remote.url(args).replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-    query = f"from={quote(args.start)}&encoding=utf-8"
-    uri = f"{base}/ws/streams/{quote(scope)}/{quote(stream)}?{query}"
+    failures = []
+    for base in remote.urls(args):
+        ws_base = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        query = f"from={quote(args.start)}&encoding=utf-8"
+        uri = f"{ws_base}/ws/streams/{quote(scope)}/{quote(stream)}?{query}"
+        try:
+            await _follow(args, uri, base)
+            return
+        except _Unreachable as exc:
+            failures.append(str(exc))
+        except (OSError, websockets.WebSocketException) as exc:
+            where = f"WebSocket {uri.split('?')[0]}"
+            raise CommandError(explain(exc, where) or f"{where}: {exc}") from None
+    raise CommandError("; ".join(failures))
+
+
+class _Unreachable(Exception):
+    """The controller's WebSocket could not be opened (the next one is tried)."""
+
+
+async def _follow(args: argparse.Namespace, uri: str, base: str) -> None:
+    import websockets
+
+    from millrace.kernel.tls import explain
+
     headers = {"Authorization": f"Token {remote.token(args)}"}
     seen = 0
     try:
-        async with websockets.connect(
-            uri, additional_headers=headers, origin=remote.url(args), ssl=remote.ws_tls(args, uri)
-        ) as ws:
-            async for raw in ws:
-                message = json.loads(raw)
-                if message["type"] == "error":
-                    raise CommandError(f"{message['code']}: {message['message']}")
-                if message["type"] == "end":
-                    return
-                for event in message.get("events", ()):
-                    text = event.get("text")
-                    if text is None:
-                        text = base64.b64decode(event["data"]).decode("utf-8", "replace")
-                    if args.json:
-                        print(json.dumps({"segment": message["segment"], **event}), flush=True)
-                    else:
-                        print(text, flush=True)
-                    seen += 1
-                    if args.limit and seen >= args.limit:
-                        return
-    except (OSError, websockets.WebSocketException) as exc:
+        connection = await websockets.connect(
+            uri, additional_headers=headers, origin=base, ssl=remote.ws_tls(args, uri)
+        )
+    except (OSError, TimeoutError) as exc:
         where = f"WebSocket {uri.split('?')[0]}"
-        raise CommandError(explain(exc, where) or f"{where}: {exc}") from None
+        raise _Unreachable(explain(exc, where) or f"{where}: {exc}") from None
+    async with connection as ws:
+        async for raw in ws:
+            message = json.loads(raw)
+            if message["type"] == "error":
+                raise CommandError(f"{message['code']}: {message['message']}")
+            if message["type"] == "end":
+                return
+            for event in message.get("events", ()):
+                text = event.get("text")
+                if text is None:
+                    text = base64.b64decode(event["data"]).decode("utf-8", "replace")
+                if args.json:
+                    print(json.dumps({"segment": message["segment"], **event}), flush=True)
+                else:
+                    print(text, flush=True)
+                seen += 1
+                if args.limit and seen >= args.limit:
+                    return
