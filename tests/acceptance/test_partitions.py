@@ -74,7 +74,7 @@ def run(cluster: LocalCluster, network: PrivateNetwork) -> Iterator[FaultRun]:
 
 
 def test_every_fault_of_a_node_or_a_controller_is_ridden_through(
-    run: FaultRun, cluster: LocalCluster
+    run: FaultRun, cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The client's first controller dies; the other takes the lease (if it was not leading).
     cluster.processes["controller-0"].kill()
@@ -90,6 +90,8 @@ def test_every_fault_of_a_node_or_a_controller_is_ridden_through(
         results.append(result)
     wrong = run.finish()
     assert not wrong, wrong
+    died = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert not died, f"a client task died unheard: {died[:3]}"
     for result in results:
         assert result.recovered_s is not None, f"{result.fault}: keys stuck: {result.stuck}"
         assert result.recovered_s <= RECOVERY_BOUND_S, result.line()

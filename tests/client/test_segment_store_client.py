@@ -218,3 +218,72 @@ async def test_sync_client(server) -> None:
 
     info = await asyncio.to_thread(use_sync_client)
     assert info.write_offset == sum(8 + len(f"e{i}") for i in range(100))
+
+
+async def test_a_peer_that_goes_silent_is_given_up_within_the_silence() -> None:
+    """The peer answers Hello and the setup, then nothing (a paused or partitioned node: no
+    acknowledgement, no KeepAlive): the connection is given up once ``silence_s`` passed with
+    no byte from it, and the appends in flight fail with that, instead of waiting forever."""
+    peer = SilentPeer()
+    port = await peer.start()
+    client = await SegmentStoreClient.connect("127.0.0.1", port, keepalive_s=0.1, silence_s=0.6)
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)
+    ack = await client.append_block(writer, [b"a"])
+    with pytest.raises(c.AppendsLostError, match="sent nothing for"):
+        await asyncio.wait_for(ack, 5)
+    assert client.connection.silent
+    await peer.hang_up()
+
+
+async def test_without_the_liveness_watch_a_silent_peer_holds_the_appends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TEST-ONLY ``no-client-liveness``: the same silent peer holds the append for good."""
+    monkeypatch.setenv("MILLRACE_TEST_UNSAFE", "no-client-liveness")
+    peer = SilentPeer()
+    port = await peer.start()
+    client = await SegmentStoreClient.connect("127.0.0.1", port, keepalive_s=0.1, silence_s=0.6)
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)
+    ack = await client.append_block(writer, [b"a"])
+    await asyncio.sleep(2)
+    assert not ack.done() and not client.is_closed
+    await peer.hang_up()
+    with pytest.raises(c.ConnectionLostError):
+        await asyncio.wait_for(ack, 5)
+
+
+async def test_an_idle_connection_to_a_live_node_is_kept(server) -> None:
+    """Idle for many times the silence: the node answers each KeepAlive, nothing is given up."""
+    client = await SegmentStoreClient.connect(
+        "127.0.0.1", server.port, keepalive_s=0.1, silence_s=0.4
+    )
+    await client.create_segment(SEG)
+    await asyncio.sleep(2)
+    assert not client.is_closed
+    assert (await client.get_info(SEG)).write_offset == 0
+    await client.close()
+
+
+async def test_a_connection_the_server_gives_up_fails_its_appends_at_once(raw_peer) -> None:
+    """An ErrorMessage for no request (the server closes the connection next) ends the
+    connection on the client's side too: the appends in flight fail now, not at a timeout."""
+    peer, port = raw_peer
+    client = await SegmentStoreClient.connect("127.0.0.1", port)
+    writer = uuid.uuid4()
+    await client.setup_append(SEG, writer)
+    ack = await client.append_block(writer, [b"a"])
+    while not peer.blocks:
+        await asyncio.sleep(0.01)
+    for out in peer.writers:  # the connection stays open: only the message says it is over
+        out.write(wire.encode_frame(wire.ErrorMessage(wire.NO_REQUEST_ID, "", "bye", 0)))
+    with pytest.raises(c.AppendsLostError):
+        await asyncio.wait_for(ack, 5)
+    await peer.hang_up()
+
+
+@pytest.fixture
+async def raw_peer() -> tuple[SilentPeer, int]:
+    peer = SilentPeer()
+    return peer, await peer.start()

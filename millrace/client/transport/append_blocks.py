@@ -200,10 +200,12 @@ class Session:
                 if not waiter.done():
                     waiter.set_exception(error)
 
-    def lost_error(self) -> AppendsLostError:
-        """What its appends fail with when the connection is lost: the unacknowledged events."""
+    def lost_error(self, why: BaseException | None = None) -> AppendsLostError:
+        """What its appends fail with when the connection is lost (``why``): the
+        unacknowledged events."""
+        reason = f" ({why})" if why is not None else ""
         return AppendsLostError(
-            f"connection lost with appends of writer {self.writer_id} unacknowledged",
+            f"connection lost{reason} with appends of writer {self.writer_id} unacknowledged",
             writer_id=self.writer_id,
             unacked_events=self.unacked(),
             segment=self.segment,

@@ -559,7 +559,7 @@ class AppendSessions:
     def _fail_session(self, session: Session, error: SegmentStoreError | None) -> None:
         """Fail every pending append of the session (``None``: the connection was lost)."""
         if error is None:
-            error = session.lost_error()
+            error = session.lost_error(self._conn.lost)
         session.failure = session.failure or error
         self._writer_failed(session)
         for block in session.in_flight:

@@ -259,7 +259,9 @@ class Connection(asyncio.BufferedProtocol):
         elif not isinstance(reply, wire.KeepAlive):
             log.warning("segment store sent an unsolicited %r", reply)
             if request_id == wire.NO_REQUEST_ID and isinstance(reply, wire.ErrorMessage):
-                self.lost = ConnectionLostError(f"server closed the connection: {reply.message}")
+                # The server gives the connection up (it closes it next): so does the client
+                # now, so that every append and call on it fails over at once.
+                self.abort(ConnectionLostError(f"server closed the connection: {reply.message}"))
 
     # -- liveness -------------------------------------------------------------------------------
 

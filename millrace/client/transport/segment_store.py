@@ -58,7 +58,7 @@ from millrace.client.transport.calls import (
     SegmentCalls,
     SegmentInfo,
 )
-from millrace.client.transport.connection import Connection
+from millrace.client.transport.connection import KEEPALIVE_S, SILENCE_S, Connection
 from millrace.client.transport.table_calls import TableCalls
 from millrace.kernel import wire
 from millrace.kernel.tls import TlsRefused, refusal
@@ -103,8 +103,12 @@ class SegmentStoreClient:
         request_timeout: float = 30.0,
         limits: AppendLimits | None = None,
         token_refresh: Callable[[], Awaitable[str]] | None = None,
+        keepalive_s: float = KEEPALIVE_S,
+        silence_s: float = SILENCE_S,
     ) -> None:
-        self.connection = Connection(request_timeout)
+        """``keepalive_s``, ``silence_s``: the liveness watch (``Connection``): a KeepAlive
+        after that long without a byte from the node, the connection given up after this."""
+        self.connection = Connection(request_timeout, keepalive_s=keepalive_s, silence_s=silence_s)
         self.calls = SegmentCalls(
             self.connection, delegation_token=delegation_token, token_refresh=token_refresh
         )
