@@ -103,6 +103,19 @@ class _SegmentWriter:
     #: or silent): the delivery timeout counts from here; cleared by the next acknowledgement.
     trouble_since: float | None = None
 
+    def note_trouble(self, error: Exception) -> float:
+        """Mark since when its appends are in trouble (and refused, for a WrongHost: ``error``
+        is a ``ContainerOfflineError``); the pause before setting it up again."""
+        now = asyncio.get_running_loop().time()
+        if self.trouble_since is None:
+            self.trouble_since = now
+        if not isinstance(error, ssc.ContainerOfflineError):
+            return 0.0
+        if self.refused_since is None:
+            self.refused_since = now
+        self.refused_why = str(error)
+        return OFFLINE_RETRY_PAUSE_S
+
 
 _Groups = dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
 
@@ -204,6 +217,57 @@ def _take_unpersisted(
     return left
 
 
+class _Tasks:
+    """A writer's reconnects and re-routings under way, each a task of its own that never dies
+    unheard: whatever one raises is logged and handed to ``failed`` with its segment writer
+    (which fails the writer's pending events with it)."""
+
+    def __init__(self, failed: Callable[[_SegmentWriter, BaseException], None]) -> None:
+        self._failed = failed
+        self._running: set[asyncio.Task[None]] = set()
+
+    def spawn(self, writer: _SegmentWriter, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._running.add(task)
+        task.add_done_callback(lambda t: self._done(writer, t))
+
+    def _done(self, writer: _SegmentWriter, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        log.warning("millrace client: the writer of %s gave up: %r", writer.segment.name, error)
+        self._failed(writer, error)
+
+
+async def set_up_appends(
+    where: tuple[AsyncControllerClient, SegmentStorePool, str, str],
+    segment: SegmentWithRange,
+    writer_id: uuid.UUID,
+    since: float | None,
+    timeout_s: float,
+) -> tuple[ssc.SegmentStoreClient, int, tuple[str, int]]:
+    """Find the segment's node (the controller's ``segment_uri``, Pravega's getURI), connect
+    (``where``: the controller, the pool, the scope and the stream) and set up appends of
+    ``writer_id``; the client, the writer's last persisted event number and the node. While the
+    node is away, silent or answers WrongHost (its container moved, or is restarting), or the
+    controller is away, look the node up again and retry with a growing pause, until
+    ``timeout_s`` after ``since`` (default: now); then the last error is raised."""
+    controller, pool, scope, stream = where
+    loop = asyncio.get_running_loop()
+    deadline = (loop.time() if since is None else since) + timeout_s
+    delay = RETRY_PAUSE_S
+    while True:
+        try:
+            node = await controller.segment_uri(scope, stream, segment.segment_id)
+            client = await pool.get(*node)
+            return client, await client.setup_append(segment.name, writer_id), node
+        except Exception as exc:
+            if not transient(exc) or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_PAUSE_MAX_S)
+
+
 class AsyncEventWriter:
     """Writes events to one stream (create it with ``StreamManager.create_writer``)."""
 
@@ -248,8 +312,8 @@ class AsyncEventWriter:
         self.automatic_marks = False
         #: Why this writer gave up (``abandon``): every event queued after fails with it.
         self._abandoned: Exception | None = None
-        #: Its reconnects and re-routings under way (``_spawn``).
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: Its reconnects and re-routings under way.
+        self._tasks = _Tasks(self._gave_up)
 
     def refusal(self) -> str | None:
         """Why the segment store refuses this writer's appends now (its last answer), if it
@@ -284,28 +348,9 @@ class AsyncEventWriter:
     async def _setup(
         self, segment: SegmentWithRange, writer_id: uuid.UUID, since: float | None = None
     ) -> tuple[ssc.SegmentStoreClient, int, tuple[str, int]]:
-        """Find the segment's node (the controller's ``segment_uri``, Pravega's getURI),
-        connect and set up appends of ``writer_id``; the client, the writer's last persisted
-        event number and the node. While the node is away, silent or answers WrongHost (its
-        container moved, or is restarting), or the controller is away, look the node up again
-        and retry with a growing pause, until the delivery timeout counted from ``since``
-        (default: now); then the last error is raised."""
         assert self._pool is not None
-        loop = asyncio.get_running_loop()
-        deadline = (loop.time() if since is None else since) + self.delivery_timeout_s
-        delay = RETRY_PAUSE_S
-        while True:
-            try:
-                node = await self.controller.segment_uri(
-                    self.scope, self.stream, segment.segment_id
-                )
-                client = await self._pool.get(*node)
-                return client, await client.setup_append(segment.name, writer_id), node
-            except Exception as exc:
-                if not transient(exc) or loop.time() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_PAUSE_MAX_S)
+        where = (self.controller, self._pool, self.scope, self.stream)
+        return await set_up_appends(where, segment, writer_id, since, self.delivery_timeout_s)
 
     async def write_event(
         self, event: bytes | str, routing_key: str | None = None
@@ -535,7 +580,7 @@ class AsyncEventWriter:
         elif isinstance(error, ssc.SegmentSealedError):
             if not writer.sealed:
                 writer.sealed = True
-                self._spawn(writer, self._reroute_locked(writer))
+                self._tasks.spawn(writer, self._reroute_locked(writer))
         elif isinstance(error, ssc.ConnectionLostError | ssc.ContainerOfflineError):
             if writer.client.is_closed or isinstance(error, ssc.ContainerOfflineError):
                 self._trouble(writer, error)  # (else: a late failure of the old connection)
@@ -551,34 +596,15 @@ class AsyncEventWriter:
         its tier-2 is far behind or its disk nearly full): set the writer up again, where the
         controller says the segment is now, and send what is not persisted, until the delivery
         timeout counted from the first trouble since the last acknowledgement."""
-        now = asyncio.get_running_loop().time()
-        if writer.trouble_since is None:
-            writer.trouble_since = now
-        pause = 0.0
-        if isinstance(error, ssc.ContainerOfflineError):
-            if writer.refused_since is None:
-                writer.refused_since = now
-            writer.refused_why = str(error)
-            pause = OFFLINE_RETRY_PAUSE_S
-        self._schedule_reconnect(writer, pause)
+        self._schedule_reconnect(writer, writer.note_trouble(error))
 
     def _schedule_reconnect(self, writer: _SegmentWriter, pause: float = 0.0) -> None:
         if not writer.reconnecting and not writer.sealed:
             writer.reconnecting = True
-            self._spawn(writer, self._reconnect(writer, pause))
+            self._tasks.spawn(writer, self._reconnect(writer, pause))
 
-    def _spawn(self, writer: _SegmentWriter, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` (a reconnect or a re-routing of ``writer``) as a task of its own that
-        never dies unheard: whatever it raises fails the writer's pending events with it."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(lambda t: self._task_done(writer, t))
-
-    def _task_done(self, writer: _SegmentWriter, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled() or (error := task.exception()) is None:
-            return
-        log.warning("millrace client: the writer of %s gave up: %r", writer.segment.name, error)
+    def _gave_up(self, writer: _SegmentWriter, error: BaseException) -> None:
+        """A reconnect or re-routing of ``writer`` raised: its pending events fail with it."""
         writer.reconnecting = False
         self._writers.pop(writer.segment.segment_id, None)
         self._routes = {}
@@ -677,7 +703,7 @@ class AsyncEventWriter:
         for part in parts.values():
             await self._send(part)
 
-    def _fail_all(self, writer: _SegmentWriter, error: Exception) -> None:
+    def _fail_all(self, writer: _SegmentWriter, error: BaseException) -> None:
         writer.unsent = []
         while writer.pending:
             self._complete(writer.pending.popleft(), error)

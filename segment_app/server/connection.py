@@ -4,7 +4,8 @@ Responsibility: read frames straight into reusable buffers (``asyncio.BufferedPr
 them, and answer each one:
 
 * Hello is answered with Hello(17, 5); a client whose version range excludes 17..5 is
-  disconnected after the answer, as Pravega does.
+  disconnected after the answer, as Pravega does. KeepAlive is answered with KeepAlive at once
+  (the clients' liveness watch: a node that stops answering is left behind).
 * SetupAppend binds a writer id to a segment on this connection (after the token check);
   AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer are collected while
   one received buffer is decoded and handed to ``store.append_group_nowait`` together at its end
@@ -130,7 +131,7 @@ class WireConnection(asyncio.BufferedProtocol):
         self._traffic = server.traffic.record if self.config.traffic_monitor else None
         self._sync_handlers: dict[int, Callable[[Any], None]] = {
             wire.Hello.TYPE: self._hello,
-            wire.KeepAlive.TYPE: self._keep_alive,
+            wire.KeepAlive.TYPE: self.send,  # (answered in kind: see the module's docstring)
             wire.Padding.TYPE: _ignore,
             wire.AppendBlockEnd.TYPE: self._append_block_end,
             wire.ConditionalBlockEnd.TYPE: self._conditional_block_end,
@@ -349,16 +350,6 @@ class WireConnection(asyncio.BufferedProtocol):
                 "client %s speaks versions %d..%d", self._peer(), cmd.low_version, cmd.high_version
             )
             self.close()
-
-    def _keep_alive(self, cmd: wire.KeepAlive) -> None:
-        """Answered at once, as Pravega's server does: the client's proof that this node still
-        answers (a partitioned or paused node does not, and its clients leave it)."""
-        self.send(cmd)
-
-    def _keep_alive(self, cmd: wire.KeepAlive) -> None:
-        """Answered at once, as Pravega's server does: the client's proof that this node still
-        answers (a partitioned or paused node does not, and its clients leave it)."""
-        self.send(cmd)
 
     # -- appends --------------------------------------------------------------------------------
 

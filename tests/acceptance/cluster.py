@@ -136,6 +136,8 @@ class LocalCluster:
         #: Node index -> environment over the cluster's for that node alone (e.g. its own
         #: ``DATABASE_URL`` through a proxy a test cuts).
         self.node_env: dict[int, dict[str, str]] = {}
+        #: Node index -> the address it advertises instead of its own (a relay in front of it).
+        self.node_advertise: dict[int, str] = {}
         self.processes: dict[str, Process] = {}
         self.node_ports = free_ports(nodes)
         self.http_ports = free_ports(controllers)
@@ -208,7 +210,7 @@ class LocalCluster:
             "--port",
             str(port),
             "--advertise",
-            f"{host}:{port}",
+            self.node_advertise.get(i, f"{host}:{port}"),
             "--node-id",
             f"node-{i}",
             env=env,

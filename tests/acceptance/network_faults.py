@@ -74,7 +74,7 @@ class FaultRun:
     """A stream over the cluster's nodes and a probe writing to it (see the module)."""
 
     def __init__(
-        self, cluster: LocalCluster, network: PrivateNetwork, *, segments: int = 12,
+        self, cluster: LocalCluster, network: PrivateNetwork | None, *, segments: int = 12,
         keys: int = 24, rate: float = 2000.0,
     ) -> None:  # fmt: skip
         self.cluster, self.network = cluster, network
@@ -154,6 +154,7 @@ class FaultRun:
 
     def _inject(self, fault: str, i: int) -> None:
         process = self.cluster.processes[f"node-{i}"]
+        assert self.network is not None or fault in ("pause", "kill")
         if fault == "partition":
             self.network.cut(i)
         elif fault == "pause":
