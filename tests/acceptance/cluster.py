@@ -176,11 +176,8 @@ class LocalCluster:
         )
         for i in range(len(self.node_ports)):
             self.start_node(i)
-        for i, port in enumerate(self.http_ports):
-            self._spawn(
-                f"controller-{i}", "controller", *web, "--http-port", str(port),
-                "--grpc-port", str(self.grpc_ports[i]),
-            )  # fmt: skip
+        for i in range(len(self.http_ports)):
+            self.start_controller(i)
         self._spawn("worker", "worker", *web, "--concurrency", "2")
         for i in range(2):  # two beats: one holds the beat lease and ticks
             self._spawn(f"beat-{i}", "beat", *web, "--schedule", str(self.where / f"beat-{i}"))
@@ -189,6 +186,14 @@ class LocalCluster:
         eventually(self.spread, 60, "every container assigned to a live node")
         if self.tls_ca is None:  # (the probe speaks plaintext)
             eventually(self.settled, 60, "every node running the containers assigned to it")
+
+    def start_controller(self, i: int) -> Process:
+        """Start controller ``i`` (again, after a kill: same ports)."""
+        web = ["--data-dir", str(self.web_dir)]
+        return self._spawn(
+            f"controller-{i}", "controller", *web, "--http-port", str(self.http_ports[i]),
+            "--grpc-port", str(self.grpc_ports[i]),
+        )  # fmt: skip
 
     def start_node(self, i: int) -> Process:
         """Start segment store node ``i`` (again, after a kill: same port, same data dir), with
@@ -230,6 +235,10 @@ class LocalCluster:
 
     def _context(self) -> ssl.SSLContext | None:
         return ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
+
+    def answers(self, i: int) -> bool:
+        """Whether controller ``i`` answers."""
+        return self._answers(self.http_ports[i])
 
     def _answers(self, port: int) -> bool:
         url = f"{self.scheme}://127.0.0.1:{port}/health/liveness"

@@ -15,7 +15,10 @@ live on the other nodes while the fault lasted:
   cannot renew, its containers move, its clients still reach it (WrongHost);
 * ``asymmetric``: the node keeps the database but cannot reach (nor be reached by) the
   controllers and clients, for ``seconds``: it keeps its containers, its writers cannot append
-  and keep trying, and go on once it is healed (timed from the heal).
+  and keep trying, and go on once it is healed (timed from the heal);
+* ``controller``: the client's first controller is SIGKILLed (``node`` names it,
+  ``controller-0``) and started again after ``seconds``; a stream is created meanwhile,
+  through the other.
 
 Then the fault is undone and the cluster settles (every container on a live node, served).
 What the partition tests and ``bench/failover.py`` share.
@@ -39,7 +42,7 @@ from tests.acceptance.standalone_node import eventually, request
 
 __all__ = ["FAULTS", "FaultResult", "FaultRun"]
 
-FAULTS = ("partition", "pause", "kill", "database", "asymmetric")
+FAULTS = ("partition", "pause", "kill", "database", "asymmetric", "controller")
 #: Seconds before a fault over which each key's usual rate is measured.
 BEFORE_SECONDS = 4.0
 
@@ -126,6 +129,8 @@ class FaultRun:
         asymmetric cut: until then its keys wait, by design) until the cluster settled, and the
         other nodes' keys' rate while the fault lasted."""
         i = int(node.rsplit("-", 1)[1])
+        if fault == "controller":
+            self.via = 1 - i
         by_node = self.keys_by_node()
         victim_keys = by_node.get(node, [])
         healthy = [k for n, keys in by_node.items() if n != node for k in keys]
@@ -154,8 +159,12 @@ class FaultRun:
 
     def _inject(self, fault: str, i: int) -> None:
         process = self.cluster.processes[f"node-{i}"]
-        assert self.network is not None or fault in ("pause", "kill")
-        if fault == "partition":
+        assert self.network is not None or fault in ("pause", "kill", "controller")
+        if fault == "controller":
+            self.cluster.processes[f"controller-{i}"].kill()
+            made = self.manager.create_stream(self.scope, f"s{uuid.uuid4().hex[:6]}", 1)
+            assert made, "no stream made while the first controller is down"
+        elif fault == "partition":
             self.network.cut(i)
         elif fault == "pause":
             process.signal(signal.SIGSTOP)
@@ -169,7 +178,10 @@ class FaultRun:
             raise ValueError(f"unknown fault {fault!r} (known: {', '.join(FAULTS)})")
 
     def _undo(self, fault: str, i: int) -> None:
-        if fault == "partition":
+        if fault == "controller":
+            self.cluster.start_controller(i)
+            eventually(lambda: self.cluster.answers(i), 60, f"controller-{i} answering")
+        elif fault == "partition":
             self.network.heal(i)
         elif fault == "pause":
             self.cluster.processes[f"node-{i}"].signal(signal.SIGCONT)
