@@ -136,6 +136,8 @@ class LocalCluster:
         #: Node index -> environment over the cluster's for that node alone (e.g. its own
         #: ``DATABASE_URL`` through a proxy a test cuts).
         self.node_env: dict[int, dict[str, str]] = {}
+        #: Controller index -> environment over the cluster's for that controller alone.
+        self.controller_env: dict[int, dict[str, str]] = {}
         #: Node index -> the address it advertises instead of its own (a relay in front of it).
         self.node_advertise: dict[int, str] = {}
         self.processes: dict[str, Process] = {}
@@ -192,7 +194,7 @@ class LocalCluster:
         web = ["--data-dir", str(self.web_dir)]
         return self._spawn(
             f"controller-{i}", "controller", *web, "--http-port", str(self.http_ports[i]),
-            "--grpc-port", str(self.grpc_ports[i]),
+            "--grpc-port", str(self.grpc_ports[i]), env=self.controller_env.get(i),
         )  # fmt: skip
 
     def start_node(self, i: int) -> Process:

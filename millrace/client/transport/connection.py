@@ -23,6 +23,7 @@ from millrace.client.errors import ConnectionLostError, SegmentStoreError
 from millrace.kernel import wire
 
 __all__ = [
+    "CONNECT_S",
     "KEEPALIVE_S",
     "SEND_BUFFER_BYTES",
     "SILENCE_S",
@@ -56,6 +57,10 @@ KEEPALIVE_S = 1.0
 #: defaults), so that a client has found the silence by the time the container moves; far above
 #: a slow link's round trip (a live node answers a KeepAlive within one).
 SILENCE_S = 4.0
+#: A new connection that is not accepted and greeted (Hello) within this long is given up: a
+#: partitioned node answers no SYN, a paused one accepts (its kernel does) and never says Hello.
+#: Room for one lost SYN (resent after 1 s) on a slow link.
+CONNECT_S = 2.0
 
 
 class AppendListener(Protocol):

@@ -58,7 +58,7 @@ from millrace.client.transport.calls import (
     SegmentCalls,
     SegmentInfo,
 )
-from millrace.client.transport.connection import KEEPALIVE_S, SILENCE_S, Connection
+from millrace.client.transport.connection import CONNECT_S, KEEPALIVE_S, SILENCE_S, Connection
 from millrace.client.transport.table_calls import TableCalls
 from millrace.kernel import wire
 from millrace.kernel.tls import TlsRefused, refusal
@@ -136,19 +136,17 @@ class SegmentStoreClient:
         client = cls(**kwargs)
         loop = asyncio.get_running_loop()
         try:
-            # A node that does not answer (partitioned: SYNs go unanswered for minutes) is
-            # given up after the silence a connection is given up after; one that accepts and
-            # never says Hello (paused) is given up by the connection's liveness watch.
+            # A node that does not answer (partitioned: SYNs go unanswered for minutes) or
+            # accepts and never says Hello (paused) is given up after CONNECT_S.
             await asyncio.wait_for(
-                loop.create_connection(lambda: client.connection, host, port, ssl=ssl),
-                client.connection.silence_s or None,
+                client._open(loop, host, port, ssl),
+                CONNECT_S if client.connection.silence_s else None,
             )
-            await client.connection.handshake()
         except TimeoutError:
             client.connection.abort(ConnectionLostError("connect timed out"))
             raise ConnectionLostError(
-                f"segment store {host}:{port} did not answer the connection within"
-                f" {client.connection.silence_s:g} s (partitioned or down)"
+                f"segment store {host}:{port} did not accept and greet a connection within"
+                f" {CONNECT_S:g} s (partitioned, paused or down)"
             ) from None
         except (OSError, ConnectionLostError) as exc:
             client.connection.abort(ConnectionLostError(str(exc)))
@@ -164,6 +162,12 @@ class SegmentStoreClient:
                 raise TlsRefused(reason) from None
             raise
         return client
+
+    async def _open(
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int, ssl: SSLContext | None
+    ) -> None:
+        await loop.create_connection(lambda: self.connection, host, port, ssl=ssl)
+        await self.connection.handshake()
 
     @property
     def delegation_token(self) -> str:
