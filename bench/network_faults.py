@@ -24,6 +24,7 @@ none lost, none twice, in order per key.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -44,6 +45,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="how long each fault lasts")
     parser.add_argument("--faults", default="partition,pause,kill,controller")
     args = parser.parse_args()
+    # SIGTERM ends it as Ctrl-C does: the hosts, the cluster and PostgreSQL are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     why = available()
     if why is not None:
         print(f"network namespaces cannot be made here: {why}", file=sys.stderr)

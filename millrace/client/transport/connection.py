@@ -30,6 +30,7 @@ __all__ = [
     "WRITE_CHUNK_BYTES",
     "AppendListener",
     "Connection",
+    "liveness_off",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Connection(asyncio.BufferedProtocol):
         #: from the peer, given up after ``silence_s`` (0: never; TEST-ONLY switch
         #: ``MILLRACE_TEST_UNSAFE=no-client-liveness``).
         self.keepalive_s = keepalive_s
-        self.silence_s = 0.0 if _liveness_off() else silence_s
+        self.silence_s = 0.0 if liveness_off() else silence_s
         #: When (loop time) a byte last arrived; whether the watch gave the connection up.
         self.heard = 0.0
         self.silent = False
@@ -310,7 +311,7 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
-def _liveness_off() -> bool:
+def liveness_off() -> bool:
     """TEST-ONLY: ``MILLRACE_TEST_UNSAFE`` names ``no-client-liveness`` (``UNSAFE_TEST_FLAGS``:
     the acceptance tests show that a silent node then stalls its writers)."""
     flags = os.environ.get("MILLRACE_TEST_UNSAFE", "")
