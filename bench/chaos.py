@@ -25,9 +25,9 @@ progress in the last minute and finished). Prints a line per fault and the figur
 from __future__ import annotations
 
 import argparse
-import signal
 import json
 import random
+import signal
 import sys
 import tempfile
 import threading
