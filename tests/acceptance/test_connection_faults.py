@@ -209,3 +209,25 @@ def test_a_reader_whose_sync_answers_are_cut_still_reads_every_segment(node: Sta
         behind.close()
         manager.close()
         proxy.close()
+
+
+def test_a_client_given_several_controllers_goes_past_one_that_is_down(node: Standalone) -> None:
+    """Nothing listens at the first controller address (a controller that died); the second is
+    the node: every call goes there, at once, and the writer and reader work as with one."""
+    (dead,) = free_ports(1)
+    manager = StreamManager(f"http://127.0.0.1:{dead},{node.base}", token=node.token)
+    scope = f"m{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    assert manager.create_scope(scope)
+    assert time.monotonic() - started < 5, "the client waited on the dead controller"
+    manager.create_stream(scope, "st", initial_segments=2)
+    writer = manager.create_writer(scope, "st")
+    for i in range(100):
+        writer.write_event(f"e{i}", routing_key=f"k{i % 4}")
+    writer.flush()
+    reader = manager.create_reader(scope, "st")
+    got = sorted(reader.read_next(timeout=30).data.decode() for _ in range(100))
+    assert got == sorted(f"e{i}" for i in range(100))
+    reader.close()
+    writer.close()
+    manager.close()
