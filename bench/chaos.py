@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import signal
 import sys
 import tempfile
 import threading
@@ -44,9 +43,13 @@ from millrace.client.kvt import BadKeyVersionError, KeyValueTableManager  # noqa
 from millrace.client.manager import StreamManager  # noqa: E402
 from tests.acceptance.cluster import LocalCluster  # noqa: E402
 from tests.acceptance.keyed_probe import read_back  # noqa: E402
-from tests.acceptance.netns import PrivateNetwork, available  # noqa: E402
-from tests.acceptance.network_faults import FAULTS, FaultRun  # noqa: E402
-from tests.acceptance.postgres import private_postgres  # noqa: E402
+from tests.acceptance.netns import PrivateNetwork  # noqa: E402
+from tests.acceptance.network_faults import (  # noqa: E402
+    FAULTS,
+    FaultRun,
+    cluster_on_hosts,
+    ready_for_hosts,
+)
 from tests.acceptance.test_connection_faults import Collector  # noqa: E402
 from tests.acceptance.test_node_heals import Program  # noqa: E402
 
@@ -138,24 +141,13 @@ def main() -> int:
     parser.add_argument("--gap", default="20,40", help="seconds between faults: low,high")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    # SIGTERM ends it as Ctrl-C does: the hosts, the cluster and PostgreSQL are removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    why = available()
-    if why is not None:
-        print(f"network namespaces cannot be made here: {why}", file=sys.stderr)
+    if not ready_for_hosts():
         return 2
     chance = random.Random(args.seed)
     low, high = (float(x) for x in args.gap.split(","))
-    with PrivateNetwork(3) as network, tempfile.TemporaryDirectory() as where:
-        postgres = private_postgres(also=(network.database, f"{network.subnet}.0/24"))
-        server = next(postgres)
-        running = LocalCluster(Path(where), server.url, network=network).running()
-        cluster = next(running)
-        try:
-            return chaos(cluster, network, Path(where), args.minutes, chance, (low, high))
-        finally:
-            running.close()
-            postgres.close()
+    with tempfile.TemporaryDirectory() as where, cluster_on_hosts(Path(where)) as made:
+        cluster, network = made
+        return chaos(cluster, network, Path(where), args.minutes, chance, (low, high))
 
 
 def chaos(

@@ -24,7 +24,6 @@ none lost, none twice, in order per key.
 from __future__ import annotations
 
 import argparse
-import signal
 import statistics
 import sys
 import tempfile
@@ -33,10 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.acceptance.cluster import LocalCluster  # noqa: E402
-from tests.acceptance.netns import PrivateNetwork, available  # noqa: E402
-from tests.acceptance.network_faults import FaultResult, FaultRun  # noqa: E402
-from tests.acceptance.postgres import private_postgres  # noqa: E402
+from tests.acceptance.network_faults import (  # noqa: E402
+    FaultResult,
+    FaultRun,
+    cluster_on_hosts,
+    ready_for_hosts,
+)
 
 
 def main() -> int:
@@ -45,18 +46,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="how long each fault lasts")
     parser.add_argument("--faults", default="partition,pause,kill,controller")
     args = parser.parse_args()
-    # SIGTERM ends it as Ctrl-C does: the hosts, the cluster and PostgreSQL are removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    why = available()
-    if why is not None:
-        print(f"network namespaces cannot be made here: {why}", file=sys.stderr)
+    if not ready_for_hosts():
         return 2
     results: dict[str, list[FaultResult]] = {}
-    with PrivateNetwork(3) as network, tempfile.TemporaryDirectory() as where:
-        postgres = private_postgres(also=(network.database, f"{network.subnet}.0/24"))
-        server = next(postgres)
-        running = LocalCluster(Path(where), server.url, network=network).running()
-        cluster = next(running)
+    with tempfile.TemporaryDirectory() as where, cluster_on_hosts(Path(where)) as made:
+        cluster, network = made
         run = FaultRun(cluster, network)
         try:
             for fault in args.faults.split(","):
@@ -68,8 +62,6 @@ def main() -> int:
             wrong = run.finish()
         finally:
             run.close()
-            running.close()
-            postgres.close()
     print()
     print(
         f"{'fault':<11} {'longest unacknowledged (median)':>32} {'healthy keys kept (lowest)':>28}"

@@ -21,15 +21,13 @@ import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from millrace.client.retry import transient
+from millrace.client.retry import RETRY_PAUSE_MAX_S, RETRY_PAUSE_S, transient, with_retries
 from millrace.client.transport import segment_store as ssc
 
 __all__ = ["DELIVERY_TIMEOUT_S", "ResumableAppends"]
 
 #: How long appends go on being resumed before they fail with ``DeliveryTimeoutError``.
 DELIVERY_TIMEOUT_S = 120.0
-#: The first pause before resuming; it doubles up to the max.
-RESUME_PAUSE_S, RESUME_PAUSE_MAX_S = 0.1, 1.0
 
 Piece = bytes | bytearray | memoryview
 
@@ -76,7 +74,7 @@ class ResumableAppends:
     async def start(self) -> None:
         """Set the writer up (once; later failures are resumed by ``flush``)."""
         if self._client is None:
-            await self._with_retries(self._set_up)
+            await with_retries(self._set_up, timeout_s=self.delivery_timeout_s)
 
     async def append(self, pieces: Sequence[Piece], *, raw: bool = False) -> None:
         """Send ``pieces`` (events, or raw bytes with ``raw``); durable once ``flush`` returns."""
@@ -95,29 +93,24 @@ class ResumableAppends:
         await self.flush()  # (what came before is durable: the expected offset means it)
         number = self._next
         self._next += 1
-        loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + self.delivery_timeout_s, RESUME_PAUSE_S
-        while True:
-            try:
-                assert self._client is not None
-                return await self._client.conditional_append(self.writer_id, data, expected_offset)
-            except ssc.BadOffsetError:
-                raise
-            except Exception as exc:
-                if not transient(exc) or loop.time() + pause > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RESUME_PAUSE_MAX_S)
-            with _suppress_transient():
-                last = await self._set_up()
-                if last >= number:
+        tries = 0
+
+        async def attempt() -> ssc.AppendAck | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # (the last try failed: was it persisted before its answer was lost?)
+                if await self._set_up() >= number:
                     return None
                 self._next = number + 1  # (the new session numbers it ``number`` again)
+            assert self._client is not None
+            return await self._client.conditional_append(self.writer_id, data, expected_offset)
+
+        return await with_retries(attempt, timeout_s=self.delivery_timeout_s)
 
     async def flush(self) -> None:
         """Until every append is acknowledged, resuming after failures (see the module)."""
         loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + self.delivery_timeout_s, RESUME_PAUSE_S
+        deadline, pause = loop.time() + self.delivery_timeout_s, RETRY_PAUSE_S
         while self._blocks or self._client is None:
             if self._client is None and not self._blocks:
                 return
@@ -133,7 +126,7 @@ class ResumableAppends:
                         f" timeout of {self.delivery_timeout_s:g} s; last: {exc}"
                     ) from exc
             await asyncio.sleep(pause)
-            pause = min(pause * 2, RESUME_PAUSE_MAX_S)
+            pause = min(pause * 2, RETRY_PAUSE_MAX_S)
             with _suppress_transient():
                 await self._set_up()
 
@@ -186,19 +179,6 @@ class ResumableAppends:
             self._client = None  # (``flush`` resumes)
             return
         block.ack.add_done_callback(_retrieved)
-
-    async def _with_retries(self, step: Callable[[], Awaitable[object]]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + self.delivery_timeout_s, RESUME_PAUSE_S
-        while True:
-            try:
-                await step()
-                return
-            except Exception as exc:
-                if not transient(exc) or loop.time() + pause > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RESUME_PAUSE_MAX_S)
 
 
 class _suppress_transient:

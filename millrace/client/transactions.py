@@ -115,8 +115,12 @@ class Transaction:
         every segment of a stream waited for them one by one."""
         new = [s for s in shadows if s.name not in self._writers]
         if len(new) > 1:
-            await self.owner.client_for(new[0].segment_id)  # (the pool, made once)
-            await asyncio.gather(*(self.owner.client_for(s.segment_id) for s in new))
+            # The connections first (each start then finds its own at once, so the setups go
+            # out together); one that fails now is tried again, with back-off, by its start.
+            await self.owner.pool()
+            await asyncio.gather(
+                *(self.owner.client_for(s.segment_id) for s in new), return_exceptions=True
+            )
             await asyncio.gather(*(self._writer_for(s).start() for s in new))
 
     def _writer_for(self, shadow: SegmentWithRange) -> ResumableAppends:
@@ -172,17 +176,22 @@ class AsyncTransactionalWriter:
     async def client_for(self, parent_id: int) -> Any:
         """The connection for a shadow segment: the node serving its parent (a transaction
         segment lives in its parent's container)."""
-        if self._pool is None:
-            self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
+        pool = await self.pool()
         node = self._nodes.get(parent_id)
         if node is None:
             node = await self.controller.segment_uri(self.scope, self.stream, parent_id)
             self._nodes[parent_id] = node
         try:
-            return await self._pool.get(*node)
+            return await pool.get(*node)
         except (ssc.ConnectionLostError, OSError):
             self.forget(parent_id)
             raise
+
+    async def pool(self) -> SegmentStorePool:
+        """The connections to the nodes (made once, with the stream's delegation token)."""
+        if self._pool is None:
+            self._pool = await SegmentStorePool.for_stream(self.controller, self.scope, self.stream)
+        return self._pool
 
     def forget(self, parent_id: int) -> None:
         """Forget where the segment is served (its node failed, or answered WrongHost): the

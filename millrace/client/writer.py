@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millrace.client.controller import AsyncControllerClient
-from millrace.client.retry import transient
+from millrace.client.retry import with_retries
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
@@ -41,9 +41,6 @@ log = logging.getLogger("millrace.client")
 
 #: Pause before a writer whose appends were answered "not served here" sets up again.
 OFFLINE_RETRY_PAUSE_S = 0.5
-#: The first pause before a writer's setup is tried again (the node away or silent, the
-#: controller away); it doubles up to the max, until the delivery timeout.
-RETRY_PAUSE_S, RETRY_PAUSE_MAX_S = 0.1, 1.0
 #: How long a writer goes on sending events the segment store keeps refusing (a container
 #: that cannot write its tier-1, appends refused on a nearly full disk) before they fail with
 #: ``DeliveryTimeoutError`` naming the last refusal (Kafka's ``delivery.timeout.ms``), and
@@ -253,19 +250,13 @@ async def set_up_appends(
     controller is away, look the node up again and retry with a growing pause, until
     ``timeout_s`` after ``since`` (default: now); then the last error is raised."""
     controller, pool, scope, stream = where
-    loop = asyncio.get_running_loop()
-    deadline = (loop.time() if since is None else since) + timeout_s
-    delay = RETRY_PAUSE_S
-    while True:
-        try:
-            node = await controller.segment_uri(scope, stream, segment.segment_id)
-            client = await pool.get(*node)
-            return client, await client.setup_append(segment.name, writer_id), node
-        except Exception as exc:
-            if not transient(exc) or loop.time() + delay > deadline:
-                raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, RETRY_PAUSE_MAX_S)
+
+    async def attempt() -> tuple[ssc.SegmentStoreClient, int, tuple[str, int]]:
+        node = await controller.segment_uri(scope, stream, segment.segment_id)
+        client = await pool.get(*node)
+        return client, await client.setup_append(segment.name, writer_id), node
+
+    return await with_retries(attempt, timeout_s=timeout_s, since=since)
 
 
 class AsyncEventWriter:

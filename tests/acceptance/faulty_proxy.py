@@ -23,33 +23,22 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
 class FaultyProxy:
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
-        self.loop = asyncio.new_event_loop()
         self.connections: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.flowing = asyncio.Event()
+        self.flowing.set()
         self._reset_next = False
         self._reset_after: int | None = None
         self._refusing = False
         self.resets = 0
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self.thread.start()
-        ready.wait(10)
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.flowing.set()
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self._accept, "127.0.0.1", 0)
-        )
+        self.loop, self.server, self.thread = serve_on_a_thread(self._accept)
         self.port = int(self.server.sockets[0].getsockname()[1])
-        ready.set()
-        self.loop.run_forever()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._refusing:
@@ -148,6 +137,27 @@ class FaultyProxy:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+def serve_on_a_thread(
+    accept: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.AbstractEventLoop, asyncio.Server, threading.Thread]:
+    """An event loop on a daemon thread of its own, serving ``accept`` on a free port of
+    127.0.0.1 (a test's relay: the test's own thread stays free to drive the faults)."""
+    loop = asyncio.new_event_loop()
+    found: list[asyncio.Server] = []
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        found.append(loop.run_until_complete(asyncio.start_server(accept, "127.0.0.1", 0)))
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    return loop, found[0], thread
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

@@ -26,21 +26,26 @@ What the partition tests and ``bench/failover.py`` share.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import statistics
+import sys
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 from millrace.client.manager import StreamManager
 from millrace.client.routing import key_point
 from millrace.kernel.naming import container_for
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.keyed_probe import KeyedProbe, check, read_back
-from tests.acceptance.netns import PrivateNetwork
+from tests.acceptance.netns import PrivateNetwork, available
+from tests.acceptance.postgres import private_postgres
 from tests.acceptance.standalone_node import eventually, request
 
-__all__ = ["FAULTS", "FaultResult", "FaultRun"]
+__all__ = ["FAULTS", "FaultResult", "FaultRun", "cluster_on_hosts", "ready_for_hosts"]
 
 FAULTS = ("partition", "pause", "kill", "database", "asymmetric", "controller")
 #: Seconds before a fault over which each key's usual rate is measured.
@@ -71,6 +76,33 @@ class FaultResult:
             f" healthy keys kept {self.healthy_ratio:.0%} of their rate"
             f" ({len(self.victim_keys)} keys on the node, {len(self.healthy_keys)} elsewhere)"
         )
+
+
+def ready_for_hosts() -> bool:
+    """For a bench: SIGTERM ends it as Ctrl-C does (the hosts, the cluster and PostgreSQL are
+    removed); ``False``, saying why on stderr, where network namespaces cannot be made."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    why = available()
+    if why is not None:
+        print(f"network namespaces cannot be made here: {why}", file=sys.stderr)
+    return why is None
+
+
+@contextlib.contextmanager
+def cluster_on_hosts(where: Path, hosts: int = 3) -> Iterator[tuple[LocalCluster, PrivateNetwork]]:
+    """A private network of ``hosts`` hosts, a PostgreSQL server of its own listening on it, and
+    a cluster in ``where`` whose segment store nodes run one per host; all removed at the end."""
+    with PrivateNetwork(hosts) as network:
+        postgres = private_postgres(also=(network.database, f"{network.subnet}.0/24"))
+        server = next(postgres)
+        try:
+            running = LocalCluster(where, server.url, network=network).running()
+            try:
+                yield next(running), network
+            finally:
+                running.close()
+        finally:
+            postgres.close()
 
 
 class FaultRun:

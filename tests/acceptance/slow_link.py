@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import threading
 import time
+
+from tests.acceptance.faulty_proxy import serve_on_a_thread
 
 __all__ = ["SlowLink"]
 
@@ -30,24 +31,12 @@ class SlowLink:
         self.random = random.Random(7)
         #: Chunks forwarded, and those held as lost and resent.
         self.chunks = self.resent = 0
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self.thread.start()
-        ready.wait(10)
+        self.loop, self.server, self.thread = serve_on_a_thread(self._accept)
+        self.port = int(self.server.sockets[0].getsockname()[1])
 
     def slow(self) -> None:
         """From now on the link is slow and lossy (as configured)."""
         self.delay_s, self.jitter_s, self.loss, self.retransmit_s = self._slow
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self._accept, "127.0.0.1", 0)
-        )
-        self.port = int(self.server.sockets[0].getsockname()[1])
-        ready.set()
-        self.loop.run_forever()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(self._delay())  # (the SYN's way)

@@ -32,8 +32,7 @@ from millrace.kernel.naming import container_for
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.keyed_probe import read_back
 from tests.acceptance.netns import PrivateNetwork, available
-from tests.acceptance.network_faults import FaultRun
-from tests.acceptance.postgres import private_postgres
+from tests.acceptance.network_faults import FaultRun, cluster_on_hosts
 from tests.acceptance.standalone_node import eventually, request
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -46,22 +45,22 @@ FAULT_SECONDS = 30.0
 
 
 @pytest.fixture
-def network() -> Iterator[PrivateNetwork]:
+def hosts(tmp_path: Path) -> Iterator[tuple[LocalCluster, PrivateNetwork]]:
     why = available()
     if why is not None:
         pytest.skip(f"network namespaces cannot be made here: {why}")
-    with PrivateNetwork(3) as made:
+    with cluster_on_hosts(tmp_path) as made:
         yield made
 
 
 @pytest.fixture
-def cluster(network: PrivateNetwork, tmp_path: Path) -> Iterator[LocalCluster]:
-    postgres = private_postgres(also=(network.database, f"{network.subnet}.0/24"))
-    server = next(postgres)
-    try:
-        yield from LocalCluster(tmp_path, server.url, network=network).running()
-    finally:
-        postgres.close()
+def cluster(hosts: tuple[LocalCluster, PrivateNetwork]) -> LocalCluster:
+    return hosts[0]
+
+
+@pytest.fixture
+def network(hosts: tuple[LocalCluster, PrivateNetwork]) -> PrivateNetwork:
+    return hosts[1]
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+from typing import Any
 
 import pytest
 
@@ -220,16 +221,22 @@ async def test_sync_client(server) -> None:
     assert info.write_offset == sum(8 + len(f"e{i}") for i in range(100))
 
 
-async def test_a_peer_that_goes_silent_is_given_up_within_the_silence() -> None:
-    """The peer answers Hello and the setup, then nothing (a paused or partitioned node: no
-    acknowledgement, no KeepAlive): the connection is given up once ``silence_s`` passed with
-    no byte from it, and the appends in flight fail with that, instead of waiting forever."""
+async def _one_append_to_a_silent_peer() -> tuple[SilentPeer, SegmentStoreClient, Any]:
+    """A client watching for 0.6 s of silence, its writer set up, one append sent to a peer
+    that will never answer it."""
     peer = SilentPeer()
     port = await peer.start()
     client = await SegmentStoreClient.connect("127.0.0.1", port, keepalive_s=0.1, silence_s=0.6)
     writer = uuid.uuid4()
     await client.setup_append(SEG, writer)
-    ack = await client.append_block(writer, [b"a"])
+    return peer, client, await client.append_block(writer, [b"a"])
+
+
+async def test_a_peer_that_goes_silent_is_given_up_within_the_silence() -> None:
+    """The peer answers Hello and the setup, then nothing (a paused or partitioned node: no
+    acknowledgement, no KeepAlive): the connection is given up once ``silence_s`` passed with
+    no byte from it, and the appends in flight fail with that, instead of waiting forever."""
+    peer, client, ack = await _one_append_to_a_silent_peer()
     with pytest.raises(c.AppendsLostError, match="sent nothing for"):
         await asyncio.wait_for(ack, 5)
     assert client.connection.silent
@@ -241,12 +248,7 @@ async def test_without_the_liveness_watch_a_silent_peer_holds_the_appends(
 ) -> None:
     """TEST-ONLY ``no-client-liveness``: the same silent peer holds the append for good."""
     monkeypatch.setenv("MILLRACE_TEST_UNSAFE", "no-client-liveness")
-    peer = SilentPeer()
-    port = await peer.start()
-    client = await SegmentStoreClient.connect("127.0.0.1", port, keepalive_s=0.1, silence_s=0.6)
-    writer = uuid.uuid4()
-    await client.setup_append(SEG, writer)
-    ack = await client.append_block(writer, [b"a"])
+    peer, client, ack = await _one_append_to_a_silent_peer()
     await asyncio.sleep(2)
     assert not ack.done() and not client.is_closed
     await peer.hang_up()
