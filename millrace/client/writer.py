@@ -11,11 +11,14 @@ memory (``write_event`` waits for room: back-pressure). ``write_event`` itself o
 event on its segment's writer; a shipping task per segment writer hands everything queued
 meanwhile to the segment store client in one call (one future per batch, not per event).
 
-A lost connection to the segment store (the node restarted, say) is re-opened with a growing
-delay; the writer's setup tells the last event number the segment store persisted, the events
-up to it are complete and the rest are sent again, in order, under the same numbers: no loss,
-no duplicate. The delegation token (10 minutes) is fetched again from the controller when the
-segment store says it has expired.
+A lost connection to the segment store (the node restarted, say), one given up as silent (a
+partitioned or paused node: ``millrace.client.transport.connection``) or a WrongHost (the
+container moved) is set up again where the controller says the segment is served now, with a
+growing delay, until the delivery timeout; the writer's setup tells the last event number the
+segment store persisted, the events up to it are complete and the rest are sent again, in
+order, under the same numbers: no loss, no duplicate. A segment in trouble holds back only its
+own events (``write_batch_parts`` answers per segment). The delegation token (10 minutes) is
+fetched again from the controller when the segment store says it has expired.
 """
 
 from __future__ import annotations
@@ -112,6 +115,17 @@ class _SegmentWriter:
             self.refused_since = now
         self.refused_why = str(error)
         return OFFLINE_RETRY_PAUSE_S
+
+    def timed_out(
+        self, timeout_s: float, error: Exception | None = None
+    ) -> ssc.DeliveryTimeoutError:
+        """What its events fail with after ``timeout_s`` of trouble: the last refusal, else
+        the last ``error``."""
+        why = self.refused_why if self.refused_since is not None or error is None else error
+        return ssc.DeliveryTimeoutError(
+            f"events to {self.segment.name} not acknowledged within the delivery timeout of"
+            f" {timeout_s:g} s; the last answer: {why}"
+        )
 
 
 _Groups = dict[_SegmentWriter, tuple[list[bytes], list[str | None]]]
@@ -609,6 +623,13 @@ class AsyncEventWriter:
         if pause:
             await asyncio.sleep(pause)
         since = writer.trouble_since
+        if since is not None and asyncio.get_running_loop().time() - since > (
+            self.delivery_timeout_s
+        ):  # (set up each time, but refused each time: a disk nearly full, say)
+            writer.reconnecting = False
+            self._fail_all(writer, writer.timed_out(self.delivery_timeout_s))
+            writer.refused_since = writer.trouble_since = None
+            return
         try:
             client, last, writer.node = await self._setup(writer.segment, writer.writer_id, since)
         except ssc.SegmentSealedError:
@@ -619,11 +640,7 @@ class AsyncEventWriter:
             writer.reconnecting = False
             self._writers.pop(writer.segment.segment_id, None)
             self._routes = {}
-            why = writer.refused_why if writer.refused_since is not None else f"{exc}"
-            self._fail_all(writer, ssc.DeliveryTimeoutError(
-                f"events to {writer.segment.name} not acknowledged within the delivery timeout"
-                f" of {self.delivery_timeout_s:g} s; last: {why}"
-            ))  # fmt: skip
+            self._fail_all(writer, writer.timed_out(self.delivery_timeout_s, exc))
             return
         async with self._lock:
             writer.client = client
