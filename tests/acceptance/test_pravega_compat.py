@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import millrace.client.pravega_compat as compat
-from tests.acceptance.standalone_node import Standalone
+from tests.acceptance.standalone_node import Standalone, free_ports
 
 official = pytest.importorskip("pravega_client")
 
@@ -162,8 +162,9 @@ def test_a_program_for_the_official_client_runs_on_millrace(
 ) -> None:
     """The same program, once with ``pravega_client`` resolved to our module (a one-line
     module ahead on the path: the drop-in way) and once importing ``millrace.client.pravega_compat``
-    under that name (the one-import change)."""
+    under that name (the one-import change), given two controllers, the first of them dead."""
     source = textwrap.dedent(PROGRAM)
+    uri = standalone.base
     path = [os.getcwd()]
     if how == "drop-in module":
         shim = tmp_path / "shim"
@@ -176,11 +177,12 @@ def test_a_program_for_the_official_client_runs_on_millrace(
         source = source.replace(
             "import pravega_client\n", "import millrace.client.pravega_compat as pravega_client\n"
         )
+        uri = f"http://127.0.0.1:{free_ports(1)[0]},{standalone.base}"
     program = tmp_path / "program.py"
     program.write_text(source)
     scope = f"p{uuid.uuid4().hex[:10]}"
     done = subprocess.run(
-        [sys.executable, str(program), standalone.base, scope],
+        [sys.executable, str(program), uri, scope],
         capture_output=True,
         text=True,
         timeout=120,
