@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -72,8 +73,9 @@ class Worker(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.step()
-            except BaseException as exc:  # (reported at the end)
+            except BaseException as exc:  # (reported at the end; its trace at once)
                 self.error = exc
+                traceback.print_exc()
                 return
             self.steps += 1
             self.last_step = time.monotonic()

@@ -146,8 +146,12 @@ class ResumableAppends:
         if self._client is not None:
             self._forget()
         self._client = None
-        client = await self._locate()
-        last = await client.setup_append(self.segment, self.writer_id)
+        try:
+            client = await self._locate()
+            last = await client.setup_append(self.segment, self.writer_id)
+        except Exception:
+            self._forget()  # (WrongHost, say: the next try asks the controller where it is now)
+            raise
         self._client = client
         if self._blocks or self._next > 1:
             self.resumes += 1

@@ -128,8 +128,9 @@ def test_a_transaction_and_a_byte_stream_follow_a_partitioned_node(
     cluster: LocalCluster, network: PrivateNetwork
 ) -> None:
     """A transaction written before and during a partition of a node holding one of its
-    shadows commits whole (its shadows are recovered with their container by the new owner);
-    a byte stream whose node is partitioned between two writes has both, once each, in order."""
+    shadows commits whole (its shadows are recovered with their container by the new owner),
+    and so does the next one, begun as the node heals; a byte stream whose node is partitioned
+    between two writes has both, once each, in order."""
     controllers = ",".join(cluster.base(i) for i in range(len(cluster.http_ports)))
     manager = StreamManager(controllers, token=cluster.token)
     scope = f"t{uuid.uuid4().hex[:8]}"
@@ -155,9 +156,14 @@ def test_a_transaction_and_a_byte_stream_follow_a_partitioned_node(
             stream.flush()
         finally:
             network.heal(host)
+        # A new transaction at once, its writer still knowing the healed node as its shadows'
+        # (which answers WrongHost now: their containers moved): it asks the controller again.
+        later = writer.begin_txn(lease_ms=120_000)
+        later.write_events([(f"t:{i}", f"k{i % 24}") for i in range(6000, 7000)])
+        later.commit()
         read = read_back(manager, scope, "tx")
         numbers = sorted(n for key in read for n in read[key])
-        assert numbers == list(range(6000)), f"{len(numbers)} events, {len(set(numbers))} apart"
+        assert numbers == list(range(7000)), f"{len(numbers)} events, {len(set(numbers))} apart"
         stream.seek(0)
         got = b""
         while len(got) < 2000:
