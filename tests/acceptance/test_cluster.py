@@ -349,8 +349,10 @@ class Probe:
         )
         self.token = mint_token(cluster.env["MILLRACE_TOKEN_SECRET"], "*", READ_UPDATE, 3600)
         port = cluster.node_ports[int(node.rsplit("-", 1)[1])]
+        # (no liveness watch: the probe holds its connection across a pause of the node, as a
+        # client that never gives up would; what the node answers then is what is checked)
         self.client = SyncSegmentStoreClient("127.0.0.1", port, delegation_token=self.token,
-                                             timeout=120)  # fmt: skip
+                                             timeout=120, silence_s=0)  # fmt: skip
         self.writer = uuid.uuid4()
         eventually(self._set_up, FAILOVER_SECONDS, f"{node} serving {self.segment}")
 
