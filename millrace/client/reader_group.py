@@ -617,7 +617,8 @@ class AsyncGroupReader:
         }
         if ack is not None:
             body["checkpoint"], body["checkpointPositions"] = ack
-        answer = await self.group.controller.call("POST", f"{self._base}/sync", body)
+        # (safe to send again: a sync whose answer was lost gives its segments again)
+        answer = await self.group.controller.call("POST", f"{self._base}/sync", body, changes=False)
         for key in released:
             self._released.pop(key, None)
         if ack is not None and self._checkpoint_ack is ack:

@@ -203,7 +203,9 @@ class AsyncTransactionalWriter:
         ones a writer left open)."""
         path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
         body = {"leaseMs": lease_ms, "writerId": writer_id}
-        return Transaction(self, await self.controller.call("POST", path, body))
+        # (safe to send again: an answer lost on the way leaves at most a transaction nobody
+        # writes to, which its lease aborts)
+        return Transaction(self, await self.controller.call("POST", path, body, changes=False))
 
     async def open_txn_ids(self, writer_id: str) -> list[uuid.UUID]:
         """The transactions begun with ``writer_id`` that are still open."""
@@ -221,7 +223,12 @@ class AsyncTransactionalWriter:
         body: dict[str, Any] = {"wait": COMMIT_WAIT_SECONDS} if wait else {}
         if timestamp is not None:
             body["timestamp"] = timestamp
-        answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/commit", body)
+        answer = await self.controller.call(
+            "POST",
+            f"{self._txn_path(txn_id)}/commit",
+            body,
+            changes=False,  # (idempotent)
+        )
         state = str(answer["state"])
         if state != "COMMITTED" and (wait or state != "COMMITTING"):
             raise RuntimeError(f"transaction {txn_id} is {state} after the commit")
@@ -243,7 +250,7 @@ class AsyncTransactionalWriter:
             if timestamp is not None:
                 body["timestamp"] = timestamp
             path = f"/scopes/{self.scope}/streams/{self.stream}/transactions/commit"
-            answer = await self.controller.call("POST", path, body)
+            answer = await self.controller.call("POST", path, body, changes=False)  # (idempotent)
             for item in answer["transactions"]:
                 state = states[uuid.UUID(item["txnId"])] = str(item["state"])
                 if state != "COMMITTED" and (wait or state != "COMMITTING"):
@@ -254,7 +261,12 @@ class AsyncTransactionalWriter:
         """Abort the transaction ``txn_id`` by its id alone; returns its state (ABORTED).
         Aborted already is fine; one committing or committed raises ``ControllerError``
         (``precondition-failed``)."""
-        answer = await self.controller.call("POST", f"{self._txn_path(txn_id)}/abort", {"wait": 30})
+        answer = await self.controller.call(
+            "POST",
+            f"{self._txn_path(txn_id)}/abort",
+            {"wait": 30},
+            changes=False,  # (idempotent)
+        )
         return str(answer["state"])
 
     async def txn_state(self, txn_id: uuid.UUID) -> str:
@@ -265,7 +277,9 @@ class AsyncTransactionalWriter:
     async def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = LEASE_MS_DEFAULT) -> None:
         """Extend the lease of the open transaction ``txn_id`` by its id alone; one no longer
         open raises ``ControllerError`` (``precondition-failed``)."""
-        await self.controller.call("POST", f"{self._txn_path(txn_id)}/ping", {"leaseMs": lease_ms})
+        await self.controller.call(
+            "POST", f"{self._txn_path(txn_id)}/ping", {"leaseMs": lease_ms}, changes=False
+        )
 
     def _txn_path(self, txn_id: uuid.UUID) -> str:
         return f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"
