@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.fixtures.source_tree import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("millrace", "controller_app", "segment_app", "tiers", "spark_bridge", "admin_ui")
 FUNCTION_LINES_MAX = 80
@@ -33,7 +35,7 @@ def code_lines(path: Path) -> Iterator[tuple[int, str]]:
     """The lines of ``path`` outside docstrings and comments (what code spells)."""
     text = path.read_text()
     docstrings = set()
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parse(text)):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
             value = body[0].value
@@ -47,7 +49,7 @@ def code_lines(path: Path) -> Iterator[tuple[int, str]]:
 def test_no_function_or_class_is_too_long() -> None:
     too_long = []
     for path in sources(*PACKAGES, "bench"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 limit = FUNCTION_LINES_MAX
             elif isinstance(node, ast.ClassDef):

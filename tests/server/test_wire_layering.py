@@ -7,12 +7,14 @@ import pathlib
 import subprocess
 import sys
 
+from tests.fixtures.source_tree import parse
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
