@@ -19,7 +19,7 @@ event read back once and in order per key, and read once by the group and once b
 every committed transaction whole and no other; every counter exact; no client stuck (each made
 progress in the last minute and finished). Prints a line per fault and the figures.
 
-    .venv/bin/python bench/chaos.py [--minutes 20] [--seed 1]
+    .venv/bin/python bench/chaos.py [--minutes 20] [--seed 1] [--keep]   (--keep: keep the logs)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from millrace.client.kvt import BadKeyVersionError, KeyValueTableManager  # noqa: E402
 from millrace.client.manager import StreamManager  # noqa: E402
+from millrace.client.transactions import TxnFailedError  # noqa: E402
 from tests.acceptance.cluster import LocalCluster  # noqa: E402
 from tests.acceptance.keyed_probe import read_back  # noqa: E402
 from tests.acceptance.netns import PrivateNetwork  # noqa: E402
@@ -95,12 +97,18 @@ class Transactions(Worker):
     def step(self) -> None:
         n = len(self.outcomes)
         txn = self.writer.begin_txn(lease_ms=120_000)
-        txn.write_events([(f"T{n}:{i}", f"k{i % 8}") for i in range(TXN_EVENTS)])
+        try:
+            txn.write_events([(f"T{n}:{i}", f"k{i % 8}") for i in range(TXN_EVENTS)])
+        except TxnFailedError as exc:  # (aborted meanwhile: an application begins another)
+            self.outcomes[n] = f"failed: {exc}"
+            print(f"transaction {n}: {exc}", flush=True)
+            return
         try:
             txn.commit()
             self.outcomes[n] = "committed"
         except Exception as exc:  # (whole or absent: the check says which)
             self.outcomes[n] = f"failed: {exc!r}"
+            print(f"transaction {n}: commit failed: {exc!r}", flush=True)
         time.sleep(0.5)
 
 
@@ -142,14 +150,21 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--gap", default="20,40", help="seconds between faults: low,high")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' data and logs")
     args = parser.parse_args()
     if not ready_for_hosts():
         return 2
     chance = random.Random(args.seed)
     low, high = (float(x) for x in args.gap.split(","))
-    with tempfile.TemporaryDirectory() as where, cluster_on_hosts(Path(where)) as made:
-        cluster, network = made
-        return chaos(cluster, network, Path(where), args.minutes, chance, (low, high))
+    where = Path(tempfile.mkdtemp(prefix="millrace-chaos-"))
+    print(f"data and logs: {where}", flush=True)
+    try:
+        with cluster_on_hosts(where) as made:
+            cluster, network = made
+            return chaos(cluster, network, where, args.minutes, chance, (low, high))
+    finally:
+        if not args.keep:
+            shutil.rmtree(where, ignore_errors=True)
 
 
 def chaos(

@@ -38,6 +38,7 @@ from millrace.client.events import EventRead
 from millrace.client.manager import StreamManager as _Manager
 from millrace.client.reader_group import SegmentSlice
 from millrace.client.streamcut import StreamCut
+from millrace.client.transactions import TxnFailedError
 
 __all__ = [
     "ByteStream",
@@ -407,10 +408,13 @@ class StreamTransaction(_Shown):
         return str(self._txn.check_status()) == "OPEN"
 
     def write_event(self, event: str, routing_key: str | None = None) -> None:
-        self._txn.write_event(event, routing_key)
+        self.write_event_bytes(event.encode("utf-8"), routing_key)
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
-        self._txn.write_event(event, routing_key)
+        try:
+            self._txn.write_event(event, routing_key)
+        except TxnFailedError as exc:
+            raise TxnFailedException(str(exc)) from exc
 
     def commit(self) -> None:
         try:

@@ -15,12 +15,14 @@ meanwhile. ``ping()`` extends the lease (a transaction not pinged within it is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.errors import SegmentNotFoundError
 from millrace.client.resumable import ResumableAppends
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.client.transport import segment_store as ssc
@@ -31,6 +33,16 @@ LEASE_MS_DEFAULT = 30_000
 COMMIT_WAIT_SECONDS = 60.0
 #: Transactions ``commit_txns`` commits per request (the controller's limit).
 COMMIT_AT_ONCE = 1000
+
+
+class TxnFailedError(RuntimeError):
+    """A transaction can no longer be written to: its shadow segments are gone (Pravega's
+    ``TxnFailedException``). ``state`` is what the controller says of it (ABORTING or
+    ABORTED: its lease ran out or someone aborted it); begin another transaction."""
+
+    def __init__(self, message: str, *, txn_id: uuid.UUID, state: str) -> None:
+        super().__init__(message)
+        self.txn_id, self.state = txn_id, state
 
 
 class Transaction:
@@ -80,9 +92,10 @@ class Transaction:
                 if routing_key is not None:  # (no key: a random segment each time)
                     routed[routing_key] = datas
             datas.append(data)
-        await self._set_up([shadow for shadow, _ in groups.values()])
-        for shadow, datas in groups.values():
-            await self._append(shadow, datas)
+        async with self._shadows_gone():
+            await self._set_up([shadow for shadow, _ in groups.values()])
+            for shadow, datas in groups.values():
+                await self._append(shadow, datas)
 
     @property
     def shadow_ranges(self) -> list[tuple[float, float]]:
@@ -100,10 +113,11 @@ class Transaction:
         stay unchanged until the transaction is flushed."""
         self._check_open()
         segments = self._keyspace.segments
-        await self._set_up([segments[index] for index, pieces in parts.items() if pieces])
-        for index, pieces in parts.items():
-            if pieces:
-                await self._append(segments[index], pieces, raw=True)
+        async with self._shadows_gone():
+            await self._set_up([segments[index] for index, pieces in parts.items() if pieces])
+            for index, pieces in parts.items():
+                if pieces:
+                    await self._append(segments[index], pieces, raw=True)
 
     def _check_open(self) -> None:
         if self.state != "OPEN":
@@ -147,7 +161,26 @@ class Transaction:
         """Wait until every event written to the transaction is durable in its shadows, where
         their container is served now (a node that died or went silent meanwhile: its
         containers' new owners have the shadows)."""
-        await asyncio.gather(*(writer.flush() for writer in self._writers.values()))
+        async with self._shadows_gone():
+            await asyncio.gather(*(writer.flush() for writer in self._writers.values()))
+
+    @contextlib.asynccontextmanager
+    async def _shadows_gone(self) -> AsyncIterator[None]:
+        """A shadow segment the node no longer has (NoSuchSegment) means the transaction was
+        aborted (its lease ran out, say): ``TxnFailedError`` with the state the controller
+        gives; were it still open, the missing shadow is the error itself."""
+        try:
+            yield
+        except SegmentNotFoundError as exc:
+            state = await self.check_status()
+            if state == "OPEN":
+                raise
+            raise TxnFailedError(
+                f"transaction {self.txn_id} is {state}: its shadow segment {exc.segment} is"
+                " gone (a transaction not pinged within its lease is aborted); begin another",
+                txn_id=self.txn_id,
+                state=state,
+            ) from exc
 
     async def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
         """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING

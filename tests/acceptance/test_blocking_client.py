@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from millrace.client.manager import StreamManager
+from millrace.client.transactions import TxnFailedError
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports
 
 KEYS = [f"key-{i}" for i in range(16)]
@@ -199,6 +200,26 @@ def test_every_client_object_is_a_context_manager(
         event = reader.read_next(timeout=30)
         assert event is not None and event.data == b"in-txn"
         assert reader.read_next(timeout=1) is None
+
+
+def test_writing_to_a_transaction_aborted_meanwhile_says_so(
+    session: tuple[StreamManager, str],
+) -> None:
+    """A transaction aborted behind its writer's back (as its lease running out does): the
+    next write, to a shadow set up already or not, is ``TxnFailedError`` naming the state,
+    not the segment store's bare NoSuchSegment."""
+    manager, scope = session
+    with manager.create_transaction_writer(scope, "st") as txns:
+        for written_before in (True, False):
+            txn = txns.begin_txn()
+            if written_before:
+                txn.write_event("before", routing_key="t")
+                txn.flush()
+            assert txns.abort_txn(txn.txn_id) == "ABORTED"
+            with pytest.raises(TxnFailedError, match="is ABORTED") as failed:
+                txn.write_events([("after", "t"), ("also", "u")])
+                txn.flush()
+            assert failed.value.state == "ABORTED" and failed.value.txn_id == txn.txn_id
 
 
 EXIT_PROGRAM = """
