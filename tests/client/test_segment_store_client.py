@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import uuid
 from typing import Any
@@ -23,6 +24,7 @@ class SilentPeer:
 
     def __init__(self) -> None:
         self.blocks: list[wire.AppendBlockEnd] = []
+        self.others: list[object] = []  # every other command, unanswered
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
 
@@ -43,6 +45,8 @@ class SilentPeer:
                     writer.write(wire.encode_frame(reply))
                 elif isinstance(cmd, wire.AppendBlockEnd):
                     self.blocks.append(cmd)
+                else:
+                    self.others.append(cmd)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
 
@@ -282,6 +286,28 @@ async def test_a_connection_the_server_gives_up_fails_its_appends_at_once(raw_pe
         out.write(wire.encode_frame(wire.ErrorMessage(wire.NO_REQUEST_ID, "", "bye", 0)))
     with pytest.raises(c.AppendsLostError):
         await asyncio.wait_for(ack, 5)
+    await peer.hang_up()
+
+
+async def test_a_late_reply_to_a_request_given_up_is_expected(raw_peer, caplog) -> None:
+    """A reply that comes after its request was given up (a timed-out or cancelled call, say
+    a tail read) is dropped quietly; a reply to nothing ever asked is still warned of."""
+    peer, port = raw_peer
+    client = await SegmentStoreClient.connect("127.0.0.1", port)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.get_info(SEG), 0.2)
+    (asked,) = peer.others
+    info = wire.StreamSegmentInfo(asked.request_id, SEG, True, False, False, 0, 0, 0)
+    stray = wire.StreamSegmentInfo(10_000, SEG, True, False, False, 0, 0, 0)
+    with caplog.at_level(logging.WARNING, logger="millrace.client.transport.connection"):
+        for out in peer.writers:
+            out.write(wire.encode_frame(info) + wire.encode_frame(stray))
+        await asyncio.sleep(0.3)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"segment store sent an unsolicited {stray!r}"
+    ]
+    assert not client.is_closed
+    await client.close()
     await peer.hang_up()
 
 

@@ -63,6 +63,9 @@ SILENCE_S = 4.0
 #: Room for one lost SYN (resent after 1 s) on a slow link.
 CONNECT_S = 2.0
 
+#: How many given-up request ids a connection remembers (see ``Connection._abandoned``).
+ABANDONED_KEPT = 1024
+
 
 class AppendListener(Protocol):
     """What a connection tells the append side (``millrace.client.transport.appends``)."""
@@ -110,6 +113,9 @@ class Connection(asyncio.BufferedProtocol):
         #: Request ids, for requests and append blocks alike (replies are matched by them).
         self.request_ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        #: Requests given up (timed out, cancelled) whose replies may still come: those are
+        #: expected, not a server's mistake (the newest ABANDONED_KEPT, oldest first).
+        self._abandoned: dict[int, None] = {}
         self._hello: asyncio.Future[wire.Hello] | None = None
         #: Why the connection is gone (None while it is up).
         self.lost: SegmentStoreError | None = None
@@ -228,6 +234,10 @@ class Connection(asyncio.BufferedProtocol):
             return await asyncio.wait_for(future, self.request_timeout)
         finally:
             self._pending.pop(request_id, None)
+            if not future.done() or future.cancelled():  # (given up: its reply may come late)
+                self._abandoned[request_id] = None
+                if len(self._abandoned) > ABANDONED_KEPT:
+                    del self._abandoned[next(iter(self._abandoned))]
 
     async def handshake(self) -> None:
         """Exchange Hello; a server that speaks no version of ours is refused."""
@@ -262,6 +272,9 @@ class Connection(asyncio.BufferedProtocol):
                 future.set_result(reply)
         elif request_id is not None and self.appends.block_reply(request_id, reply):
             pass
+        elif request_id in self._abandoned:
+            del self._abandoned[request_id]
+            log.debug("late reply to a request given up: %r", reply)
         elif not isinstance(reply, wire.KeepAlive):
             log.warning("segment store sent an unsolicited %r", reply)
             if request_id == wire.NO_REQUEST_ID and isinstance(reply, wire.ErrorMessage):
