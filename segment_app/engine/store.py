@@ -12,8 +12,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from millrace.kernel.naming import container_for
 from segment_app.engine.api import (
@@ -35,6 +35,8 @@ from tiers.base import DataLogFencedError
 __all__ = ["SegmentStore"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ContainerFactory = Callable[[int], SegmentContainer]
 #: Segment names whose container ``append_group_nowait`` remembers at most.
@@ -362,28 +364,45 @@ class SegmentStore:
     async def read(
         self, name: str, offset: int, max_length: int, *, wait_seconds: float = 0.0
     ) -> ReadResult:
-        return await self.container(name).read(name, offset, max_length, wait_seconds=wait_seconds)
+        container = self.container(name)
+        try:
+            return await container.read(name, offset, max_length, wait_seconds=wait_seconds)
+        except SegmentNotFoundError:
+            await container.confirm_owner()
+            raise
 
     async def get_info(self, name: str) -> SegmentInfo:
-        return await self.container(name).get_info(name)
+        return await self._owned(name, lambda c: c.get_info(name))
 
     async def seal(self, name: str) -> int:
-        return await self.container(name).seal(name)
+        return await self._owned(name, lambda c: c.seal(name))
 
     async def truncate(self, name: str, offset: int) -> None:
-        await self.container(name).truncate(name, offset)
+        await self._owned(name, lambda c: c.truncate(name, offset))
 
     async def delete(self, name: str) -> None:
-        await self.container(name).delete(name)
+        await self._owned(name, lambda c: c.delete(name))
 
     async def merge(self, target: str, source: str) -> int:
-        return await self.container(target).merge(target, source)
+        return await self._owned(target, lambda c: c.merge(target, source))
 
     async def get_attributes(self, name: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-        return await self.container(name).get_attributes(name, ids)
+        return await self._owned(name, lambda c: c.get_attributes(name, ids))
 
     async def update_attributes(self, name: str, updates: list[AttributeUpdate]) -> None:
-        await self.container(name).update_attributes(name, updates)
+        await self._owned(name, lambda c: c.update_attributes(name, updates))
 
     async def last_event_number(self, name: str, writer_id: uuid.UUID) -> int:
-        return await self.container(name).last_event_number(name, writer_id)
+        return await self._owned(name, lambda c: c.last_event_number(name, writer_id))
+
+    async def _owned(self, name: str, call: Callable[[SegmentContainer], Awaitable[_T]]) -> _T:
+        """``call`` on ``name``'s container; "no such segment" only from its owner. A node whose
+        container a newer owner took over (this node has not heard yet: its metadata database
+        is cut, say) does not know the segments created since; it answers WrongHost instead,
+        and the client asks the controller where the segment is now."""
+        container = self.container(name)
+        try:
+            return await call(container)
+        except SegmentNotFoundError:
+            await container.confirm_owner()
+            raise

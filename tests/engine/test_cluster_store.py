@@ -6,6 +6,7 @@ by the assignment's epoch in tier-1, and a store that was paused serves nothing.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from millrace.kernel.naming import container_for
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.containers.container import epoch_range
-from segment_app.engine.errors import ContainerOfflineError
+from segment_app.engine.errors import ContainerOfflineError, SegmentNotFoundError
 from segment_app.engine.store import SegmentStore
 
 CONTAINERS = 2
@@ -34,10 +35,10 @@ def _store(tmp_path: Path, name: str) -> SegmentStore:
     return store
 
 
-def _segment_in(container: int) -> str:
+def _segment_in(container: int, stream: str = "st") -> str:
     return next(
         name for i in range(100)
-        if container_for(name := f"sc/st/{i}.#epoch.0", CONTAINERS) == container
+        if container_for(name := f"sc/{stream}/{i}.#epoch.0", CONTAINERS) == container
     )  # fmt: skip
 
 
@@ -67,6 +68,35 @@ async def test_a_moved_container_keeps_its_data_and_fences_its_old_owner(tmp_pat
         # A late start of the old assignment finds the log past its range and stays down.
         await a.follow({0: 1, 1: 2})
         assert 0 not in a.containers
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_an_old_owner_never_denies_a_segment_its_successor_created(tmp_path: Path) -> None:
+    """The old owner, not told yet that its container moved, is asked about a segment the new
+    owner created since (a transaction's shadow, in the chaos run): it answers WrongHost
+    (``ContainerOfflineError``), which sends the client to the controller, never "no such
+    segment". While it is the owner, a segment that does not exist is still denied."""
+    a, b = _store(tmp_path, "a"), _store(tmp_path, "b")
+    await a.start()
+    await b.start()
+    first, later = _segment_in(0), _segment_in(0, "later")
+    try:
+        await a.follow({0: 1})
+        await a.create_segment(first)
+        with pytest.raises(SegmentNotFoundError):
+            await a.get_info(later)
+        await b.follow({0: 2})  # moved to b; a has not heard
+        await b.create_segment(later)
+        calls = (
+            a.get_info(later), a.read(later, 0, 10), a.get_attributes(later, []),
+            a.last_event_number(later, uuid.uuid4()),
+        )  # fmt: skip
+        for call in calls:
+            with pytest.raises(ContainerOfflineError):
+                await call
+        assert (await b.get_info(later)).length == 0
     finally:
         await a.stop()
         await b.stop()

@@ -238,6 +238,11 @@ class SegmentContainer:
         self.durable_log.start(checkpoints, last_address)
         self.storage_writer.start()
 
+    async def confirm_owner(self) -> None:
+        """Raise ContainerOfflineError (and go offline) if a newer instance fenced this one:
+        asked before a definite "no" (no such segment) that a newer owner might not give."""
+        await self._ensure_owner()
+
     async def _ensure_owner(self) -> None:
         """Raise ContainerOfflineError (and go offline) if a newer instance fenced this one."""
         try:
