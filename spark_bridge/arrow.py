@@ -139,6 +139,7 @@ class Framer:
 
     def __init__(self, ranges: list[tuple[float, float]], piece_bytes: int = 1 << 20) -> None:
         self.starts = np.array([start for start, _ in ranges])
+        self.ends = np.array([end for _, end in ranges])
         self.piece_bytes = piece_bytes
         #: the routing keys seen so far, and each one's segment
         self.known: list[str] = []
@@ -209,7 +210,8 @@ class Framer:
     def _routes(self, keys: list[str]) -> np.ndarray:
         """Each key's segment: its point hashed (``key_point``), all looked up at once."""
         points = np.fromiter(map(key_point, keys), np.float64, len(keys))
-        return np.searchsorted(self.starts, points, "right").astype(np.int64) - 1
+        found = np.searchsorted(self.ends, points, "left").astype(np.int64)
+        return np.minimum(found, len(self.ends) - 1)  # (as ``KeySpace.segment_for``)
 
     def _random(self, count: int) -> np.ndarray:
         return np.searchsorted(self.starts, self.rng.random(count), "right") - 1

@@ -1,9 +1,15 @@
 """Routing keys to points of the key space [0, 1), and points to a stream's segments.
 
 All events of one routing key go to the segment whose key range holds the key's point, so
-their order holds. The point is modelled on Pravega's clients: MurmurHash3 x64 128-bit of the
-key's UTF-8 bytes, seeded with Java's ``"EventRouter".hashCode()``, whose first 64-bit half
-has its top 52 bits read as a binary fraction. Events without a key get a random point.
+their order holds. The point is Pravega's, bit for bit, so that a key lands in the same segment
+whichever client wrote it: MurmurHash3 x64 128-bit, seeded with Java's
+``"EventRouter".hashCode()``, of the key as UTF-16LE (Java's ``hashUnencodedChars``), whose
+first 64-bit half has its top 52 bits read as a binary fraction; the segment is the first whose
+key range ends at or above the point (Java's ``ceilingEntry`` on the upper bounds). The
+``pravega`` wheel (Pravega's Rust client) pads the UTF-16 units with zeros up to the key's UTF-8
+length; that changes nothing for ASCII keys, and we follow the wheel for the others
+(docs/decisions/0012-routing-keys-as-pravega-clients-do.md). Events without a key get a random
+point.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ def key_point(routing_key: str | None, rng: random.Random | None = None) -> floa
         return (rng or random).random()
     point = _cache.get(routing_key)
     if point is None:
-        digest = mmh3.hash_bytes(routing_key.encode("utf-8"), SEED, x64arch=True)
+        units = routing_key.encode("utf-16-le", "surrogatepass")
+        padding = 2 * len(routing_key.encode("utf-8", "surrogatepass")) - len(units)
+        digest = mmh3.hash_bytes(units + bytes(padding), SEED, x64arch=True)
         point = (struct.unpack_from("<Q", digest)[0] >> 12) / float(1 << _FRACTION_BITS)
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
@@ -57,13 +65,15 @@ class KeySpace:
 
     def __init__(self, segments: Sequence[SegmentWithRange]) -> None:
         self.segments = sorted(segments, key=lambda s: s.key_start)
-        self._starts = [s.key_start for s in self.segments]
+        self._ends = [s.key_end for s in self.segments]
         if not self.segments:
             raise ValueError("a key space needs at least one segment")
 
     def segment_for(self, point: float) -> SegmentWithRange:
-        index = bisect.bisect_right(self._starts, point) - 1
-        return self.segments[max(index, 0)]
+        """The first segment whose range ends at or above ``point`` (a point on a boundary
+        goes to the lower segment, as in Pravega's clients)."""
+        index = bisect.bisect_left(self._ends, point)
+        return self.segments[min(index, len(self.segments) - 1)]
 
 
 def replace_sealed(

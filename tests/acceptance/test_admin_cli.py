@@ -50,9 +50,14 @@ def test_everyday_commands(standalone: Standalone) -> None:
                       "--ranges", "0.5-0.75,0.75-1.0")  # fmt: skip
     assert "epoch 1: 3 segment(s)" in ok(scaled)
     ok(millrace(standalone, "stream", "append", name, "--key", "k", "after-scale"))
+    rekeyed = json.loads(ok(millrace(standalone, "stream", "rekey", name, "--json")))
+    assert rekeyed["epoch"] == 3  # merged into one, then split back
+    ranges = sorted((s["keyStart"], s["keyEnd"]) for s in rekeyed["segments"])
+    assert ranges == [(0.0, 0.5), (0.5, 0.75), (0.75, 1.0)]
+    ok(millrace(standalone, "stream", "append", name, "--key", "other", "after-rekey"))
 
-    read = ok(millrace(standalone, "stream", "read", name, "--from", "head", "--limit", "303"))
-    expected = ["first", "second", *[f"line-{i}" for i in range(300)], "after-scale"]
+    read = ok(millrace(standalone, "stream", "read", name, "--from", "head", "--limit", "304"))
+    expected = ["first", "second", *[f"line-{i}" for i in range(300)], "after-scale", "after-rekey"]
     assert read.splitlines() == expected  # one key: the order it was written, across the scale
 
     assert ok(millrace(standalone, "stream", "seal", name)).strip() == "sealed"

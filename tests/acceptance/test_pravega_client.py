@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -21,6 +22,8 @@ import pytest
 from controller_app.cluster.leader import balance
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import controller_pb2_grpc as pb_grpc
+from millrace.client.manager import StreamManager
+from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.kernel.naming import container_for, qualified_segment_name
 from tests.acceptance.certs import Certs
 from tests.acceptance.cluster import LocalCluster
@@ -454,3 +457,41 @@ def test_key_value_tables_over_grpc(standalone: Standalone) -> None:
     assert stub.deleteKeyValueTable(info, metadata=auth).status == deleted.TABLE_NOT_FOUND
     gone = stub.getKeyValueTableConfiguration(info, metadata=auth)
     assert gone.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND
+
+
+def _segment_of_each_event(manager: StreamManager, scope: str, stream: str) -> dict[str, int]:
+    with manager.create_batch_client() as batch:
+        return {
+            event.data.decode(): part.segment_id
+            for part in batch.segment_ranges(scope, stream)
+            for event in batch.read_range(part)
+        }
+
+
+def test_a_routing_key_lands_in_the_same_segment_whichever_client_wrote_it(
+    standalone: Standalone, tmp_path: Path
+) -> None:
+    """Thousands of keys (ASCII, numbers, accents, CJK, emoji) written once each by
+    Pravega's writer and once by Millrace's to streams of 12 segments: every key lands in the
+    same segment in both, the one ``KeySpace.segment_for(key_point(key))`` names."""
+    rng = random.Random(44)
+    keys = [f"k{i}" for i in range(1000)] + [str(rng.getrandbits(64)) for _ in range(1000)]
+    letters = "aéß日本語🙂ø-_ "
+    keys += ["".join(rng.choices(letters, k=rng.randint(1, 12))) for _ in range(1000)]
+    keys = sorted({*keys, "alice", "bob"})
+    (tmp_path / "keys.json").write_text(json.dumps(keys), encoding="utf-8")
+    scope = _scope()
+    run_program(standalone, "routing", scope, "12", str(tmp_path / "keys.json"))
+    manager = StreamManager(standalone.base, token=standalone.token)
+    manager.create_stream(scope, "ours", initial_segments=12)
+    with manager.create_writer(scope, "ours") as writer:
+        for key in keys:
+            writer.write_event(key, routing_key=key)
+    theirs = _segment_of_each_event(manager, scope, "routed")
+    ours = _segment_of_each_event(manager, scope, "ours")
+    assert sorted(theirs) == keys
+    differ = [key for key in keys if theirs[key] != ours[key]]
+    assert not differ, f"{len(differ)} of {len(keys)} keys routed apart, e.g. {differ[:5]}"
+    space = KeySpace([SegmentWithRange(i, str(i), i / 12, (i + 1) / 12) for i in range(12)])
+    assert all(space.segment_for(key_point(key)).segment_id == theirs[key] for key in keys)
+    manager.close()

@@ -19,6 +19,12 @@ def test_a_key_always_maps_to_the_same_point_in_the_key_space(key: str) -> None:
     assert key_point(key) == point
 
 
+def test_a_key_s_point_is_the_one_pravega_s_clients_compute() -> None:
+    """Pravega's Rust client's own test vector (the whole check, thousands of keys against
+    the ``pravega`` wheel, is in tests/acceptance/test_pravega_client.py)."""
+    assert key_point("hello") == 0.658716230571337
+
+
 def test_keys_spread_over_the_key_space() -> None:
     points = [key_point(f"customer-{i}") for i in range(10_000)]
     quarters = [sum(1 for p in points if q / 4 <= p < (q + 1) / 4) for q in range(4)]
@@ -35,8 +41,10 @@ def test_keyspace_finds_the_owner_of_every_point() -> None:
         [SegmentWithRange(2, "b", 0.5, 1.0), SegmentWithRange(1, "a", 0.0, 0.25),
          SegmentWithRange(3, "c", 0.25, 0.5)]
     )  # fmt: skip
-    assert [space.segment_for(p).name for p in (0.0, 0.2, 0.25, 0.49, 0.5, 0.999)] == [
-        "a", "a", "c", "c", "b", "b"]  # fmt: skip
+    # A point on a boundary goes to the lower segment (Pravega's ``ceilingEntry``).
+    points = (0.0, 0.2, 0.25, 0.26, 0.49, 0.5, 0.5001, 0.999)
+    assert [space.segment_for(p).name for p in points] == [
+        "a", "a", "a", "c", "c", "c", "b", "b"]  # fmt: skip
     with pytest.raises(ValueError):
         KeySpace([])
 

@@ -48,6 +48,10 @@ def register(commands: Any, parents: Parents) -> None:
     scale.add_argument("name", metavar="SCOPE/STREAM")
     scale.add_argument("--seal", required=True, help="segment ids to seal, comma-separated")
     scale.add_argument("--ranges", required=True, help="new key ranges: 0.5-0.75,0.75-1.0")
+    add(verbs, "rekey", remote.handler(stream_rekey),
+        "Merge every segment into one and split it back: events written from now on are read"
+        " after all written before (per-key order across a routing change; docs/decisions/0012).",
+        parents=parents_).add_argument("name", metavar="SCOPE/STREAM")  # fmt: skip
     trunc = add(verbs, "truncate", remote.handler(stream_truncate), "Truncate at a stream cut.",
                 parents=parents_)  # fmt: skip
     trunc.add_argument("name", metavar="SCOPE/STREAM")
@@ -125,6 +129,23 @@ def stream_scale(args: argparse.Namespace) -> None:
     body = {"sealedSegments": sealed, "newRanges": _ranges(args.ranges)}
     done = remote.call(args, "POST", f"/scopes/{scope}/streams/{stream}/scale", body)
     remote.out(args, done, f"epoch {done['epoch']}: {len(done['segments'])} segment(s)")
+
+
+def stream_rekey(args: argparse.Namespace) -> None:
+    """Two scales: all current segments into one (it follows every one of them, so readers
+    finish them first), then that one back into the same key ranges."""
+    scope, stream = remote.split(args.name)
+    path = f"/scopes/{scope}/streams/{stream}"
+    before = remote.call(args, "GET", f"{path}/segments")["segments"]
+    ranges = [[s["keyStart"], s["keyEnd"]] for s in before]
+    merged = remote.call(args, "POST", f"{path}/scale", {
+        "sealedSegments": [s["segmentId"] for s in before], "newRanges": [[0.0, 1.0]],
+    })  # fmt: skip
+    (one,) = merged["segments"]
+    body = {"sealedSegments": [one["segmentId"]], "newRanges": ranges}
+    done = remote.call(args, "POST", f"{path}/scale", body)
+    said = f"epoch {done['epoch']}: {len(done['segments'])} segment(s) over the same key ranges"
+    remote.out(args, done, said + "; events written from now on are read after all before")
 
 
 def stream_truncate(args: argparse.Namespace) -> None:
