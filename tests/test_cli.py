@@ -14,7 +14,7 @@ import pytest
 
 from millrace.kernel.claims import TokenVerifier
 from millrace.kernel.config import ConfigError, SegmentStoreSettings
-from millrace.kernel.logs import QuietProbes
+from millrace.kernel.logs import QuietProbes, Redact, redact
 from millrace.ops import cli
 
 MILLRACE = Path(sys.executable).with_name("millrace")  # the installed console script
@@ -305,8 +305,9 @@ def test_the_cli_waits_through_a_service_that_is_away(tmp_path: Path) -> None:
 
 
 def test_health_probes_answered_ok_are_not_logged_at_info() -> None:
-    """The supervisor's liveness probe every second once filled the controller's output; a
-    probe that fails, and every other request, is still logged."""
+    """The supervisor's liveness probe every second once filled the controller's output; with
+    the access log on (MILLRACE_ACCESS_LOG), a probe that fails, and every other request, is
+    still logged; with it off (the default), no request is at INFO."""
     import logging
 
     def record(path: str, status: int) -> logging.LogRecord:
@@ -314,8 +315,9 @@ def test_health_probes_answered_ok_are_not_logged_at_info() -> None:
                                  '%s - "%s %s HTTP/%s" %d',
                                  ("127.0.0.1:1", "GET", path, "1.1", status), None)  # fmt: skip
 
-    quiet = QuietProbes()
     logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    assert not QuietProbes().filter(record("/v1/scopes", 200))  # the access log is off
+    quiet = QuietProbes(access_log=True)
     assert not quiet.filter(record("/health/liveness", 200))
     assert not quiet.filter(record("/v1/health/readiness", 200))
     assert quiet.filter(record("/health", 503))  # a probe that fails: shown
@@ -324,3 +326,30 @@ def test_health_probes_answered_ok_are_not_logged_at_info() -> None:
     shown = record("/health/liveness", 200)
     assert quiet.filter(shown) and shown.levelname == "DEBUG"
     logging.getLogger("uvicorn.access").setLevel(logging.NOTSET)
+
+
+def test_no_credential_reaches_a_log_line() -> None:
+    """A WebSocket URL's token, a form's password, an Authorization header, and a traceback
+    quoting one: all ``[redacted]``; the rest of the line stays."""
+    import logging
+
+    secret = "57a2892d0c1f4e7b9a3d"
+    lines = {
+        '%s - "WebSocket %s" [accepted]': ("127.0.0.1:5", f"/ws/s/t/?from=head&token={secret}"),
+        "sign-in %s": (f"user=admin&password={secret}&next=/",),
+        "sent %s": (f"Authorization: Token {secret}",),
+        "bearer %s": (f"Bearer {secret}",),
+    }  # fmt: skip
+    for message, args in lines.items():
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, message, args, None)
+        assert Redact().filter(record)
+        assert secret not in record.getMessage() and "[redacted]" in record.getMessage()
+    assert "from=head&token=[redacted]" in redact(f"?from=head&token={secret}")
+    try:
+        raise ValueError(f"bad url ?token={secret}")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    Redact().filter(record)
+    assert secret not in logging.Formatter().format(record)

@@ -599,10 +599,16 @@ class LogSettings:
             _log_format, "text",
         ),
     )  # fmt: skip
+    access_log: bool = env_bool(
+        "MILLRACE_ACCESS_LOG", False,
+        "log each HTTP request and WebSocket handshake at INFO (off: at DEBUG); credentials in "
+        "them are redacted",
+    )  # fmt: skip
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> LogSettings:
-        """Read ``MILLRACE_LOG_LEVEL`` and ``MILLRACE_LOG_FORMAT`` of ``env``."""
+        """Read ``MILLRACE_LOG_LEVEL``, ``MILLRACE_LOG_FORMAT`` and ``MILLRACE_ACCESS_LOG`` of
+        ``env``."""
         return read_settings(cls, env)
 
 

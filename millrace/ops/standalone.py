@@ -657,6 +657,8 @@ def _print_ready(node: _Ready, token: str, password: str, first: bool) -> None:
         f'  try:          curl -H "Authorization: Token $(cat {data_dir / "admin-token"})" '
         f"{http}://{host}:{http_port}/v1/scopes" + (" --cacert <your CA file>" if node.tls else ""),
     ]
-    if first:
+    if first and sys.stdout.isatty():  # (never into a journal or a log file)
         lines += [f"  admin token   {token}", f"  admin password {password}"]
+    elif first:
+        lines.append("  first start:  the admin's token and password are in the files above")
     print("\n".join(lines) + "\n", flush=True)

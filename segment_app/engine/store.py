@@ -128,7 +128,7 @@ class SegmentStore:
             restart.cancel()
         self.containers.pop(container_id, None)
         await container.stop()
-        log.warning("container %d released (assignment %s ended)",
+        log.info("container %d released (assignment %s ended)",
                     container_id, container.assignment_epoch)  # fmt: skip
 
     async def _take(self, container_id: int, assignment_epoch: int) -> None:

@@ -54,7 +54,8 @@ def test_one_command_runs_a_whole_node(node: Standalone, tmp_path: Path) -> None
     token_file = tmp_path / "data" / "admin-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text().strip()
-    assert token in out  # printed on first start
+    assert token not in out  # printed on first start only to a terminal (this is a pipe)
+    assert "the admin's token and password are in the files above" in out
 
     assert request(node.base, "GET", "/health/liveness")[0] == 200
     assert request(node.base, "GET", "/v1/scopes")[0] in (401, 403)
@@ -167,23 +168,48 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path, ports: tuple[int, int]) -
 #: missing static folder, Celery's warning about pickle for a root worker.
 NOISE = (
     "GET /health", "Sending due task", "] received", "] succeeded in", "No directory at",
-    "superuser privileges",
+    "superuser privileges", "HTTP/1.1", "WebSocket /ws", "connection open", "Not Found:",
+    "Unauthorized:", "Bad Request:",
 )  # fmt: skip
 
 
 def test_a_quiet_first_minute(tmp_path: Path, ports: tuple[int, int]) -> None:
-    """A node that runs and is used shows its start and nothing every second; with
+    """A node that runs and is used (requests with a token, a WebSocket tail with the token
+    in its URL, answers 404 and 401) shows its start and nothing every
+    second, no request line and no 4xx warning, and no credential: neither the admin's token
+    and password nor the secret key is in any line it printed or any log file it wrote. With
     ``MILLRACE_LOG_LEVEL=DEBUG`` the routine lines are there (so the quiet is the level's
     doing, not lines that were never logged)."""
-    quiet = Standalone(tmp_path / "quiet", *ports)
+    from websockets.sync.client import connect
+
+    data = tmp_path / "quiet"
+    quiet = Standalone(data, *ports)
     try:
         quiet.wait_for(READY_LINE)
-        token = (tmp_path / "quiet" / "admin-token").read_text().strip()
+        token = (data / "admin-token").read_text().strip()
+        password = (data / "admin-password").read_text().strip()
         assert request(quiet.base, "POST", "/v1/scopes", token, {"scopeName": "q"})[0] == 201
+        assert request(quiet.base, "GET", "/v1/scopes/nosuch", token)[0] == 404
+        assert request(quiet.base, "GET", "/v1/scopes", "wrong-" + token)[0] == 401
+        body = {
+            "streamName": "s",
+            "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1},
+        }
+        assert request(quiet.base, "POST", "/v1/scopes/q/streams", token, body)[0] == 201
+        url = f"ws://127.0.0.1:{ports[0]}/ws/streams/q/s?from=head&token={token}"
+        with connect(url, open_timeout=30) as tail:
+            tail.ping().wait(10)
         time.sleep(20)  # the sweeper (15 s), transaction timeouts and watermarks (10 s) ran
         lines = quiet.output().splitlines()
         noisy = [line for line in lines if any(noise in line for noise in NOISE)]
         assert not noisy, "\n".join(noisy[:20])
+        logs = [quiet.output()] + [
+            path.read_text(errors="replace") for path in data.rglob("*.log") if path.is_file()
+        ]  # fmt: skip
+        keys = [path.read_text().strip() for path in (data / "secrets").iterdir()]
+        assert len(keys) >= 2  # Django's secret key, the delegation tokens' secret
+        for secret in (token, password, *keys):
+            assert not any(secret in text for text in logs), "a credential was logged"
         assert quiet.stop() == 0
     finally:
         quiet.kill()
