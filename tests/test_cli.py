@@ -353,3 +353,22 @@ def test_no_credential_reaches_a_log_line() -> None:
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     Redact().filter(record)
     assert secret not in logging.Formatter().format(record)
+
+
+def test_the_local_cluster_plans_ports_that_never_collide() -> None:
+    """With the defaults, controller-1's gRPC port once was controller-0's HTTP port (9090 + 1
+    = 9091): every run failed with "Address already in use". Each role now counts up past the
+    ports another role took."""
+    from millrace.kernel.config import GRPC_PORT, HTTP_PORT
+    from millrace.ops.local_cluster import plan_ports
+
+    ports = plan_ports(HTTP_PORT, GRPC_PORT, 12345, nodes=3, controllers=2)
+    assert (ports.http, ports.grpc, ports.wire) == (
+        [9091, 9092],
+        [9090, 9093],
+        [12345, 12346, 12347],
+    )
+    crowded = plan_ports(9000, 9000, 9001, nodes=2, controllers=3)
+    every = crowded.http + crowded.grpc + crowded.wire
+    assert len(set(every)) == len(every) == 8
+    assert plan_ports(9091, 0, 12345, nodes=1, controllers=2).grpc == [0, 0]  # no gRPC

@@ -12,8 +12,10 @@ signs another accepts. Ctrl-C or SIGTERM stops them all; the nodes leave the clu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 from millrace.kernel.config import SegmentStoreSettings, TlsSettings, WebSettings
@@ -29,7 +31,41 @@ from millrace.ops.standalone import (
     wire_answers,
 )
 
-__all__ = ["cluster_environment", "run"]
+__all__ = ["Ports", "cluster_environment", "plan_ports", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    """Every port of the local cluster: each controller's HTTP and gRPC ports (gRPC 0: none)
+    and each node's wire port, all different."""
+
+    http: list[int]
+    grpc: list[int]
+    wire: list[int]
+
+
+def plan_ports(
+    http_port: int, grpc_port: int, wire_port: int, nodes: int, controllers: int
+) -> Ports:
+    """Each role's ports counted up from its first one, skipping any port another role took:
+    with the defaults the controllers' HTTP ports are 9091 and 9092, so their gRPC ports are
+    9090 and 9093 (9091 is taken)."""
+    taken: set[int] = set()
+
+    def count_up(first: int, many: int) -> list[int]:
+        found, port = [], first
+        while len(found) < many:
+            if port > 65535:
+                raise ValueError(f"no {many} free port numbers from {first} up")
+            if port not in taken:
+                found.append(port)
+                taken.add(port)
+            port += 1
+        return found
+
+    http = count_up(http_port, controllers)
+    grpc = count_up(grpc_port, controllers) if grpc_port else [0] * controllers
+    return Ports(http, grpc, count_up(wire_port, nodes))
 
 
 def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str, str]:
@@ -50,15 +86,11 @@ def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str
     return env
 
 
-def _children(
-    data_dir: Path, nodes: int, controllers: int, http_port: int, wire_port: int,
-    grpc_port: int = 0,
-) -> list[Child]:  # fmt: skip
+def _children(data_dir: Path, ports: Ports) -> list[Child]:
     tls = peer_context(TlsSettings.from_env())  # (each child serves TLS when it is on)
     scheme = "https" if tls else "http"
     children = []
-    for i in range(nodes):
-        port = wire_port + i
+    for i, port in enumerate(ports.wire):
         children.append(Child(
             f"node-{i}",
             cli_argv("segmentstore", "--data-dir", str(data_dir / f"node-{i}"), "--port", str(port),
@@ -72,13 +104,11 @@ def _children(
         child = Child(name, argv, lambda: False)
         child.ready = heartbeat_fresh(role, child)
         children.append(child)
-    for i in range(controllers):
-        port = http_port + i
-        grpc = str(grpc_port + i if grpc_port else 0)
+    for i, (port, grpc) in enumerate(zip(ports.http, ports.grpc, strict=True)):
         children.append(Child(
             f"controller-{i}",
             cli_argv("controller", "--data-dir", str(data_dir), "--http-port", str(port),
-                 "--grpc-port", grpc),
+                 "--grpc-port", str(grpc)),
             http_ok(f"{scheme}://127.0.0.1:{port}/health/liveness", tls),
         ))  # fmt: skip
     return children
@@ -93,44 +123,41 @@ def run(
     http_port: int,
     grpc_port: int = 0,
 ) -> int:
-    """Run the local cluster until SIGINT or SIGTERM; the exit status."""
-    for i in range(nodes):
-        ensure_port_free(f"node-{i}", "127.0.0.1", store.port + i, "--segmentstore-port")
-    for i in range(controllers):
-        ensure_port_free(f"controller-{i}", "127.0.0.1", http_port + i, "--http-port")
-        if grpc_port:
-            ensure_port_free(f"controller-{i}", "127.0.0.1", grpc_port + i, "--grpc-port")
+    """Run the local cluster until SIGINT or SIGTERM; the exit status. Every port is planned
+    (``plan_ports``) and checked free before anything starts."""
+    ports = plan_ports(http_port, grpc_port, store.port, nodes, controllers)
+    for i, wire in enumerate(ports.wire):
+        ensure_port_free(f"node-{i}", "127.0.0.1", wire, "--segmentstore-port")
+    for i, (http, grpc) in enumerate(zip(ports.http, ports.grpc, strict=True)):
+        ensure_port_free(f"controller-{i}", "127.0.0.1", http, "--http-port")
+        if grpc:
+            ensure_port_free(f"controller-{i}", "127.0.0.1", grpc, "--grpc-port")
     token, password, first = ensure_admin(data_dir)
     os.environ.update(cluster_environment(data_dir, store))
-    children = _children(data_dir, nodes, controllers, http_port, store.port, grpc_port)
     return supervise(
-        "millrace cluster local", children, data_dir, store.unsafe,
-        lambda: _print_ready(
-            data_dir, nodes, controllers, (http_port, grpc_port), store.port, token, password,
-            first,
-        ),
-    )  # fmt: skip
+        "millrace cluster local",
+        _children(data_dir, ports),
+        data_dir,
+        store.unsafe,
+        lambda: _print_ready(data_dir, ports, token, password, first),
+    )
 
 
-def _print_ready(
-    data_dir: Path, nodes: int, controllers: int, ports: tuple[int, int], wire_port: int,
-    token: str, password: str, first: bool,
-) -> None:  # fmt: skip
-    http_port, grpc_port = ports
-    urls = ", ".join(f"http://127.0.0.1:{http_port + i}/" for i in range(controllers))
-    grpc = ", ".join(f"tcp://127.0.0.1:{grpc_port + i}" for i in range(controllers))
+def _print_ready(data_dir: Path, ports: Ports, token: str, password: str, first: bool) -> None:
+    urls = ", ".join(f"http://127.0.0.1:{port}/" for port in ports.http)
+    grpc = ", ".join(f"tcp://127.0.0.1:{port}" for port in ports.grpc if port)
+    wire = ", ".join(map(str, ports.wire))
     lines = [
         "",
         "The local cluster is running. Ctrl-C stops it.",
         f"  controllers   {urls}  (REST under /v1/, the console, WebSockets; any of them)",
-        *([f"  gRPC          {grpc}  (Pravega's clients; any of them)"] if grpc_port else []),
-        f"  nodes         {nodes} segment store nodes on tcp://127.0.0.1:{wire_port}"
-        f"-{wire_port + nodes - 1}",
+        *([f"  gRPC          {grpc}  (Pravega's clients; any of them)"] if grpc else []),
+        f"  nodes         {len(ports.wire)} segment store nodes on 127.0.0.1, ports {wire}",
         f"  credentials   {data_dir / 'admin-token'} (API token), "
         f"{data_dir / 'admin-password'} (console password)",
-        f"  try:          millrace cluster status --url http://127.0.0.1:{http_port} "
-        f"--token $(cat {data_dir / 'admin-token'})",
+        f"  try:          millrace cluster status --data-dir {data_dir}"
+        f" --url http://127.0.0.1:{ports.http[0]}",
     ]
-    if first:
+    if first and sys.stdout.isatty():  # (never into a journal or a log file)
         lines += [f"  admin token   {token}", f"  admin password {password}"]
     print("\n".join(lines) + "\n", flush=True)
