@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import getpass
 import secrets
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from controller_app.audit import record
 from controller_app.roles import ROLES, grant, role_of
 from controller_app.tokens import expires_at, token_for
+from millrace.kernel.config import write_secret_file
 
 
 def create_user_token(
@@ -71,11 +74,26 @@ def api_tokens() -> list[dict[str, Any]]:
 
 
 def rotate_token(username: str) -> str:
-    """A new API token for ``username``; the old one stops working at once."""
+    """A new API token for ``username``; the old one stops working at once. A token file of
+    the node's data directory (``admin-token``, which the local commands read) that held the
+    old token gets the new one, so that they go on working."""
     user = _existing(username)
+    old = list(Token.objects.filter(user=user).values_list("key", flat=True))
     Token.objects.filter(user=user).delete()
     audit_local("token.rotate", username)
-    return token_for(user)
+    new = token_for(user)
+    _replace_in_token_file(old, new)
+    return new
+
+
+def _replace_in_token_file(old: list[str], new: str) -> None:
+    path = Path(settings.MILLRACE.data_dir) / "admin-token"
+    try:
+        held = path.read_text().strip()
+    except OSError:
+        return
+    if held and held in old:
+        write_secret_file(path, new)
 
 
 def revoke_token(username: str) -> None:

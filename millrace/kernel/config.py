@@ -209,6 +209,21 @@ def persisted_secret(data_dir: Path, name: str) -> str:
     return value
 
 
+def write_secret_file(path: Path, value: str) -> None:
+    """``value`` into ``path``, readable by its owner only, whole or not at all (written under
+    a temporary name and renamed: a reader never sees half a token)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(value + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _secret(env: Env, name: str, data_dir: Path, filename: str) -> str:
     return env.get(name, "").strip() or persisted_secret(data_dir, filename)
 

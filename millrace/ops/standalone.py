@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.client.transport.probe import ProbeError, probe_segment_store
-from millrace.kernel.config import TlsSettings
+from millrace.kernel.config import TlsSettings, write_secret_file
 from millrace.kernel.status_files import supervisor_state_path, write_status
 from millrace.kernel.tls import peer_context
 
@@ -450,13 +450,6 @@ def ensure_port_free(what: str, host: str, port: int, option: str) -> None:
 # -- first start -----------------------------------------------------------------------------
 
 
-def _write_secret(path: Path, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
-    os.chmod(path, 0o600)
-
-
 def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     """The administrator's (token, password), creating them on first start; ``True`` if new."""
     from django.contrib.auth import get_user_model
@@ -472,10 +465,10 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
         password = secrets.token_urlsafe(18)
         user = user_model.objects.create_superuser(ADMIN_USER, password=password)
         grant(user, "admin")
-        _write_secret(password_file, password)
+        write_secret_file(password_file, password)
     token = token_for(user)
     if not token_file.exists() or token_file.read_text().strip() != token:
-        _write_secret(token_file, token)
+        write_secret_file(token_file, token)
     password = password_file.read_text().strip() if password_file.exists() else "(unchanged)"
     return token, password, created
 

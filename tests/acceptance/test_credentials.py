@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -136,8 +137,15 @@ def test_api_tokens_list_rotate_revoke_and_expire(node: Standalone) -> None:
     status, body = request(node.base, "GET", "/v1/scopes", node.token)
     assert status == 401 and "expired on" in body["message"]
     assert "millrace token rotate admin" in body["message"]
+    refused_cli = cli(node, "scope", "list", "--url", node.base)  # the error names the file
+    assert refused_cli.returncode == 1 and str(node.data_dir / "admin-token") in refused_cli.stderr
     fresh = cli(node, "token", "rotate", "admin").stdout.strip()
     assert request(node.base, "GET", "/v1/scopes", fresh)[0] == 200
+    # The data directory's admin-token held the old token: it holds the new one now, so the
+    # local commands go on working.
+    assert (node.data_dir / "admin-token").read_text().strip() == fresh
+    assert stat.S_IMODE((node.data_dir / "admin-token").stat().st_mode) == 0o600
+    assert cli(node, "scope", "list", "--url", node.base).returncode == 0
     refused = query(node, "SELECT detail FROM controller_app_auditentry WHERE result = "
                           "'refused' AND action = 'GET /v1/scopes'")  # fmt: skip
     assert any("expired on" in detail for (detail,) in refused)

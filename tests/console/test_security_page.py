@@ -85,6 +85,12 @@ def test_an_admin_rotates_the_secret_and_tokens_and_unlocks_a_sign_in(keys: Toke
 
     frank = get_user_model().objects.create_user("frank")
     first = token_for(frank)
+    page = admin.get("/security/").content.decode()
+    row = page[page.index('data-user="frank"') :]
+    row = row[: row.index("</tr>")]
+    # Rotate, as Revoke, asks first: the button opens a confirmation that says what follows.
+    assert row.index("Rotate…</summary>") < row.index("/security/tokens/frank/rotate")
+    assert "stops working at once" in row
     answer = admin.post("/security/tokens/frank/rotate", follow=True)
     second = Token.objects.get(user=frank).key
     assert second != first and second in answer.content.decode()

@@ -32,14 +32,19 @@ def settings() -> ClientSettings:
 
 
 def token(args: argparse.Namespace) -> str:
+    return token_and_source(args)[0]
+
+
+def token_and_source(args: argparse.Namespace) -> tuple[str, str]:
+    """The API token of the commands and where it came from (said when it is refused)."""
     if getattr(args, "token", None):
-        return str(args.token)
+        return str(args.token), "--token"
     found = settings()
     if found.token:
-        return found.token
+        return found.token, "MILLRACE_TOKEN"
     token_file = found.data_dir / "admin-token"
     if token_file.exists():
-        return token_file.read_text().strip()
+        return token_file.read_text().strip(), str(token_file)
     raise CommandError(
         f"no API token: pass --token, set MILLRACE_TOKEN, or run where {token_file} exists"
     )
@@ -117,7 +122,10 @@ def call(
     except TlsRefused as exc:
         raise CommandError(str(exc)) from None
     except ControllerError as exc:
-        raise CommandError(f"{exc.code}: {exc.message}") from None
+        said = f"{exc.code}: {exc.message}"
+        if exc.status == 401:  # (which token: a file rotated from the console, say)
+            said += f" (the token from {token_and_source(args)[1]}; --token gives another)"
+        raise CommandError(said) from None
 
 
 def out(args: argparse.Namespace, value: Any, text: str) -> None:
