@@ -13,6 +13,7 @@ private event loop in a daemon thread.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
@@ -148,7 +149,18 @@ class ReaderGroup:
         )
 
     def initiate_checkpoint(self, name: str, timeout: float = 60.0) -> dict[str, StreamCut]:
+        """Checkpoint ``name``'s stream cuts, once every reader of the group has handed out
+        its marker: the readers must be reading meanwhile, in other threads or processes
+        (a reader in this thread: ``start_checkpoint``)."""
         return self._loop.run(self._group.initiate_checkpoint(name, timeout))
+
+    def start_checkpoint(
+        self, name: str, timeout: float = 60.0
+    ) -> concurrent.futures.Future[dict[str, StreamCut]]:
+        """``initiate_checkpoint`` without waiting (Pravega's ``initiateCheckpoint`` answers a
+        future too): the checkpoint is asked for now, and the future gets its stream cuts once
+        every reader handed out its marker, so that this thread can go on reading."""
+        return self._loop.submit(self._group.initiate_checkpoint(name, timeout))
 
     def reset(self, streams: dict[str, str | StreamCut] | None = None) -> None:
         self._loop.run(self._group.reset(streams))

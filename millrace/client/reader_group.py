@@ -51,6 +51,8 @@ from millrace.kernel.naming import parse_segment_name, segment_epoch
 SEGMENT_BUFFER_BYTES = 4 * 1024 * 1024
 #: How long ``initiate_checkpoint`` waits for every reader by default.
 CHECKPOINT_WAIT_SECONDS = 60.0
+#: Longest pause between two questions of ``initiate_checkpoint`` to the controller.
+CHECKPOINT_POLL_MAX_S = 1.0
 
 
 class TruncatedDataError(Exception):
@@ -161,6 +163,9 @@ class AsyncReaderGroup:
         the stream cut of each stream, by ``"scope/stream"``. Readers must keep reading."""
         await self.controller.call("POST", f"{self.path}/checkpoints", {"checkpointName": name})
         deadline = asyncio.get_running_loop().time() + timeout
+        # Asked often at first (readers hand the marker out within ms when they are reading),
+        # then less, up to once every CHECKPOINT_POLL_MAX_S (a reader's next read may be far).
+        pause = 0.05
         while True:
             status = await self.controller.call("GET", f"{self.path}/checkpoints/{name}")
             if status["complete"]:
@@ -171,7 +176,8 @@ class AsyncReaderGroup:
                 raise TimeoutError(
                     f"checkpoint {name} still waits for readers {status['pendingReaders']}"
                 )
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, CHECKPOINT_POLL_MAX_S)
 
     async def reset(self, streams: dict[str, str | StreamCut] | None = None) -> None:
         """Read again from ``streams``' starts (default: the configured ones). Every reader

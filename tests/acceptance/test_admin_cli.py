@@ -37,6 +37,11 @@ def test_everyday_commands(standalone: Standalone) -> None:
     assert ok(millrace(standalone, "scope", "create", sc)).strip() == f"created {sc}"
     assert sc in ok(millrace(standalone, "scope", "list")).split()
     ok(millrace(standalone, "stream", "create", name, "--segments", "2", "--tag", "demo"))
+    # Run again (a newcomer re-runs a snippet), a create says so and succeeds, as Pravega's
+    # createScope and createStream answer false.
+    assert ok(millrace(standalone, "scope", "create", sc)).strip() == f"{sc} exists already"
+    again = ok(millrace(standalone, "stream", "create", name, "--segments", "2"))
+    assert again.strip() == f"{name} exists already (active; nothing changed)"
     assert ok(millrace(standalone, "stream", "list", sc)).split() == ["orders"]
     info = json.loads(ok(millrace(standalone, "stream", "info", name, "--json")))
     assert (info["state"], info["currentEpoch"], len(info["segments"])) == ("ACTIVE", 0, 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import logging
 import threading
 import weakref
@@ -48,6 +49,13 @@ class IoLoop:
             coro.close()
             raise RuntimeError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop; its result comes in the future returned at once."""
+        if self.stopped:
+            coro.close()
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the loop soon (from any thread)."""

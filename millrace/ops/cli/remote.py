@@ -95,11 +95,12 @@ def split(name: str) -> tuple[str, str]:
 
 def call(
     args: argparse.Namespace, method: str, path: str, body: Any = None,
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None, *, exists_ok: bool = False,
 ) -> Any:  # fmt: skip
     """One REST call through the Python client's controller calls: a controller restarting
     or a service it needs that is away (503) is waited for, within the client's patience
-    (``millrace.client.controller.PATIENCE_SECONDS``)."""
+    (``millrace.client.controller.PATIENCE_SECONDS``). With ``exists_ok``, a create whose
+    object exists already (409) answers ``None`` (run again, a command is not an error)."""
     # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
     import httpx
 
@@ -122,6 +123,8 @@ def call(
     except TlsRefused as exc:
         raise CommandError(str(exc)) from None
     except ControllerError as exc:
+        if exists_ok and exc.status == 409:
+            return None
         said = f"{exc.code}: {exc.message}"
         if exc.status == 401:  # (which token: a file rotated from the console, say)
             said += f" (the token from {token_and_source(args)[1]}; --token gives another)"

@@ -25,9 +25,11 @@ def register(commands: Any, parents: Parents) -> None:
 
 
 def scope_create(args: argparse.Namespace) -> None:
-    remote.out(
-        args, remote.call(args, "POST", "/scopes", {"scopeName": args.name}), f"created {args.name}"
-    )
+    made = remote.call(args, "POST", "/scopes", {"scopeName": args.name}, exists_ok=True)
+    if made is None:
+        remote.out(args, {"scopeName": args.name, "created": False}, f"{args.name} exists already")
+    else:
+        remote.out(args, made, f"created {args.name}")
 
 
 def scope_list(args: argparse.Namespace) -> None:

@@ -77,8 +77,13 @@ def stream_create(args: argparse.Namespace) -> None:
         "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": args.segments},
         "streamTags": args.tag or [],
     }
-    made = remote.call(args, "POST", f"/scopes/{scope}/streams", body)
-    remote.out(args, made, f"created {args.name} with {args.segments} segment(s)")
+    made = remote.call(args, "POST", f"/scopes/{scope}/streams", body, exists_ok=True)
+    if made is None:  # (as Pravega's createStream: false, not an error; its state is told)
+        info = remote.call(args, "GET", f"/scopes/{scope}/streams/{stream}/info")
+        said = f"{args.name} exists already ({info['state'].lower()}; nothing changed)"
+        remote.out(args, {"streamName": stream, "created": False, "state": info["state"]}, said)
+    else:
+        remote.out(args, made, f"created {args.name} with {args.segments} segment(s)")
 
 
 def stream_list(args: argparse.Namespace) -> None:
