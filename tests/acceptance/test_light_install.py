@@ -132,3 +132,8 @@ def test_the_client_commands_work_with_the_base_install(
     assert server.returncode == 1
     assert "pip install 'millrace[server]'" in server.stderr
     assert "Traceback" not in server.stderr
+    for job in (["ingest", "x.parquet", "--stream", "cli-light/st"], ["export", "cli-light/st",
+                "--to", "/tmp/none"]):  # fmt: skip
+        spark = run(*job)  # Spark is the spark extra: named, no traceback
+        assert spark.returncode == 1 and "pip install 'millrace[spark]'" in spark.stderr
+        assert "Traceback" not in spark.stderr

@@ -51,6 +51,8 @@ def _job_argv(args: argparse.Namespace, *rest: str) -> list[str]:
 
 def _run_job(args: argparse.Namespace, module: str, argv: list[str]) -> None:
     job = needs(f"spark_bridge.jobs.{module}", f"the {module} job", extra="spark")
+    needs("pyspark", f"the {module} job", extra="spark")  # (the job imports it as it runs)
+    needs("pyarrow", f"the {module} job", extra="spark")
     if args.spark_submit:  # the cluster's Python needs Millrace installed, as here
         path = Path(job.__file__ or module)
         shown = [a if a != remote.token(args) else "TOKEN" for a in argv]
