@@ -1,7 +1,7 @@
 """Pure helpers on segments: ids, qualified names, key ranges and stream-cut algebra.
 
 No database access here (selectors fetch rows, then call these), so every rule is testable on
-plain values. Vocabulary of DESIGN.md section 1:
+plain values. Vocabulary (Pravega's):
 
 * segment ids and qualified names: ``millrace.kernel.naming`` (the kernel), imported here;
 * key ranges ``[key_start, key_end)`` of one epoch cover ``[0, 1)`` exactly, disjointly; the

@@ -1,4 +1,4 @@
-"""Periodic services over stream buckets (Pravega's stream buckets, DESIGN.md section 5).
+"""Periodic services over stream buckets (Pravega's stream buckets).
 
 Each stream hashes to a bucket per service (``StreamBucket``). Beat sends one round per
 service; the round sends one task per bucket that has streams with work, so the work spreads

@@ -176,7 +176,7 @@ def put_entry(
     key = _checked(row, key)
     with _invalid():
         check_value(value)
-    with _conditions(scope, name, key):
+    with _conditions(scope, name, key, absent=version == NOT_EXISTS):
         versions = store.table(_segment(row, key), "update", [(key, value, version)])
     return int(versions[0])
 
@@ -218,14 +218,14 @@ def list_entries(
 
 
 @contextlib.contextmanager
-def _conditions(scope: str, name: str, key: bytes) -> Any:
-    """A refused condition as the controller's errors."""
+def _conditions(scope: str, name: str, key: bytes, *, absent: bool = False) -> Any:
+    """A refused condition as the controller's errors (``absent``: the condition was that the
+    key is absent)."""
     try:
         yield
     except client_errors.TableKeyBadVersionError:
-        raise BadKeyVersionError(
-            f"{scope}/{name}: key {key!r} is not at the expected version"
-        ) from None
+        said = "exists already" if absent else "is not at the expected version"
+        raise BadKeyVersionError(f"{scope}/{name}: key {key!r} {said}") from None
     except client_errors.TableKeyDoesNotExistError:
         raise KeyNotFoundError(f"{scope}/{name} has no key {key!r}") from None
     except client_errors.InvalidArgumentError as exc:

@@ -1,7 +1,7 @@
 """Names and ids of segments, one place for each fact; part of the Django-free kernel.
 
 Shared by the controller (which names segments), the segment store (which places them in
-containers) and the clients. Vocabulary of DESIGN.md section 1:
+containers) and the clients. Vocabulary (Pravega's):
 
 * segment id: 64 bits, creation epoch in the high 32, segment number in the low 32;
 * qualified segment name: ``scope/stream/<number>.#epoch.<creation epoch>``;

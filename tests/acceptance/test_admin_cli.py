@@ -136,8 +136,10 @@ def test_kvt_commands(standalone: Standalone) -> None:
     assert int(second.split()[-1]) > int(first)
     refused = millrace(standalone, "kvt", "put", table, "u001n1", "lost", "--version", first)
     assert refused.returncode != 0 and "bad-key-version" in refused.stderr
+    assert "is not at the expected version" in refused.stderr
     absent = millrace(standalone, "kvt", "put", table, "u001n1", "x", "--if-absent")
     assert absent.returncode != 0 and "bad-key-version" in absent.stderr
+    assert "key b'u001n1' exists already" in absent.stderr
     ok(millrace(standalone, "kvt", "put", table, "u002n1", "bob", "--if-absent"))
     scanned = ok(millrace(standalone, "kvt", "scan", table)).splitlines()
     assert sorted(line.split("\t")[:2] for line in scanned) == [

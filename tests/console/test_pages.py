@@ -1,6 +1,6 @@
 """Every console page rendered through Django (no browser): what it shows, how it refuses,
 and how many queries it makes. The query budgets are fixed numbers: they must not grow with
-the number of streams in a scope or of epochs of a stream (DESIGN.md section 5)."""
+the number of streams in a scope or of epochs of a stream."""
 
 from __future__ import annotations
 

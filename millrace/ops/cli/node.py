@@ -109,7 +109,8 @@ def register(commands: Any, parents: Parents) -> None:
     worker.add_argument("--concurrency", type=int, default=2, metavar="N")
     command(
         commands, "beat", run_beat,
-        "Run Celery beat (the periodic jobs). Run exactly one per cluster.",
+        "Run Celery beat (the periodic jobs). With DATABASE_URL set, run one or more: only the"
+        " holder of the beat lease sends jobs, the others take over when it stops.",
         passthrough="celery beat", variables=_WEB + _LOG + _TLS, parents=both,
     )  # fmt: skip
     migrate_ = command(
