@@ -3,8 +3,11 @@
 #   bash scripts/dev.sh standalone [ARGS...]  run a node on ./data (SQLite, file tiers, no services)
 #   bash scripts/dev.sh test [PYTEST ARGS...]  ruff, import contracts, mypy, then the whole test suite
 #                                             (installs Debian's chromium for the console's tests)
-# Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install millrace[dev] into it
-# when missing, and reinstall only when pyproject.toml or the set of top-level packages changed.
+# Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install into it what they
+# need when missing: standalone millrace[server,spark] (a node, the client, the Spark bridge
+# of the README's examples), test millrace[dev]
+# (every extra and the test tools); they reinstall only when pyproject.toml, the set of
+# top-level packages or the extras changed (a .venv set up for the tests runs a node as it is).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,26 +25,30 @@ install_stamp() {
 }
 
 setup() {
+  # $1: the extras to install: server,spark (a node, the client and the Spark bridge) or dev
+  # (the tests: every extra and the test tools).
+  local extras=$1
   if [ ! -x "$venv/bin/python" ]; then
     command -v "$python" >/dev/null || die "$python not found: install Python 3.11+ or set MILLRACE_PYTHON"
     echo "dev.sh: creating $venv with $python"
     "$python" -m venv "$venv"
   fi
-  local stamp_file="$venv/.millrace-install-stamp" want log
+  local stamp_file="$venv/.millrace-install-stamp" want have log
   want=$(install_stamp)
-  if [ "$(cat "$stamp_file" 2>/dev/null)" = "$want" ]; then
+  have=$(cat "$stamp_file" 2>/dev/null || true)
+  if [ "$have" = "$extras $want" ] || { [ "$extras" = server,spark ] && [ "$have" = "dev $want" ]; }; then
     return 0
   fi
   log="$venv/pip-install.log"
-  echo "dev.sh: installing millrace[dev] into $venv (full log: $log)"
+  echo "dev.sh: installing millrace[$extras] into $venv (full log: $log)"
   # One line per package instead of pip's full output; the log keeps everything.
-  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -e ".[$extras]" 2>&1 |
     tee "$log" | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } |
     sed -u 's/^/  /'; then
     tail -n 30 "$log" >&2
     die "pip install failed (see $log)"
   fi
-  echo "$want" >"$stamp_file"
+  echo "$extras $want" >"$stamp_file"
 }
 
 ensure_chromium() {
@@ -94,12 +101,12 @@ run_tests() {
 case "${1:-}" in
   standalone)
     shift
-    setup
+    setup server,spark
     exec "$venv/bin/millrace" standalone --data-dir ./data "$@"
     ;;
   test)
     shift
-    setup
+    setup dev
     ensure_chromium
     run_tests "$@"
     ;;
