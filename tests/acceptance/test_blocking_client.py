@@ -12,6 +12,7 @@ delegation tokens.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -263,6 +264,48 @@ def test_exit_without_close_is_quiet_and_flushes(
         while batch := reader.read_batch(5000, timeout=5):
             got += len(batch)
     assert got == 10_000  # the writer's buffer was flushed at exit
+
+
+SIGTERM_PROGRAM = """
+import sys
+from millrace.client.manager import StreamManager
+
+base, token, scope = sys.argv[1:4]
+manager = StreamManager(base, token=token)
+group = manager.reader_group(scope, "term-rg")
+member = group.create_reader("doomed")
+print("reading", flush=True)
+while True:
+    member.read_next(timeout=1)
+"""
+
+
+def test_a_reader_stopped_with_sigterm_leaves_its_group_at_once(
+    standalone: Standalone, session: tuple[StreamManager, str], tmp_path: Path
+) -> None:
+    """``kill`` (SIGTERM) of a program blocked in ``read_next``: the client turns it into a
+    clean exit (status 143), so the reader leaves its group then, not after the group's reader
+    timeout (here an hour), and a checkpoint does not wait for it."""
+    manager, scope = session
+    group = manager.create_reader_group(
+        scope, "term-rg", [f"{scope}/st"], reader_timeout_ms=3_600_000
+    )
+    program = tmp_path / "term.py"
+    program.write_text(SIGTERM_PROGRAM)
+    process = subprocess.Popen(
+        [sys.executable, str(program), standalone.base, standalone.token, scope],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "reading"
+        assert "doomed" in group.describe()["onlineReaderIds"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 143, process.stderr.read() if process.stderr else ""
+        assert "doomed" not in group.describe()["onlineReaderIds"]  # left at exit, not timed out
+        assert group.initiate_checkpoint("after-term", timeout=10) is not None
+    finally:
+        process.kill()
 
 
 def test_readers_byte_streams_and_transactions_outlive_their_tokens(

@@ -5,7 +5,10 @@ creates, and for a ``SyncSegmentStoreClient``. ``run`` blocks the calling thread
 there; ``call`` schedules a plain callback (no coroutine, no future: what the writer's hand-over of
 a batch costs). Objects that must be shut down when the interpreter exits register a closer
 (``on_exit``); those still open then are closed quietly, each in a bounded time, with one warning
-naming what was not flushed.
+naming what was not flushed. So that this happens when the program is stopped with SIGTERM
+(``kill``, systemd, Kubernetes) too, and a reader leaves its group at once instead of after the
+group's reader timeout, the first ``IoLoop`` turns SIGTERM into ``SystemExit`` (exit status
+143), but only where the program left SIGTERM's default in place and only from the main thread.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import signal
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
@@ -42,6 +46,7 @@ class IoLoop:
         self._closers: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {}
         self.stopped = False
         _loops.add(self)
+        _exit_cleanly_on_sigterm()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result."""
@@ -120,6 +125,20 @@ async def _cancel_tasks() -> None:
 def _short(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM raises ``SystemExit(143)`` in the main thread (the exit closes what is open),
+    if the program has not chosen what SIGTERM does itself."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    signal.signal(signal.SIGTERM, _sigterm_exits)
+
+
+def _sigterm_exits(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @atexit.register
