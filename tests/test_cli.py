@@ -368,7 +368,7 @@ def test_the_local_cluster_plans_ports_that_never_collide() -> None:
         [9090, 9093],
         [12345, 12346, 12347],
     )
-    crowded = plan_ports(9000, 9000, 9001, nodes=2, controllers=3)
-    every = crowded.http + crowded.grpc + crowded.wire
-    assert len(set(every)) == len(every) == 8
+    crowded = plan_ports(9000, 9000, 9001, nodes=2, controllers=3, metrics_port=9002)
+    every = crowded.http + crowded.grpc + crowded.wire + crowded.metrics
+    assert len(set(every)) == len(every) == 10
     assert plan_ports(9091, 0, 12345, nodes=1, controllers=2).grpc == [0, 0]  # no gRPC

@@ -187,9 +187,21 @@ class Leader:
         self.lease.release()
 
 
-def holder_name() -> str:
-    """This process's name as a lease holder: host, process id and a random part."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+#: Between the name of what holds a lease (a controller's node id) and what makes it unique.
+HOLDER_SEPARATOR = "#"
+
+
+def holder_name(node_id: str | None = None) -> str:
+    """This process's name as a lease holder: ``node_id`` (the controller's row in the
+    cluster's node table; default: the host), then the process id and a random part."""
+    return (
+        f"{node_id or socket.gethostname()}{HOLDER_SEPARATOR}{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    )
+
+
+def holder_node(holder: str) -> str:
+    """The node id (or host) a lease holder's name starts with."""
+    return holder.split(HOLDER_SEPARATOR, 1)[0]
 
 
 class LeaderThread(threading.Thread):
@@ -202,10 +214,12 @@ class LeaderThread(threading.Thread):
     ) -> None:
         super().__init__(name="millrace-leader", daemon=True)
         self.grpc_port = grpc_port
-        self.leader = Leader(holder_name(), session_timeout_s, heartbeat=self._renew_own_session)
-        self.interval_s = session_timeout_s / 5
         self.address = address
         self.node_id = f"controller-{address[0]}:{address[1]}"
+        self.leader = Leader(
+            holder_name(self.node_id), session_timeout_s, heartbeat=self._renew_own_session
+        )
+        self.interval_s = session_timeout_s / 5
         self._stop = threading.Event()
         self._failing = False
 

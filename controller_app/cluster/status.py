@@ -16,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from controller_app.choices import NodeRole, NodeSession
+from controller_app.cluster.leader import holder_node
 from controller_app.cluster.leases import now_ms
 from controller_app.cluster.membership import ASSIGNMENT_LEASE
 from controller_app.models import ClusterLease, ContainerAssignment, ContainerMove, Node
@@ -62,7 +63,7 @@ def cluster_status() -> dict[str, Any]:
     lease = ClusterLease.objects.filter(name=ASSIGNMENT_LEASE).first()
     leader = None
     if lease is not None and lease.holder and lease.expires_ms > now_ms():
-        leader = {"holder": lease.holder, "term": lease.term,
+        leader = {"holder": lease.holder, "node": holder_node(lease.holder), "term": lease.term,
                   "expiresInMs": lease.expires_ms - now_ms()}  # fmt: skip
     moves = [
         {"container": m.container, "from": m.from_node or None, "to": m.to_node,

@@ -36,20 +36,22 @@ __all__ = ["Ports", "cluster_environment", "plan_ports", "run"]
 
 @dataclasses.dataclass(frozen=True)
 class Ports:
-    """Every port of the local cluster: each controller's HTTP and gRPC ports (gRPC 0: none)
-    and each node's wire port, all different."""
+    """Every port of the local cluster: each controller's HTTP and gRPC ports (gRPC 0: none),
+    each node's wire and metrics ports (metrics 0: none), all different."""
 
     http: list[int]
     grpc: list[int]
     wire: list[int]
+    metrics: list[int]
 
 
 def plan_ports(
-    http_port: int, grpc_port: int, wire_port: int, nodes: int, controllers: int
-) -> Ports:
+    http_port: int, grpc_port: int, wire_port: int, nodes: int, controllers: int,
+    metrics_port: int = 0,
+) -> Ports:  # fmt: skip
     """Each role's ports counted up from its first one, skipping any port another role took:
     with the defaults the controllers' HTTP ports are 9091 and 9092, so their gRPC ports are
-    9090 and 9093 (9091 is taken)."""
+    9090 and 9093 (9091 is taken), and the nodes' metrics ports 9094-9096."""
     taken: set[int] = set()
 
     def count_up(first: int, many: int) -> list[int]:
@@ -65,7 +67,9 @@ def plan_ports(
 
     http = count_up(http_port, controllers)
     grpc = count_up(grpc_port, controllers) if grpc_port else [0] * controllers
-    return Ports(http, grpc, count_up(wire_port, nodes))
+    wire = count_up(wire_port, nodes)
+    metrics = count_up(metrics_port, nodes) if metrics_port else [0] * nodes
+    return Ports(http, grpc, wire, metrics)
 
 
 def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str, str]:
@@ -75,7 +79,6 @@ def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str
         "MILLRACE_TOKEN_SECRET": store.token_secret,
         "MILLRACE_TOKEN_KEYRING_FILE": str(store.token_keyring),
         "MILLRACE_SECRET_KEY": WebSettings.from_env().secret_key,
-        "MILLRACE_SEGMENTSTORE_METRICS_PORT": "0",  # (one port per host would collide)
     }
     if store.tier1 == "file" and "root" not in store.tier1_options:
         options = {**store.tier1_options, "root": str(shared / "tier1")}
@@ -90,11 +93,12 @@ def _children(data_dir: Path, ports: Ports) -> list[Child]:
     tls = peer_context(TlsSettings.from_env())  # (each child serves TLS when it is on)
     scheme = "https" if tls else "http"
     children = []
-    for i, port in enumerate(ports.wire):
+    for i, (port, metrics) in enumerate(zip(ports.wire, ports.metrics, strict=True)):
         children.append(Child(
             f"node-{i}",
             cli_argv("segmentstore", "--data-dir", str(data_dir / f"node-{i}"), "--port", str(port),
-                 "--advertise", f"127.0.0.1:{port}", "--node-id", f"node-{i}"),
+                 "--metrics-port", str(metrics), "--advertise", f"127.0.0.1:{port}",
+                 "--node-id", f"node-{i}"),
             wire_answers("127.0.0.1", port, tls),
         ))  # fmt: skip
     for name, argv in (("worker", ["--concurrency", "2"]), ("beat-0", []), ("beat-1", [])):
@@ -125,9 +129,13 @@ def run(
 ) -> int:
     """Run the local cluster until SIGINT or SIGTERM; the exit status. Every port is planned
     (``plan_ports``) and checked free before anything starts."""
-    ports = plan_ports(http_port, grpc_port, store.port, nodes, controllers)
-    for i, wire in enumerate(ports.wire):
+    ports = plan_ports(http_port, grpc_port, store.port, nodes, controllers, store.metrics_port)
+    for i, (wire, metrics) in enumerate(zip(ports.wire, ports.metrics, strict=True)):
         ensure_port_free(f"node-{i}", "127.0.0.1", wire, "--segmentstore-port")
+        if metrics:
+            ensure_port_free(
+                f"node-{i}", "127.0.0.1", metrics, "MILLRACE_SEGMENTSTORE_METRICS_PORT"
+            )
     for i, (http, grpc) in enumerate(zip(ports.http, ports.grpc, strict=True)):
         ensure_port_free(f"controller-{i}", "127.0.0.1", http, "--http-port")
         if grpc:
@@ -152,7 +160,8 @@ def _print_ready(data_dir: Path, ports: Ports, token: str, password: str, first:
         "The local cluster is running. Ctrl-C stops it.",
         f"  controllers   {urls}  (REST under /v1/, the console, WebSockets; any of them)",
         *([f"  gRPC          {grpc}  (Pravega's clients; any of them)"] if grpc else []),
-        f"  nodes         {len(ports.wire)} segment store nodes on 127.0.0.1, ports {wire}",
+        f"  nodes         {len(ports.wire)} segment store nodes on 127.0.0.1, ports {wire}"
+        + (f" (metrics {', '.join(map(str, ports.metrics))})" if any(ports.metrics) else ""),
         f"  credentials   {data_dir / 'admin-token'} (API token), "
         f"{data_dir / 'admin-password'} (console password)",
         f"  try:          millrace cluster status --data-dir {data_dir}"

@@ -525,10 +525,11 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
     """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
     up, the leader spreads the containers, events written through one controller are read
     through the other, and SIGTERM stops every process."""
-    http, wire, grpc = _free_run(2), _free_run(3), _free_run(2)
+    http, wire, grpc, metrics = _free_run(2), _free_run(3), _free_run(2), _free_run(3)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
-    env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1"}
+    env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1",
+            "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics)}  # fmt: skip
     data = tmp_path / "lc"
     out = tmp_path / "local.out"
     with open(out, "wb") as log:
@@ -547,6 +548,12 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
             60, "the containers spread over three nodes",
         )  # fmt: skip
         assert status["leader"] is not None
+        # The leader is named by its controller's row; every node has its metrics port (the
+        # Cluster page's figures come from there).
+        controllers = {n["nodeId"] for n in status["nodes"] if n["role"] == "controller"}
+        assert status["leader"]["node"] in controllers
+        serving = [n for n in status["nodes"] if n["containers"]]
+        assert sorted(n["metricsPort"] for n in serving) == [metrics, metrics + 1, metrics + 2]
         writer = StreamManager(f"http://127.0.0.1:{http}", token=token)
         writer.create_scope("try")
         writer.create_stream("try", "it", initial_segments=4)

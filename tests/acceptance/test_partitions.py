@@ -103,7 +103,7 @@ def _leader_is(cluster: LocalCluster, i: int) -> bool:
     except OSError:
         return False
     process = cluster.processes[f"controller-{i}"].popen
-    return leader is not None and process is not None and f"-{process.pid}-" in leader["holder"]
+    return leader is not None and process is not None and f"#{process.pid}-" in leader["holder"]
 
 
 def test_without_the_liveness_watch_a_partition_holds_the_writer_until_it_heals(

@@ -71,7 +71,7 @@ def cluster_status(args: argparse.Namespace) -> None:
 def status_lines(found: dict[str, Any]) -> list[str]:
     leader = found["leader"]
     lines = [
-        f"leader: {leader['holder']} (term {leader['term']})" if leader else "leader: none",
+        f"leader: {leader['node']} (term {leader['term']})" if leader else "leader: none",
         f"containers: {found['containerCount']}; session timeout"
         f" {found['sessionTimeoutSeconds']} s",
         "",

@@ -78,6 +78,11 @@ def register(commands: Any, parents: Parents) -> None:
         "--port", type=any_port, metavar="PORT",
         help=f"wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or {_WIRE_PORT}; 0: any)",
     )  # fmt: skip
+    store.add_argument(
+        "--metrics-port", type=any_port, metavar="PORT",
+        help="port of /metrics and /traffic (default $MILLRACE_SEGMENTSTORE_METRICS_PORT or 9092;"
+        " 0: none)",
+    )  # fmt: skip
     store.add_argument("--containers", type=int, metavar="N", help="segment containers")
     store.add_argument(
         "--advertise", metavar="HOST[:PORT]",
@@ -148,6 +153,7 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     overrides = {
         "host": args.host,
         "port": args.port,
+        "metrics_port": args.metrics_port,
         "container_count": args.containers,
         "read_tail_wait_seconds": args.read_tail_wait,
         "advertise": args.advertise and parse_advertise({"MILLRACE_ADVERTISE": args.advertise}),
