@@ -30,7 +30,7 @@ from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream
 from controller_app.reader_group_state import GroupState, split_key
 from controller_app.segment_client import read_node_metrics, read_traffic, segment_store
 from controller_app.segments import Segment
-from controller_app.stream_reads import find_events, start_cut
+from controller_app.stream_reads import find_events, newest_events, start_cut
 from controller_app.workflows import marks, transactions
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows.scopes import get_scope
@@ -48,7 +48,7 @@ STREAM_TABS = [
 ]
 #: Where the event browser starts: URL value, label.
 EVENT_STARTS = [
-    ("newest", "the newest events (of the last few epochs)"),
+    ("newest", "the newest events (of every segment, by append time)"),
     ("head", "the head (oldest kept)"),
     ("tail", "the tail (only new events)"),
     ("cut", "a stream cut"),
@@ -389,24 +389,6 @@ def events(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
         ),
         status=400 if error else 200,
     )
-
-
-#: How many epochs back "the newest events" looks, in turn, for enough of them.
-NEWEST_EPOCHS_BACK = (0, 1, 3)
-
-
-def newest_events(store: Any, stream: Stream, limit: int, contains: bytes) -> Any:
-    """The newest ``limit`` events (containing ``contains``): read forward from the start of
-    the current epoch, and if that holds too few, from one and then three epochs back. The
-    work is bounded by those epochs, never by the stream's whole history."""
-    found = None
-    for back in NEWEST_EPOCHS_BACK:
-        epoch = sel.epoch_record(stream, max(stream.current_epoch - back, 0))
-        cut = start_cut(store, stream, f"time:{epoch.creation_time}")
-        found = find_events(store, stream, cut, limit=limit, contains=contains, newest=True)
-        if len(found.events) >= limit or epoch.epoch == 0:
-            break
-    return found
 
 
 def _download(stream: Stream, rows: list[dict[str, Any]], kind: str) -> HttpResponse:

@@ -126,8 +126,10 @@ class AuditMiddleware:
             if refused
             else AuditEntry.Result.OK
             if status < 400 and failure is None
+            else AuditEntry.Result.UNCHANGED
+            if status == 409 and _detail(response).startswith("already-exists:")
             else AuditEntry.Result.FAILED
-        )
+        )  # (UNCHANGED: a create asked again, as Pravega's clients do; nothing went wrong)
         user = getattr(request, "user", None)
         match = request.resolver_match
         named = getattr(request, "audit_object", None)  # what a create made (set by the view)

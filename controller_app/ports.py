@@ -25,6 +25,8 @@ class SegmentState:
     sealed: bool
     length: int
     start_offset: int
+    #: When the segment last changed (ms since the Unix epoch; 0: not known).
+    last_modified_ms: int = 0
 
 
 class SegmentStore(Protocol):

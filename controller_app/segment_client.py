@@ -233,7 +233,9 @@ class SegmentStorePort:
         except ssc.SegmentNotFoundError:
             return SegmentState(False, False, 0, 0)
         exists = got.exists and not got.deleted
-        return SegmentState(exists, got.sealed, got.write_offset, got.start_offset)
+        return SegmentState(
+            exists, got.sealed, got.write_offset, got.start_offset, got.last_modified_ms
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -14,14 +14,13 @@ is where to ask again.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError, SegmentTruncatedError
 from controller_app.models import Stream
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentState, SegmentStore
 from controller_app.segments import Segment
 from millrace.client.events import Event, EventSplitter
 from millrace.client.streamcut import StreamCut
@@ -239,6 +238,85 @@ class Found:
     cut_short: bool
 
 
+#: The bytes "the newest events" first reads back from each segment's tail (it grows fourfold
+#: until enough events are in it).
+NEWEST_WINDOW_BYTES = 64 * 1024
+#: How many epochs back "the newest events" looks, in turn, for enough of them.
+NEWEST_EPOCHS_BACK = (0, 1, 3)
+
+
+def newest_events(store: SegmentStore, stream: Stream, limit: int, contains: bytes = b"") -> Found:
+    """The newest ``limit`` events (containing ``contains``) over all the segments of the
+    current epoch (and of one, then three epochs back when those hold too few), oldest first.
+
+    Each segment is read back from its tail: a window of ``NEWEST_WINDOW_BYTES`` before its
+    end, grown fourfold until it holds ``limit`` matches or reaches the segment's start, all
+    within ``SCAN_EVENTS_MAX`` events. The segment store keeps no append time per event, so
+    events of different segments are put in order by an estimate: the time of a byte is
+    interpolated between the segment's creation and its last append. ``position`` is where
+    each segment's tail was."""
+    picked: dict[int, tuple[Segment, SegmentState, list[Event]]] = {}
+    scanned, cut_short = 0, False
+    for back in NEWEST_EPOCHS_BACK:
+        epoch = sel.epoch_record(stream, max(stream.current_epoch - back, 0))
+        for segment in epoch.segment_list():
+            if segment.id in picked:
+                continue
+            name = sel.segment_name(stream, segment.id)
+            state = store.info(name)
+            budget = SCAN_EVENTS_MAX - scanned
+            events, looked, short = _newest_of(store, name, state, limit, contains, budget)
+            picked[segment.id] = (segment, state, events)
+            scanned, cut_short = scanned + looked, cut_short or short
+            if scanned >= SCAN_EVENTS_MAX:
+                break
+        found = sum(len(events) for _, _, events in picked.values())
+        if found >= limit or epoch.epoch == 0 or scanned >= SCAN_EVENTS_MAX:
+            break
+    timed = [
+        (_appended_at(segment, state, event.offset), segment.id, event)
+        for segment, state, events in picked.values()
+        for event in events
+    ]
+    timed.sort(key=lambda item: (item[0], item[1], item[2].offset))
+    tails = {segment_id: state.length for segment_id, (_, state, _) in picked.items()}
+    return Found([(sid, e) for _, sid, e in timed[-limit:]], tails, scanned, cut_short)
+
+
+def _appended_at(segment: Segment, state: SegmentState, offset: int) -> float:
+    """When the byte at ``offset`` was appended, estimated (ms): between the segment's
+    creation and its last change, in proportion to the offset."""
+    created = float(segment.creation_time)
+    last = float(state.last_modified_ms or created)
+    if state.length <= 0 or last <= created:
+        return last + offset * 1e-9  # (no span: the offset orders it)
+    return created + (last - created) * offset / state.length
+
+
+def _newest_of(
+    store: SegmentStore, name: str, state: SegmentState, limit: int, contains: bytes,
+    budget: int,
+) -> tuple[list[Event], int, bool]:  # fmt: skip
+    """The last ``limit`` events of segment ``name`` containing ``contains``, looking at
+    ``budget`` events at most; how many it looked at; whether the budget stopped it before the
+    segment's start."""
+    if not state.exists or state.length <= state.start_offset:
+        return [], 0, False
+    window, looked = NEWEST_WINDOW_BYTES, 0
+    while True:
+        start = max(state.start_offset, state.length - window)
+        offset = store.locate(name, start) if start > state.start_offset else start
+        # (the whole window: its bytes bound the work, and the newest events are at its end)
+        events = _read(store, name, offset, state.length, 1 << 62, 1 << 62)
+        looked += len(events)
+        matching = [e for e in events if contains in e.data]
+        if len(matching) >= limit or start == state.start_offset:
+            return matching[-limit:], looked, False
+        if looked >= budget:
+            return matching[-limit:], looked, True
+        window *= 4
+
+
 def find_events(
     store: SegmentStore,
     stream: Stream,
@@ -246,24 +324,23 @@ def find_events(
     *,
     limit: int,
     contains: bytes = b"",
-    newest: bool = False,
     scan_max: int = SCAN_EVENTS_MAX,
 ) -> Found:
-    """Events from ``cut`` whose bytes contain ``contains``: the first ``limit`` of them, or
-    with ``newest`` the last ``limit`` before the tail. Looks at ``scan_max`` events at most."""
-    kept: collections.deque[tuple[int, Event]] = collections.deque(maxlen=limit if newest else None)
+    """Events from ``cut`` whose bytes contain ``contains``: the first ``limit`` of them (the
+    newest ones: ``newest_events``). Looks at ``scan_max`` events at most."""
+    kept: list[tuple[int, Event]] = []
     position, scanned = dict(cut), 0
     while scanned < scan_max:
         room = scan_max - scanned
-        if not newest and not contains:  # a plain read: the page ends where the limit does
+        if not contains:  # a plain read: the page ends where the limit does
             room = min(room, limit - len(kept))
         page = read_page(store, stream, position, min(SCAN_PAGE, room))
         scanned += len(page.events)
         kept.extend(item for item in page.events if contains in item[1].data)
         position = page.position
-        if not newest and len(kept) >= limit:
+        if len(kept) >= limit:
             # a search goes on after the events it looked at (later matches of this page too)
-            return Found(list(kept)[:limit], position, scanned, cut_short=False)
+            return Found(kept[:limit], position, scanned, cut_short=False)
         if not page.events or page.end_of_stream:
-            return Found(list(kept), position, scanned, cut_short=False)
-    return Found(list(kept), position, scanned, cut_short=True)
+            return Found(kept, position, scanned, cut_short=False)
+    return Found(kept, position, scanned, cut_short=True)

@@ -23,6 +23,8 @@ class AuditEntry(models.Model):
         OK = "ok"
         REFUSED = "refused"
         FAILED = "failed"
+        #: A create of what exists already (409): asked again, nothing changed, nothing wrong.
+        UNCHANGED = "unchanged"
 
     at = models.DateTimeField(auto_now_add=True)
     username = models.CharField(max_length=150, help_text="'' when the caller was not known")

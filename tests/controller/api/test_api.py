@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
 from controller_app.choices import StreamState, TxnState
-from controller_app.models import Scope, Stream, Transaction
+from controller_app.models import AuditEntry, Scope, Stream, Transaction
 from controller_app.segment_client import segment_store
 from tests.controller import factories as f
 
@@ -60,6 +60,14 @@ def test_scopes(api: APIClient, sc: str) -> None:
     _error(
         api.post("/v1/scopes", {"scopeName": "bad name"}, format="json"), 400, "invalid-argument"
     )
+    # In the audit log a create asked again (Pravega's clients do: createScope is idempotent)
+    # is "unchanged", not "failed"; a bad request is still a failure.
+    results = list(
+        AuditEntry.objects.filter(action="scope.create")
+        .order_by("pk")
+        .values_list("result", flat=True)
+    )
+    assert results[-3:] == ["ok", "unchanged", "failed"]
     _error(api.post("/v1/scopes", {}, format="json"), 400, "invalid-argument")
     _error(api.get("/v1/scopes/nosuch"), 404, "scope-not-found")
     assert api.delete(f"/v1/scopes/{sc}").status_code == 204
