@@ -280,7 +280,7 @@ def test_the_newest_events_are_the_newest_of_every_segment(chromium: Any, node: 
     manager = StreamManager(node.base, token=node.token)
     manager.create_scope("newest")
     manager.create_stream("newest", "two", initial_segments=2)
-    keys = ["a", "b"]  # (one key per segment)
+    keys = ["a", "c"]  # (one key per segment: their points are 0.94 and 0.23)
     with manager.create_writer("newest", "two") as writer:
         for i in range(300):
             writer.write_event(f"two-{i}", routing_key=keys[i % 2])
