@@ -24,6 +24,7 @@ urlpatterns = [
     path("dashboard/health", v.dashboard_health, name="dashboard-health"),
     path("dashboard/live.json", v.dashboard_live, name="dashboard-live"),
     path("cluster/", v.cluster, name="cluster"),
+    path("find", v.find, name="find"),
     path("scopes/", v.scopes, name="scopes"),
     path("scopes/create", a.scope_create, name="scope-create"),
     path(f"{SCOPE}/delete", a.scope_delete, name="scope-delete"),

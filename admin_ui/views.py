@@ -14,8 +14,9 @@ import json
 import time
 from typing import Any
 
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from admin_ui import charts
@@ -305,6 +306,40 @@ def stream_detail(request: HttpRequest, scope: str, stream: str) -> HttpResponse
             tab=request.GET.get("tab", "segments"),
             tab_names=STREAM_TABS,
         ),
+    )
+
+
+# -- find ----------------------------------------------------------------------------------------
+
+#: Streams the dashboard's search lists at most.
+FIND_SHOWN = 50
+
+
+@page
+def find(request: HttpRequest) -> HttpResponse:
+    """The dashboard's search: ``scope/stream`` (or a part of a name). One stream found opens
+    its newest events at once; several are listed, each with its events one click away."""
+    text = request.GET.get("q", "").strip()
+    found: list[Stream] = []
+    if text:
+        scope_part, _, stream_part = text.rpartition("/")
+        exact = Stream.objects.filter(scope__name=scope_part, name=stream_part).first()
+        if exact is not None:
+            return redirect("console:events", exact.scope.name, exact.name)
+        words = Q(name__icontains=text) | Q(scope__name__icontains=text)
+        if scope_part:
+            words |= Q(scope__name__icontains=scope_part, name__icontains=stream_part)
+        found = list(
+            Stream.objects.filter(words)
+            .select_related("scope")
+            .order_by("scope__name", "name")[: FIND_SHOWN + 1]
+        )
+        if len(found) == 1:
+            return redirect("console:events", found[0].scope.name, found[0].name)
+    return render(
+        request,
+        "admin_ui/find.html",
+        context(request, q=text, found=found[:FIND_SHOWN], more=len(found) > FIND_SHOWN),
     )
 
 

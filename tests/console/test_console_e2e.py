@@ -274,9 +274,10 @@ def test_a_viewer_is_refused_every_change_and_the_refusals_are_audited(
 
 
 def test_the_newest_events_are_the_newest_of_every_segment(chromium: Any, node: Standalone) -> None:
-    """The event browser opens on the newest events: on a two-segment stream they come from
-    both segments, in append order; on an epoch of 260,000 events they are the last ones
-    written, with no "search stopped" (each segment is read back from its tail)."""
+    """The dashboard's search opens a stream's events in one step. The event browser opens on
+    the newest events: on a two-segment stream they come from both segments, in append order;
+    on an epoch of 260,000 events they are the last ones written, with no "search stopped"
+    (each segment is read back from its tail)."""
     manager = StreamManager(node.base, token=node.token)
     manager.create_scope("newest")
     manager.create_stream("newest", "two", initial_segments=2)
@@ -292,9 +293,19 @@ def test_the_newest_events_are_the_newest_of_every_segment(chromium: Any, node: 
         for i in range(260_000):
             writer.write_event(f"big-{i}", routing_key="k")
     page = sign_in(chromium, node, "admin", admin_password(node))
-    page.goto(node.base + "/scopes/newest/streams/two/events")
+    # the dashboard's search opens a stream's newest events in one step, or lists matches
+    page.fill("form.find input[name=q]", "newest/two")
+    page.click("form.find button")
+    page.wait_for_url(re.compile(r"/scopes/newest/streams/two/events"))
+    page.goto(node.base + "/")
+    expect(page.locator("text=standalone: no session")).to_be_visible()  # not "never"
+    page.fill("form.find input[name=q]", "newes")
+    page.click("form.find button")
+    expect(page.locator("#find-table tbody tr")).to_have_count(2)
+    page.click("tr[data-stream='newest/two'] >> text=newest events")
     rows = page.locator("#events-table tbody tr")
     expect(rows).to_have_count(100)
+    assert "/scopes/newest/streams/two/events" in page.url
     segments = set(page.locator("#events-table tbody tr td:first-child").all_inner_texts())
     assert len(segments) == 2, segments  # both segments, not the last one read
     shown = [int(t.split("-")[1]) for t in page.locator("#events-table pre").all_inner_texts()]
