@@ -246,6 +246,7 @@ def report(
           f" {committed} of {len(txns)}; counter increments: {increments}")  # fmt: skip
     print("wrong:", wrong or "nothing")
     kvts.close()
+    manager.close()  # (before the cluster stops: what it holds leaves cleanly)
     return 1 if wrong else 0
 
 
