@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Page, Paginator
@@ -128,10 +129,13 @@ def with_params(request: HttpRequest, **changes: Any) -> str:
 
 
 def context(request: HttpRequest, **values: Any) -> dict[str, Any]:
-    """Every page's context: the user's role and whether it may change things."""
+    """Every page's context: the user's role, whether it may change things, and the window
+    (seconds) every rate the console shows is averaged over (the traffic monitors', which
+    auto-scaling decides by)."""
     return {
         "role": role_of(request.user),
         "may_operate": may(request.user, "operate"),
+        "rate_window": settings.MILLRACE.autoscale_window_s,
         **values,
     }
 

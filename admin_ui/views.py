@@ -14,6 +14,7 @@ import json
 import time
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -114,17 +115,23 @@ def dashboard_health(request: HttpRequest) -> HttpResponse:
 
 @page
 def dashboard_live(request: HttpRequest) -> JsonResponse:
-    """The numbers the dashboard's live charts plot (polled): counters summed over nodes."""
+    """The numbers the dashboard's live charts plot (polled): counters summed over nodes, and
+    the append rates over the console's one rate window (the traffic monitors', as every page
+    shows them)."""
     nodes = read_node_metrics()
     totals: dict[str, float] = {}
     for found in nodes.values():
         for key, value in (found or {}).items():
             totals[key] = totals.get(key, 0.0) + value
+    traffic = read_traffic().segments.values()
     return JsonResponse(
         {
             "time": time.time(),
             "totals": totals,
             "nodesDown": [n for n, v in nodes.items() if v is None],
+            "windowSeconds": settings.MILLRACE.autoscale_window_s,
+            "eventsPerSecond": sum(t.events_per_s for t in traffic),
+            "bytesPerSecond": sum(t.bytes_per_s for t in traffic),
         }
     )
 

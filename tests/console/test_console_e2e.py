@@ -299,6 +299,14 @@ def test_the_newest_events_are_the_newest_of_every_segment(chromium: Any, node: 
     page.wait_for_url(re.compile(r"/scopes/newest/streams/two/events"))
     page.goto(node.base + "/")
     expect(page.locator("text=standalone: no session")).to_be_visible()  # not "never"
+    # one labelled rate window; the chart's time axis shows minutes from the first frame
+    expect(page.locator("article").first).to_contain_text("averaged over 120 s")
+    ticks = page.locator("#chart-throughput .u-axis").first.inner_text()
+    assert not re.search(r"20[2-9][0-9]", ticks), ticks  # (years once, for the first seconds)
+    for width in (1024, 1280, 1440, 1920):  # no page wider than the window
+        page.set_viewport_size({"width": width, "height": 900})
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= width, f"the dashboard is {wide} px wide in a {width} px window"
     page.fill("form.find input[name=q]", "newes")
     page.click("form.find button")
     expect(page.locator("#find-table tbody tr")).to_have_count(2)

@@ -1,8 +1,10 @@
 // The dashboard's live charts: polls the node's counters every 2 s and plots the rates (the
-// change between two polls) for the last 5 minutes with uPlot.
+// change between two polls) for the last 5 minutes with uPlot. The figures above the chart are
+// the rates over the console's one window (the traffic monitors'), as every page shows them.
+// The time axis always spans the last 5 minutes, so the first frames show minutes, not years.
 (function () {
   var url = document.getElementById("dashboard-script").dataset.live;
-  var keep = 150, last = null;
+  var SPAN_S = 300, keep = 150, last = null;
   var times = [], events = [], bytes = [], lag = [], backlog = [];
   function human(n) {
     var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
@@ -14,6 +16,10 @@
     var el = document.getElementById(id);
     var opts = {
       width: el.clientWidth || 500, height: 180, series: [{}].concat(series),
+      scales: { x: { time: true, range: function () {
+        var now = Date.now() / 1000;
+        return [now - SPAN_S, now];
+      } } },
       axes: [{}, { size: 70 }, { scale: series[1].scale, side: 1, size: 70, grid: { show: false } }],
       legend: { live: false },
     };
@@ -39,9 +45,9 @@
         push(lag, t.tier2_lag_bytes || 0); push(backlog, t.tier1_backlog_operations || 0);
         throughput.setData([times, events, bytes]);
         tiers.setData([times, lag, backlog]);
-        document.getElementById("rate-events").textContent = er.toFixed(1);
-        document.getElementById("rate-bytes").textContent = human(br);
       }
+      document.getElementById("rate-events").textContent = (now.eventsPerSecond || 0).toFixed(1);
+      document.getElementById("rate-bytes").textContent = human(now.bytesPerSecond || 0);
       document.getElementById("tier2-lag").textContent = human(t.tier2_lag_bytes || 0);
       document.getElementById("tier1-backlog").textContent = (t.tier1_backlog_operations || 0).toFixed(0);
       document.getElementById("cache-memory").textContent = human(t.cache_bytes || 0);
