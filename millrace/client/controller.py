@@ -185,16 +185,8 @@ class AsyncControllerClient:
 
     async def _tls_refusal(self, exc: httpx.TransportError) -> None:
         """Raise ``TlsRefused`` when TLS is why ``exc`` happened (it is not worth a retry)."""
-        if not isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError | httpx.ReadError):
-            return
-        cause: BaseException = exc
-        while cause.__cause__ is not None or cause.__context__ is not None:
-            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
-        port = self.url.port or (443 if self.url.scheme == "https" else 80)
-        reason = await refusal(
-            cause, self.url.host, port, f"the controller at {self.url}", tls=self.tls is not None,
-            fix="use an https:// URL", closed=isinstance(exc, httpx.RemoteProtocolError),
-        )  # fmt: skip
+        where = f"the controller at {self.url}"
+        reason = await http_tls_refusal(exc, self.url, where, tls=self.tls is not None)
         if reason is not None:
             raise TlsRefused(reason) from None
 
@@ -320,3 +312,20 @@ def _segment(item: dict[str, Any]) -> SegmentWithRange:
     return SegmentWithRange(
         int(item["segmentId"]), str(item["name"]), float(item["keyStart"]), float(item["keyEnd"])
     )
+
+
+async def http_tls_refusal(
+    exc: BaseException, url: httpx.URL, where: str, *, tls: bool
+) -> str | None:
+    """Why an HTTP call to ``url`` (``where``) failed with ``exc`` when TLS is the cause, said
+    as every part of Millrace says it (``millrace.kernel.tls.refusal``); ``None`` otherwise."""
+    if not isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError | httpx.ReadError):
+        return None
+    cause: BaseException = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return await refusal(
+        cause, url.host, port, where, tls=tls, fix="use an https:// URL",
+        closed=isinstance(exc, httpx.RemoteProtocolError),
+    )  # fmt: skip

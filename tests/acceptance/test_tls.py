@@ -31,7 +31,14 @@ from millrace.client.manager import StreamManager
 from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.kernel.tls import TlsRefused, client_context
 from tests.acceptance.certs import Certs, write_atomically
-from tests.acceptance.standalone_node import Standalone, eventually, request, running_standalone
+from tests.acceptance.standalone_node import (
+    READY_LINE,
+    Standalone,
+    eventually,
+    free_ports,
+    request,
+    running_standalone,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -144,9 +151,51 @@ def test_each_refusal_says_which(node: Standalone, tmp_path: Path) -> None:
     assert refused.returncode != 0 and "signed by an unknown CA" in refused.stderr
     tailing = cli(node, "stream", "read", "a/b", ca=False)
     assert tailing.returncode != 0 and "signed by an unknown CA" in tailing.stderr
+    status = cli(node, "status", ca=False)  # as every other command says it, not an SSL error
+    assert status.returncode != 0 and "signed by an unknown CA" in status.stderr
+    assert "give the CA file" in status.stderr
     # a TLS client on a plaintext port (the node's own port answers TLS; this one does not)
     with pytest.raises(TlsRefused, match="does not speak TLS"), socket_server() as port:
         StreamManager(f"https://127.0.0.1:{port}", token="t").create_scope("x")
+
+
+def test_a_development_certificate_serves_a_node_as_the_guide_says(
+    tmp_path: Path,
+) -> None:
+    """The security guide's first step: ``millrace tls dev-cert`` makes a CA and a node
+    certificate; a standalone node serves TLS with the variables it prints, and ``millrace
+    status`` and the Python client reach it by ``localhost`` and by ``127.0.0.1``."""
+    made = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "tls", "dev-cert", "--dir",
+         str(tmp_path / "tls")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    exported = dict(
+        item.split("=", 1)
+        for line in made.stdout.splitlines() if line.strip().startswith("export ")
+        for item in line.split()[1:]
+    )  # fmt: skip
+    assert set(exported) == {"MILLRACE_TLS_ENABLED", "MILLRACE_TLS_CERT_FILE",
+                             "MILLRACE_TLS_KEY_FILE", "MILLRACE_TLS_CA_FILE"}  # fmt: skip
+    http, wire = free_ports(2)
+    node = Standalone(tmp_path / "data", http, wire, env=exported)
+    try:
+        node.wait_for(READY_LINE)
+        for host in ("localhost", "127.0.0.1"):
+            status = subprocess.run(
+                [sys.executable, "-m", "millrace.ops.cli", "status", "--url",
+                 f"https://{host}:{http}", "--ca", exported["MILLRACE_TLS_CA_FILE"]],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert status.returncode == 0, status.stdout + status.stderr
+        with StreamManager(
+            f"https://localhost:{http}", token=node.token, tls_ca=exported["MILLRACE_TLS_CA_FILE"]
+        ) as manager:
+            manager.create_scope("dev")
+        node.stop()
+    finally:
+        node.kill()
 
 
 class socket_server:

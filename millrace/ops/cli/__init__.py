@@ -31,6 +31,7 @@ from millrace.ops.cli import (
     spark,
     status,
     streams,
+    tls,
     users,
 )
 from millrace.ops.cli.base import (
@@ -47,7 +48,7 @@ __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
 GROUPS: tuple[Any, ...] = (
-    node, users, status, cluster, scopes, streams, readergroups, kvtables, spark
+    node, users, tls, status, cluster, scopes, streams, readergroups, kvtables, spark
 )  # fmt: skip
 
 

@@ -38,7 +38,7 @@ def run_status(args: argparse.Namespace, rest: list[str]) -> int:
             tree = httpx.get(f"{url}/health", timeout=10, verify=remote.verify(args)).json()
             break
         except (httpx.HTTPError, ValueError) as exc:
-            failures.append(f"cannot reach {url}: {exc}")
+            failures.append(_why(exc, url) or f"cannot reach {url}: {exc}")
     else:
         raise CommandError("; ".join(failures))
     if args.json:
@@ -46,6 +46,20 @@ def run_status(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         print("\n".join(_health_lines(tree, url)))
     return 0 if tree.get("status") == "UP" else 1
+
+
+def _why(exc: BaseException, url: str) -> str | None:
+    """What TLS has to do with ``exc``, said as every other command says it (``None``: it is
+    not TLS: the node is down, say)."""
+    import asyncio
+
+    import httpx
+
+    from millrace.client.controller import http_tls_refusal
+
+    parsed = httpx.URL(url)
+    where = f"the node at {url}"
+    return asyncio.run(http_tls_refusal(exc, parsed, where, tls=parsed.scheme == "https"))
 
 
 def _health_lines(tree: dict[str, Any], url: str) -> list[str]:
