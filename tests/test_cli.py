@@ -372,3 +372,36 @@ def test_the_local_cluster_plans_ports_that_never_collide() -> None:
     every = crowded.http + crowded.grpc + crowded.wire + crowded.metrics
     assert len(set(every)) == len(every) == 10
     assert plan_ports(9091, 0, 12345, nodes=1, controllers=2).grpc == [0, 0]  # no gRPC
+
+
+def test_a_node_advertises_an_address_clients_can_use(tmp_path: Path) -> None:
+    """Bound to every interface, a standalone tells clients the machine's name (not
+    127.0.0.1, which another host cannot use); with TLS, a name the certificate holds, and on
+    loopback ``localhost`` when the certificate names it (Pravega's Rust client verifies
+    names, never IP addresses)."""
+    import socket
+
+    import trustme
+
+    from millrace.kernel.config import TlsSettings
+    from millrace.ops.standalone import advertised_host
+
+    plain = TlsSettings.from_env({})
+    assert advertised_host("0.0.0.0", plain) in (socket.getfqdn(), socket.gethostname())
+    assert not advertised_host("0.0.0.0", plain).startswith(("localhost", "127."))
+    assert advertised_host("127.0.0.1", plain) == "127.0.0.1"
+    assert advertised_host("10.1.2.3", plain) == "10.1.2.3"
+
+    def with_cert(*names: str) -> TlsSettings:
+        leaf = trustme.CA().issue_cert(*names)
+        cert, key = tmp_path / f"{names[0]}.pem", tmp_path / f"{names[0]}.key"
+        leaf.cert_chain_pems[0].write_to_path(str(cert))
+        leaf.private_key_pem.write_to_path(str(key))
+        return TlsSettings.from_env({
+            "MILLRACE_TLS_ENABLED": "1", "MILLRACE_TLS_CERT_FILE": str(cert),
+            "MILLRACE_TLS_KEY_FILE": str(key),
+        })  # fmt: skip
+
+    assert advertised_host("127.0.0.1", with_cert("localhost", "127.0.0.1")) == "localhost"
+    assert advertised_host("127.0.0.1", with_cert("127.0.0.1")) == "127.0.0.1"
+    assert advertised_host("0.0.0.0", with_cert("node-a.example", "localhost")) == "node-a.example"

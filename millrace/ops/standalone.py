@@ -473,6 +473,54 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     return token, password, created
 
 
+#: Bind addresses meaning "every interface": no client can connect to them as such.
+ALL_INTERFACES = ("0.0.0.0", "::", "")
+
+
+def certificate_names(cert_file: str | None) -> list[str]:
+    """The host names and IP addresses a PEM certificate's first certificate names (its
+    subject alternative names); none when there is no file or it cannot be read."""
+    if not cert_file:
+        return []
+    try:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except Exception:  # (no file, no SAN: the TLS settings' own checks say so elsewhere)
+        return []
+    return [*names.get_values_for_type(x509.DNSName),
+            *(str(ip) for ip in names.get_values_for_type(x509.IPAddress))]  # fmt: skip
+
+
+def advertised_host(bind: str, tls: TlsSettings) -> str:
+    """The address clients are told for a server bound to ``bind``: the machine's name when
+    it listens on every interface (another host cannot use ``127.0.0.1``), and with TLS a name
+    the certificate holds (Pravega's Rust client verifies a certificate against host names
+    only, never IP addresses: ``localhost`` for loopback)."""
+    names = certificate_names(tls.cert_file) if tls.enabled else []
+    if bind in ALL_INTERFACES:
+        host = socket.getfqdn()
+        if host.startswith("localhost"):  # (a machine whose name resolves to loopback)
+            host = socket.gethostname()
+        if names and host not in names:
+            host = next((n for n in names if n != "localhost" and not _is_ip(n)), host)
+        return host
+    if tls.enabled and bind == "127.0.0.1" and "localhost" in names:
+        return "localhost"
+    return bind
+
+
+def _is_ip(name: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def register_segment_store(
     host: str, port: int, container_count: int, metrics_port: int | None = None, tls: bool = False
 ) -> None:
@@ -554,14 +602,10 @@ def run(
     if grpc_port:
         ensure_port_free("gRPC", http_host, grpc_port, "--grpc-port")
     token, password, first = ensure_admin(data_dir)
-    tls = TlsSettings.from_env().enabled
-    register_segment_store(
-        "127.0.0.1" if store.host == "0.0.0.0" else store.host,
-        store.port,
-        store.container_count,
-        store.metrics_port,
-        tls,
-    )
+    tls_settings = TlsSettings.from_env()
+    tls = tls_settings.enabled
+    wire_name = advertised_host(store.host, tls_settings)
+    register_segment_store(wire_name, store.port, store.container_count, store.metrics_port, tls)
     children = build_children(
         data_dir=data_dir,
         store=store,
@@ -570,7 +614,10 @@ def run(
         worker_concurrency=worker_concurrency,
         grpc_port=grpc_port,
     )
-    ready = _Ready(data_dir, store, http_host, http_port, grpc_port, tls)
+    ready = _Ready(
+        data_dir, store, http_host, http_port, grpc_port, tls, wire_name,
+        advertised_host(http_host, tls_settings),
+    )  # fmt: skip
     return supervise(
         "millrace standalone", children, data_dir, store.unsafe,
         lambda: _print_ready(ready, token, password, first),
@@ -625,10 +672,13 @@ class _Ready:
     http_port: int
     grpc_port: int
     tls: bool
+    #: What clients are told to connect to: the segment store, the HTTP and gRPC ports.
+    wire_name: str
+    http_name: str
 
 
 def _print_ready(node: _Ready, token: str, password: str, first: bool) -> None:
-    host = "127.0.0.1" if node.http_host in ("0.0.0.0", "") else node.http_host
+    host = node.http_name
     http, ws, wire = ("https", "wss", "tls") if node.tls else ("http", "ws", "tcp")
     data_dir, store, http_port = node.data_dir, node.store, node.http_port
     lines = [
@@ -637,8 +687,13 @@ def _print_ready(node: _Ready, token: str, password: str, first: bool) -> None:
         f"  REST API      {http}://{host}:{http_port}/v1/   (schema: /api/schema/)",
         f"  console       {http}://{host}:{http_port}/      (user {ADMIN_USER})",
         f"  WebSockets    {ws}://{host}:{http_port}/ws/",
-        f"  wire protocol {wire}://{store.host}:{store.port}   (segment store)",
+        f"  wire protocol {wire}://{node.wire_name}:{store.port}   (segment store)",
     ]
+    if node.http_host in ALL_INTERFACES or store.host in ALL_INTERFACES:
+        lines.append(
+            f"  across hosts  clients are told {node.wire_name} (this machine's name); if other"
+            " hosts cannot resolve it, set MILLRACE_SEGMENTSTORE_HOST to the address they reach"
+        )
     if node.grpc_port:
         lines.append(
             f"  gRPC          {wire}://{host}:{node.grpc_port}   (Pravega's clients:"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -216,16 +217,17 @@ def test_in_a_cluster_the_client_follows_a_container_that_moves(
 
 
 def test_over_tls(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """TLS on every port; the client trusts the node's CA. Pravega's Rust client checks a
-    certificate against a host *name* (its TLS library takes no IP address), so the node is
-    reached as ``localhost``: the controller URI, and the address the segment store
-    advertises (``MILLRACE_SEGMENTSTORE_HOST``)."""
+    """TLS on every port; the client trusts the node's CA; the URI is the one the start
+    banner prints. Pravega's Rust client checks a certificate against a host *name* (its TLS
+    library takes no IP address), so a node on loopback whose certificate names ``localhost``
+    is advertised so: the banner's gRPC line, and the segment store's address."""
     certs = Certs(tmp_path_factory.mktemp("certs"))
     cert, key = certs.issue("node")
-    env = certs.env(cert, key) | {"MILLRACE_SEGMENTSTORE_HOST": "localhost"}
-    for node in running_standalone(tmp_path_factory, "pravega-tls", env):
+    for node in running_standalone(tmp_path_factory, "pravega-tls", certs.env(cert, key)):
+        printed = re.search(r'pravega_client\.StreamManager\("(tls://[^"]+)"', node.output())
+        assert printed is not None and printed.group(1) == f"tls://localhost:{node.grpc_port}"
         found = run_program(
-            node, "tls", _scope(), uri=f"tls://localhost:{node.grpc_port}",
+            node, "tls", _scope(), uri=printed.group(1),
             pravega_client_tls_cert_path=str(certs.ca_file),
         )  # fmt: skip
         assert found["events"] == sorted(f"secret-{i}" for i in range(50))

@@ -186,6 +186,10 @@ def run_standalone(args: argparse.Namespace, rest: list[str]) -> int:
     store = SegmentStoreSettings.from_env()  # check the whole configuration before starting
     if args.segmentstore_port is not None:
         store = dataclasses.replace(store, port=args.segmentstore_port)
+    if args.host and not os.environ.get("MILLRACE_SEGMENTSTORE_HOST"):
+        # (--host opens the node: its segment store listens there too, or no other host
+        # could write to it)
+        store = dataclasses.replace(store, host=args.host)
     log = LogSettings.from_env()
     logs.configure(log)
     needs("django", "the node's controller")
