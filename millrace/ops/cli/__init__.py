@@ -95,3 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # (`millrace ... | head`: the reader had enough; no traceback)
+        # What is left in stdout's buffer goes nowhere, not into an error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
