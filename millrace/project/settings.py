@@ -106,7 +106,8 @@ def celery_broker(redis_url: str | None, data_dir: Path) -> tuple[str, dict[str,
     folder = data_dir / "celery"
     for name in ("queue", "control"):
         (folder / name).mkdir(parents=True, exist_ok=True)
-    return "filesystem://", {
+    # (a host in the URL: kombu warns "No hostname was supplied" on every start without one)
+    return "filesystem://localhost/", {
         "data_folder_in": str(folder / "queue"),
         "data_folder_out": str(folder / "queue"),
         "control_folder": str(folder / "control"),

@@ -165,11 +165,13 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path, ports: tuple[int, int]) -
 #: What the first minutes of a node once printed over and over, or on every start, although
 #: the user can do nothing about it: the supervisor's liveness probe (a line a second), beat
 #: sending a job and a worker receiving and finishing it (every few seconds), WhiteNoise's
-#: missing static folder, Celery's warning about pickle for a root worker.
+#: missing static folder, Celery's warning about pickle for a root worker, every request and
+#: 4xx answer, kombu's warning about a broker URL without a host, Celery's start banners.
 NOISE = (
     "GET /health", "Sending due task", "] received", "] succeeded in", "No directory at",
     "superuser privileges", "HTTP/1.1", "WebSocket /ws", "connection open", "Not Found:",
-    "Unauthorized:", "Bad Request:",
+    "Unauthorized:", "Bad Request:", "No hostname was supplied", "-------------- celery@",
+    "celery beat v",
 )  # fmt: skip
 
 

@@ -317,7 +317,7 @@ def _celery(command_name: str, extra: list[str]) -> int:
     from millrace.project.celery import app
 
     try:
-        app.start([command_name, *extra])
+        app.start(["--quiet", command_name, *extra])  # (no banner: the logs say it started)
     except SystemExit as exc:  # celery exits through sys.exit
         return int(exc.code or 0)
     return EXIT_OK
