@@ -75,7 +75,7 @@ def test_settings_module_follows_environment(data_dir: Path) -> None:
     assert default["db"]["ENGINE"] == "django.db.backends.sqlite3"
     assert default["db"]["NAME"] == str(data_dir / "millrace.sqlite3")
     assert default["layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
-    assert default["broker"] == "filesystem://"
+    assert default["broker"] == "filesystem://localhost/"
     assert default["broker_options"]["data_folder_in"].startswith(str(data_dir))
     # one permission class either way: the roles, which let everyone through with auth off
     assert default["permissions"] == ["controller_app.api.permissions.RolePermission"]
