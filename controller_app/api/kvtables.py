@@ -46,7 +46,7 @@ __all__ = ["EntriesView", "EntryView", "KvtTokenView", "KvtView", "KvtsView"]
 PAGE_MAX = 1000
 
 
-class CreateSerializer(serializers.Serializer):
+class KvtCreateSerializer(serializers.Serializer):
     kvtName = fields.CharField(max_length=240)
     partitionCount = serializers.IntegerField(min_value=1, max_value=1024)
     primaryKeyLength = serializers.IntegerField(min_value=1, max_value=8192)
@@ -165,10 +165,12 @@ class KvtsView(APIView):
         return Response({"kvtables": [describe(row) for row in kv.list_kvtables(scope)]})
 
     @extend_schema(
-        operation_id="createKeyValueTable", request=CreateSerializer, responses=OpenApiTypes.OBJECT
+        operation_id="createKeyValueTable",
+        request=KvtCreateSerializer,
+        responses=OpenApiTypes.OBJECT,
     )
     def post(self, request: Request, scope: str) -> Response:
-        checked = CreateSerializer(data=request.data)
+        checked = KvtCreateSerializer(data=request.data)
         checked.is_valid(raise_exception=True)
         data = checked.validated_data
         audit.name_object(request, scope, data["kvtName"])
