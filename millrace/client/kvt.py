@@ -445,7 +445,12 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except errors.TableKeyBadVersionError as exc:
-        raise BadKeyVersionError(f"the key is not at the expected version ({exc})") from None
+        said = (
+            "exists already"
+            if "expected it absent" in str(exc)
+            else "is not at the expected version"
+        )
+        raise BadKeyVersionError(f"the key {said} ({exc})") from None
     except errors.TableKeyDoesNotExistError as exc:
         raise KeyNotFoundError(f"the key does not exist ({exc})") from None
 

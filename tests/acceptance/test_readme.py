@@ -31,6 +31,7 @@ SECTIONS = {
     "Streams from the command line": 1,
     "Streams over REST": 1,
     "Writing and reading": 3,
+    "Key-value tables": 1,
 }
 
 
