@@ -566,10 +566,22 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
         assert seen == {f"event {i}".encode() for i in range(100)}
         writer.close()
         reader.close()
+        # a WebSocket tail with the token in its URL, as the README's tail.py opens it
+        from websockets.sync.client import connect
+
+        with connect(f"ws://127.0.0.1:{http + 1}/ws/streams/try/it?from=head&token={token}",
+                     open_timeout=30) as tail:  # fmt: skip
+            assert '"subscribed"' in str(tail.recv(timeout=30))
+            assert '"type":"events"' in str(tail.recv(timeout=30))  # (the events written)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0, out.read_text()[-3000:]
     assert "millrace cluster local: stopped" in out.read_text()
+    # No credential in what any process of the cluster printed or wrote to a log.
+    secrets = [token, (data / "admin-password").read_text().strip()]
+    secrets += [path.read_text().strip() for path in (data / "secrets").iterdir()]
+    logs = [out.read_text()] + [p.read_text(errors="replace") for p in data.rglob("*.log")]
+    assert len(secrets) >= 4 and not any(s in text for s in secrets for text in logs)
 
 
 def _cluster_json(http: int, token: str) -> dict[str, Any] | None:
