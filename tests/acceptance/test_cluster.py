@@ -247,7 +247,7 @@ def cluster(postgres: PrivatePostgres, tmp_path: Path, request: pytest.FixtureRe
 def _leader_and_follower(cluster: LocalCluster) -> tuple[str, int]:
     """The controller process that leads, and the index of the one that does not."""
     holder = eventually(cluster.leader, 30, "a leader")
-    pid = int(holder.rsplit("-", 2)[1])
+    pid = int(holder.split("#", 1)[1].split("-", 1)[0])  # (<node id>#<pid>-<random>)
     for i in range(len(cluster.http_ports)):
         process = cluster.processes[f"controller-{i}"]
         assert process.popen is not None

@@ -61,7 +61,10 @@ def run_block(node: Standalone, workdir: Path, language: str, text: str) -> str:
     address = node.base.removeprefix("http://")
     text = text.replace("127.0.0.1:9091", address)
     text = text.replace('"127.0.0.1", 12345', f'"127.0.0.1", {node.wire_port}')
+    # The shell the node was started from (its MILLRACE_ variables, a token secret given
+    # there, say), as a user's second terminal would have it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    env |= {k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")}
     env |= {"MILLRACE_URL": node.base, "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)

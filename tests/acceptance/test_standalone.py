@@ -209,6 +209,8 @@ def test_a_quiet_first_minute(tmp_path: Path, ports: tuple[int, int]) -> None:
             path.read_text(errors="replace") for path in data.rglob("*.log") if path.is_file()
         ]  # fmt: skip
         keys = [path.read_text().strip() for path in (data / "secrets").iterdir()]
+        keys += [quiet.environ[name] for name in ("MILLRACE_SECRET_KEY", "MILLRACE_TOKEN_SECRET")
+                 if quiet.environ.get(name)]  # fmt: skip
         assert len(keys) >= 2  # Django's secret key, the delegation tokens' secret
         for secret in (token, password, *keys):
             assert not any(secret in text for text in logs), "a credential was logged"

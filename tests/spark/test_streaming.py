@@ -18,12 +18,19 @@ from tests.spark.test_batch import assert_in_key_order, open_transactions, read_
 pytestmark = pytest.mark.slow
 
 
-def write_events(node: Standalone, stream: str, tag: str, first: int, count: int) -> None:
+#: Routing keys "0" to "19": enough that every quarter of the key space has some (the scale
+#: test splits the lower half in two and expects events in both halves).
+KEYS = 20
+
+
+def write_events(
+    node: Standalone, stream: str, tag: str, first: int, count: int, keys: int = KEYS
+) -> None:
     """Events ``<tag>:<key>:<n>`` for n from ``first``: n grows in write order."""
     with StreamManager(node.base, token=node.token) as manager:
         writer = manager.create_writer("sp", stream)
         for n in range(first, first + count):
-            writer.write_event(f"{tag}:{n % 10}:{n}", routing_key=str(n % 10))
+            writer.write_event(f"{tag}:{n % keys}:{n}", routing_key=str(n % keys))
         writer.flush()
 
 
@@ -65,7 +72,7 @@ def test_a_restarted_query_reads_every_event_once_across_a_scale(
     rows = spark.read.parquet(str(out)).collect()
     events = [r["event"].decode() for r in rows]
     assert len(events) == len(set(events)) == 3_000
-    assert set(events) == {f"{'abc'[n // 1000]}:{n % 10}:{n}" for n in range(3_000)}
+    assert set(events) == {f"{'abc'[n // 1000]}:{n % KEYS}:{n}" for n in range(3_000)}
     assert len({r["segment_id"] for r in rows}) == 4  # two, then one of them split in two
     assert_in_key_order(rows)
 
@@ -114,7 +121,7 @@ def test_approx_bytes_per_trigger_cuts_the_backlog_into_bounded_batches(
     with StreamManager(node.base, token=node.token) as manager:
         manager.create_scope("sp")
         manager.create_stream("sp", "backlog", initial_segments=2)
-    write_events(node, "backlog", "x", 0, 3_000)  # 12 to 16 bytes each with the header
+    write_events(node, "backlog", "x", 0, 3_000, keys=10)  # 12 to 16 bytes with the header
     frame = (
         spark.readStream.format("millrace")
         .options(**options(node, "backlog", approx_bytes_per_trigger=10_000))

@@ -231,7 +231,7 @@ def test_an_operators_changes_are_audited_with_their_outcome(world: dict[str, An
     rows = list(AuditEntry.objects.filter(username=name).order_by("id"))
     assert [(r.action, r.object, r.result) for r in rows] == [
         ("scope.create", "made", "ok"),
-        ("scope.create", "made", "failed"),
+        ("scope.create", "made", "unchanged"),  # (asked again: nothing wrong, nothing done)
     ]
     assert rows[1].detail.startswith("already-exists: ")
     # data-plane calls (appends, reader syncs, pings) are not changes of the audit's kind
