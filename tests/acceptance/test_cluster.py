@@ -302,9 +302,11 @@ def _scenario(cluster: LocalCluster, run: Run, leading: str, other: int) -> None
         },
     )
     assert status == 200, answer
+    killed = cluster.processes[leading].popen
+    assert killed is not None
     cluster.processes[leading].kill()
-    holder = eventually(
-        lambda: (found := _leader_of(cluster, other)) and not found.startswith(leading) and found,
+    holder = eventually(  # (a holder is "<node id>#<pid>-<random>")
+        lambda: (found := _leader_of(cluster, other)) and f"#{killed.pid}-" not in found and found,
         FAILOVER_SECONDS,
         "the other controller taking the lease",
     )
