@@ -57,7 +57,11 @@ def register(commands: Any, parents: Parents) -> None:
         "WebSockets), Celery worker and beat.",
         variables=_unique(_STORE + _WEB + _LOG + _TLS), parents=both,
     )  # fmt: skip
-    _http_options(standalone)
+    _http_options(
+        standalone,
+        "interface the HTTP server, and the segment store unless $MILLRACE_SEGMENTSTORE_HOST"
+        " says otherwise, listen on (127.0.0.1)",
+    )
     standalone.add_argument(
         "--segmentstore-port", type=port, default=None, metavar="PORT",
         help=f"wire protocol port (default $MILLRACE_SEGMENTSTORE_PORT or {_WIRE_PORT})",
@@ -129,10 +133,11 @@ def _unique(found: list[Any]) -> list[Any]:
     return list({variable.name: variable for variable in found}.values())
 
 
-def _http_options(parser: argparse.ArgumentParser) -> None:
+def _http_options(parser: argparse.ArgumentParser, host_help: str = "") -> None:
     parser.add_argument(
-        "--host", default="127.0.0.1", help="interface the HTTP server listens on (127.0.0.1)"
-    )
+        "--host", default="127.0.0.1",
+        help=host_help or "interface the HTTP server listens on (127.0.0.1)",
+    )  # fmt: skip
     parser.add_argument(
         "--http-port", type=port, default=HTTP_PORT, metavar="PORT",
         help=f"HTTP port of REST, console and WebSockets (default {HTTP_PORT}, Pravega's)",
