@@ -81,6 +81,7 @@ def describe(row: KeyValueTable, *, nodes: bool = False) -> dict[str, Any]:
         "partitionCount": row.partitions,
         "primaryKeyLength": row.primary_key_length,
         "secondaryKeyLength": row.secondary_key_length,
+        "placement": row.placement,
         "segments": [
             {"partition": n, "name": kvt_segment_name(scope, row.name, n)}
             for n in range(row.partitions)

@@ -88,7 +88,7 @@ from controller_app.workflows import truncate as truncation
 from controller_app.workflows.common import get_stream
 from controller_app.workflows.config import NAME_LENGTH_MAX, StreamConfig, check_name
 from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
-from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig
+from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig, partition_ends
 from millrace.kernel.naming import qualified_segment_name, segment_id
 
 __all__ = ["PAGE_SIZE", "ControllerService"]
@@ -998,16 +998,22 @@ class _KeyValueTables(_Base):
     def getCurrentSegmentsKeyValueTable(
         self, request: pb.KeyValueTableInfo, user: Any
     ) -> pb.SegmentRanges:
-        """The table's partitions, one key range each (``1/n`` of the key space)."""
+        """The table's partitions, one key range each (``1/n`` of the key space, divided as
+        Pravega's controller does: ``millrace.kernel.kvt.partition_ends``)."""
         row = kvtables.active_kvtable(*_kvt_names(request))
+        if row.placement != "pravega":  # Pravega's client would place keys elsewhere
+            raise PreconditionFailedError(
+                f"key-value table {row.scoped_name} places keys as Millrace did before "
+                f"Pravega's placement ({row.placement}): only Millrace's clients may use it"
+            )
         info = _stream_info(row.scope.name, row.name)
-        count = row.partitions
+        ends = partition_ends(row.partitions)
         ranges = [
             pb.SegmentRange(
                 segmentId=pb.SegmentId(streamInfo=info, segmentId=segment_id(0, n)),
-                minKey=n / count, maxKey=1.0 if n == count - 1 else (n + 1) / count,
+                minKey=ends[n - 1] if n else 0.0, maxKey=end,
             )
-            for n in range(count)
+            for n, end in enumerate(ends)
         ]  # fmt: skip
         token = self._token(user, row.scope.name, row.name + KVTABLE_SUFFIX)
         return pb.SegmentRanges(segmentRanges=ranges, delegationToken=token)

@@ -26,6 +26,8 @@ class KeyValueTable(StatefulModel):
     partitions = models.IntegerField()
     primary_key_length = models.IntegerField()
     secondary_key_length = models.IntegerField(default=0)
+    #: How keys are placed in partitions (``millrace.kernel.kvt.PLACEMENTS``); fixed at creation.
+    placement = models.CharField(max_length=16, default="pravega")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -49,7 +51,8 @@ class KeyValueTable(StatefulModel):
 
     @property
     def config(self) -> KvtConfig:
-        return KvtConfig(self.partitions, self.primary_key_length, self.secondary_key_length)
+        return KvtConfig(self.partitions, self.primary_key_length, self.secondary_key_length,
+                         self.placement)  # fmt: skip
 
     def segment_names(self) -> list[str]:
         return [kvt_segment_name(self.scope.name, self.name, n) for n in range(self.partitions)]

@@ -78,7 +78,7 @@ def create_kvtable(store: SegmentStore, scope: str, name: str, config: KvtConfig
                 row = KeyValueTable.objects.create(
                     scope=scope_row, name=name, state=KvtState.CREATING,
                     partitions=config.partitions, primary_key_length=config.primary_key_length,
-                    secondary_key_length=config.secondary_key_length,
+                    secondary_key_length=config.secondary_key_length, placement=config.placement,
                 )  # fmt: skip
             elif existing.state == KvtState.CREATING and existing.config == config:
                 row = existing

@@ -211,7 +211,10 @@ class AsyncKeyValueTable:
         if found["state"] != "ACTIVE":
             raise KvtError(f"key-value table {self.scope}/{self.name} is {found['state'].lower()}")
         self.config = KvtConfig(
-            found["partitionCount"], found["primaryKeyLength"], found["secondaryKeyLength"]
+            found["partitionCount"],
+            found["primaryKeyLength"],
+            found["secondaryKeyLength"],
+            found.get("placement", "millrace-1"),  # (a controller from before placements)
         )
         self.nodes = [(str(s["host"]), int(s["port"])) for s in found["segments"]]
 

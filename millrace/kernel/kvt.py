@@ -6,11 +6,18 @@ names). A key is a *primary key* of exactly ``primary_key_length`` bytes followe
 *secondary key* of exactly ``secondary_key_length`` bytes (0: none); all the keys of one
 primary key are in one partition, chosen by a hash of the primary key, so an update of several
 keys of one primary key is one table-segment batch: all or nothing.
+
+Which partition holds a primary key is a table's *placement*, fixed when it is made:
+``pravega`` (every table made since ADR 0012's change: Pravega's Java client's
+``KeyValueTableSegments``, bit for bit) or ``millrace-1`` (tables made before it, with the hash
+of ADR 0009; their keys stay where they were written).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import struct
 
 import mmh3
@@ -21,6 +28,7 @@ __all__ = [
     "KEY_BYTES_MAX",
     "KVTABLE_SUFFIX",
     "PARTITIONS_MAX",
+    "PLACEMENTS",
     "VALUE_BYTES_MAX",
     "KvtConfig",
     "KvtError",
@@ -28,6 +36,7 @@ __all__ = [
     "kvt_segment_name",
     "page_token",
     "parse_page_token",
+    "partition_ends",
     "partition_of",
 ]
 
@@ -39,10 +48,15 @@ KEY_BYTES_MAX = 8192
 VALUE_BYTES_MAX = 1024 * 1024 - KEY_BYTES_MAX
 #: Most partitions of one table.
 PARTITIONS_MAX = 1024
-#: Seed of the partition hash: Millrace's own (Pravega's Java client seeds Guava's MurmurHash3
-#: with a negative number, which mmh3's unsigned 32-bit seed cannot give; ADR 0009).
-_SEED = 0x5E52B6B7
+#: How a table places primary keys in partitions (the module docstring); the first is a new
+#: table's.
+PLACEMENTS = ("pravega", "millrace-1")
+#: Java's ``"KeyValueTableRouter".hashCode()``: the seed of Pravega's table hash (negative).
+_PRAVEGA_SEED = -2020233499
+#: The seed of the ``millrace-1`` placement (ADR 0009).
+_MILLRACE_1_SEED = 0x5E52B6B7
 _FRACTION_BITS = 52
+_MASK64 = (1 << 64) - 1
 
 
 class KvtError(ValueError):
@@ -56,6 +70,7 @@ class KvtConfig:
     partitions: int
     primary_key_length: int
     secondary_key_length: int = 0
+    placement: str = PLACEMENTS[0]
 
     def validate(self) -> KvtConfig:
         for name, value, low in (
@@ -65,6 +80,9 @@ class KvtConfig:
         ):
             if type(value) is not int or value < low:
                 raise KvtError(f"{name} must be an integer >= {low}, not {value!r}")
+        if self.placement not in PLACEMENTS:
+            choices = ", ".join(PLACEMENTS)
+            raise KvtError(f"placement must be one of {choices}, not {self.placement!r}")
         if self.partitions > PARTITIONS_MAX:
             raise KvtError(f"partition count {self.partitions} is over {PARTITIONS_MAX}")
         if self.primary_key_length + self.secondary_key_length > KEY_BYTES_MAX:
@@ -105,7 +123,7 @@ class KvtConfig:
         return key[: self.primary_key_length], key[self.primary_key_length :]
 
     def partition(self, primary: bytes) -> int:
-        return partition_of(primary, self.partitions)
+        return partition_of(primary, self.partitions, self.placement)
 
 
 def check_value(value: object) -> bytes:
@@ -120,12 +138,68 @@ def _length(key: object) -> str:
     return f"{len(key)}" if isinstance(key, bytes) else f"a {type(key).__name__}"
 
 
-def partition_of(primary: bytes, partitions: int) -> int:
-    """The partition of ``primary``: its point in [0, 1) (MurmurHash3 x64, as streams route
-    keys) in ``partitions`` equal ranges."""
-    digest = mmh3.hash_bytes(primary, _SEED, x64arch=True)
-    point = (struct.unpack_from("<Q", digest)[0] >> 12) / float(1 << _FRACTION_BITS)
-    return min(int(point * partitions), partitions - 1)
+def partition_of(primary: bytes, partitions: int, placement: str = PLACEMENTS[0]) -> int:
+    """The partition of ``primary``. ``pravega``: its point in [0, 1) (Guava's MurmurHash3 x64
+    128 of the key's bytes, seeded with Java's ``"KeyValueTableRouter".hashCode()``, its first
+    64 bits' top 52 as a fraction) goes to the first partition whose key range ends at or above
+    it, as Pravega's Java client's ``ceilingEntry``. ``millrace-1``: ADR 0009's point (mmh3,
+    Millrace's seed) in ``partitions`` equal ranges."""
+    if placement == "millrace-1":
+        digest = mmh3.hash_bytes(primary, _MILLRACE_1_SEED, x64arch=True)
+        point = (struct.unpack_from("<Q", digest)[0] >> 12) / float(1 << _FRACTION_BITS)
+        return min(int(point * partitions), partitions - 1)
+    point = (_murmur3_x64_128_low(primary, _PRAVEGA_SEED) >> 12) / float(1 << _FRACTION_BITS)
+    return min(bisect.bisect_left(partition_ends(partitions), point), partitions - 1)
+
+
+@functools.lru_cache(maxsize=64)
+def partition_ends(partitions: int) -> list[float]:
+    """Where each partition's key range ends: ``(n + 1) * (1.0 / partitions)``, the last 1.0,
+    as Pravega's controller divides a table's key space (and its gRPC answers report)."""
+    chunk = 1.0 / partitions
+    return [(n + 1) * chunk for n in range(partitions - 1)] + [1.0]
+
+
+_C1, _C2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _MASK64
+
+
+def _fmix(k: int) -> int:
+    k = ((k ^ (k >> 33)) * 0xFF51AFD7ED558CCD) & _MASK64
+    k = ((k ^ (k >> 33)) * 0xC4CEB9FE1A85EC53) & _MASK64
+    return k ^ (k >> 33)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _murmur3_x64_128_low(data: bytes, seed: int) -> int:
+    """The first 64 bits (Guava's ``asLong``) of MurmurHash3 x64 128 of ``data`` with Guava's
+    seeding: the 32-bit ``seed`` sign-extended into both 64-bit halves. mmh3 zero-extends its
+    seed, which differs for a negative one, so this follows the reference algorithm
+    (Appleby's ``MurmurHash3_x64_128``) in Python; checked against mmh3 for non-negative
+    seeds in the tests. Cached: table keys repeat."""
+    h1 = h2 = seed & _MASK64
+    blocks, tail = divmod(len(data), 16)
+    for i in range(blocks):
+        k1, k2 = struct.unpack_from("<QQ", data, 16 * i)
+        k1 = (_rotl((k1 * _C1) & _MASK64, 31) * _C2) & _MASK64
+        h1 = (((_rotl(h1 ^ k1, 27) + h2) & _MASK64) * 5 + 0x52DCE729) & _MASK64
+        k2 = (_rotl((k2 * _C2) & _MASK64, 33) * _C1) & _MASK64
+        h2 = (((_rotl(h2 ^ k2, 31) + h1) & _MASK64) * 5 + 0x38495AB5) & _MASK64
+    if tail:
+        rest = data[16 * blocks :] + bytes(16 - tail)
+        k1, k2 = struct.unpack("<QQ", rest)
+        if tail > 8:
+            h2 ^= (_rotl((k2 * _C2) & _MASK64, 33) * _C1) & _MASK64
+        h1 ^= (_rotl((k1 * _C1) & _MASK64, 31) * _C2) & _MASK64
+    h1 ^= len(data)
+    h2 ^= len(data)
+    h1 = (h1 + h2) & _MASK64
+    h2 = (h2 + h1) & _MASK64
+    h1, h2 = _fmix(h1), _fmix(h2)
+    return (h1 + h2) & _MASK64
 
 
 def kvt_segment_name(scope: str, table: str, partition: int) -> str:

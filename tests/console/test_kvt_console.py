@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from millrace.client.kvt import KeyValueTableManager
 from millrace.client.manager import StreamManager
+from millrace.kernel.kvt import partition_of
 from tests.acceptance.standalone_node import Standalone
 from tests.console.conftest import screenshot, sign_in
 
@@ -44,6 +45,7 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
     page.click("button:has-text('Create table')")
     expect(_message(page)).to_have_text("key-value table shop/carts created")
     expect(page.locator("#partitions tbody tr")).to_have_count(3)
+    expect(page.locator("#placement")).to_have_text("keys placed as Pravega's clients place them")
 
     with KeyValueTableManager(node.base, node.token) as manager:
         table = manager.open("shop", "carts")
@@ -54,6 +56,9 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
             int(c) for c in page.locator("#partitions tbody td:nth-child(4)").all_inner_texts()
         ]
         assert sum(counts) == 120
+        # each entry in the partition Pravega's Java client computes (its hash, its ranges)
+        assert counts == [sum(partition_of(b"c%05d" % n, 3) == p for n in range(120))
+                          for p in range(3)]  # fmt: skip
         expect(page.locator("#entries tbody tr")).to_have_count(50)
         page.click("a[rel=next]")
         expect(page.locator("#entries tbody tr")).to_have_count(50)
@@ -63,14 +68,14 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
         screenshot(page, "kvtable")
 
         # edit one at the version shown
-        row = page.locator("#entries tbody tr").first
+        row = page.locator("#entries tbody tr", has_text="c00110")
         row.locator("textarea").fill("items=none")
         row.locator("button:has-text('Save')").click()
         expect(_message(page)).to_contain_text("c00110 saved")
         assert table.get(b"c00110").value == b"items=none"
         # the same row again, after a program changed the entry: refused, nothing lost
         table.put(b"c00110", b"items=program")
-        stale = page.locator("#entries tbody tr").first
+        stale = page.locator("#entries tbody tr", has_text="c00110")
         stale.locator("textarea").fill("items=stale")
         version_shown = int(stale.locator("td:nth-child(3)").inner_text())
         assert version_shown < table.get(b"c00110").version

@@ -106,3 +106,29 @@ def test_json_round_trip_keeps_floats_exact() -> None:
     starts = [s.key_start for s in epoch.segment_list()]
     assert starts == [0.0, third, 2 * third]
     assert epoch.segment_list()[-1].key_end == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tables_made_before_placements_keep_theirs_and_new_ones_place_as_pravega() -> None:
+    """Migration 0013: a table that existed gets ``millrace-1`` (its keys stay where they were
+    written); a table made after it gets ``pravega``."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    app = "controller_app"
+    executor = MigrationExecutor(connection)
+    executor.migrate([(app, "0012_audit_result_unchanged")])
+    old = executor.loader.project_state([(app, "0012_audit_result_unchanged")]).apps
+    scope = old.get_model(app, "Scope").objects.create(name="before")
+    old.get_model(app, "KeyValueTable").objects.create(
+        scope=scope, name="t", state="ACTIVE", partitions=4, primary_key_length=8
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes(app))
+    from controller_app.models import KeyValueTable
+
+    before = KeyValueTable.objects.get(name="t")
+    assert before.placement == "millrace-1" and before.config.placement == "millrace-1"
+    after = KeyValueTable.objects.create(scope_id=before.scope_id, name="u", partitions=2,
+                                         primary_key_length=8)  # fmt: skip
+    assert after.config.placement == "pravega"
