@@ -30,34 +30,10 @@ from controller_app import errors as ce
 from controller_app import outages
 from controller_app.api.authentication import TooManySignInsError
 from controller_app.api.fields import BodyTooLargeError, body_limit_message
-from millrace.client.transport import segment_store as ssc
+from controller_app.outcomes import INTERNAL, outcome_of
 
 log = logging.getLogger(__name__)
 
-#: (exception class, HTTP status, code), first match wins.
-_CONTROLLER = [
-    (ce.ScopeNotFoundError, 404, "scope-not-found"),
-    (ce.StreamNotFoundError, 404, "stream-not-found"),
-    (ce.TransactionNotFoundError, 404, "transaction-not-found"),
-    (ce.SegmentNotFoundError, 404, "segment-not-found"),
-    (ce.ReaderGroupNotFoundError, 404, "reader-group-not-found"),
-    (ce.KvtNotFoundError, 404, "kvtable-not-found"),
-    (ce.KeyNotFoundError, 404, "key-not-found"),
-    (ce.BadKeyVersionError, 412, "bad-key-version"),
-    (ce.NoWatermarkError, 404, "no-watermark"),
-    (ce.ReaderNotInGroupError, 410, "reader-not-in-group"),
-    (ce.NotFoundError, 404, "not-found"),
-    (ce.AlreadyExistsError, 409, "already-exists"),
-    (ce.ConflictError, 409, "conflict"),
-    (ce.PreconditionFailedError, 412, "precondition-failed"),
-    (ce.IllegalTransitionError, 412, "precondition-failed"),
-    (ce.InvalidStreamCutError, 400, "invalid-stream-cut"),
-    (ce.InvalidArgumentError, 400, "invalid-argument"),
-    (ce.WorkflowTimeoutError, 504, "workflow-timeout"),
-    (ce.NoNodeForSegmentError, 503, "no-segment-store"),
-    (ce.Tier1UnavailableError, 503, "tier1-unavailable"),
-    (ce.SegmentStoreUnavailableError, 503, "segment-store-unavailable"),
-]
 _DRF = [
     (drf.NotAuthenticated, "not-authenticated"),
     (drf.AuthenticationFailed, "authentication-failed"),
@@ -103,11 +79,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if down is not None:
         log.warning("%s: %s (%s)", context.get("view"), down[0], type(exc).__name__)
         return error(503, *down, {"Retry-After": str(outages.RETRY_AFTER_SECONDS)})
-    for cls, status, code in _CONTROLLER:
-        if isinstance(exc, cls):
-            if status == 503:
-                return unavailable(code, str(exc))
-            return error(status, code, str(exc))
     if isinstance(exc, Http404):
         return error(404, "not-found", str(exc) or "not found")
     if isinstance(exc, RequestDataTooBig):
@@ -122,15 +93,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
                 headers["Retry-After"] = str(math.ceil(exc.wait))
             message = _validation_message(exc.detail)
             return error(exc.status_code, code, message, headers)
-    if isinstance(exc, ssc.SegmentSealedError):
-        return error(412, "stream-sealed", f"the stream is sealed: {exc}")
-    if isinstance(exc, TimeoutError):
-        return unavailable("segment-store-timeout", "the segment store did not answer in time")
-    if isinstance(exc, (ssc.SegmentStoreError, OSError)):
-        log.warning("segment store unavailable: %s", exc)
-        return unavailable("segment-store-unavailable", f"the segment store failed: {exc}")
-    log.exception("unexpected error in %s", context.get("view"))
-    return error(500, "internal-error", f"internal error ({type(exc).__name__}); see the log")
+    outcome = outcome_of(exc)
+    if outcome is None:
+        log.exception("unexpected error in %s", context.get("view"))
+        return error(500, INTERNAL.code, f"internal error ({type(exc).__name__}); see the log")
+    if outcome.retry:
+        if not isinstance(exc, ce.ControllerError):  # (the segment store's own failure)
+            log.warning("segment store unavailable: %s", exc)
+        return unavailable(outcome.code, outcome.say(exc))
+    return error(outcome.http, outcome.code, outcome.say(exc))
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -7,10 +7,12 @@ REST view (no rule lives here). Answers follow Pravega's controller:
 
 * outcomes the proto has a status for (a scope that exists, a stream not found, a transaction
   not found ...) are that status, since Pravega's clients read them;
-* other errors are gRPC status codes: INVALID_ARGUMENT (bad input), NOT_FOUND,
-  ALREADY_EXISTS, FAILED_PRECONDITION, UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE for a
-  metadata database, broker or segment store that is away (clients retry it), DEADLINE_EXCEEDED
-  for a workflow that outlasts the wait, INTERNAL for a bug (logged, never its text);
+* other errors are gRPC status codes, each the one ``controller_app.outcomes`` gives it (the
+  table REST reads too): INVALID_ARGUMENT (bad input), NOT_FOUND, ALREADY_EXISTS,
+  FAILED_PRECONDITION, UNAVAILABLE for a metadata database, broker, segment store or
+  container node that is away (clients retry it), DEADLINE_EXCEEDED for a workflow that
+  outlasts the wait; UNAUTHENTICATED and PERMISSION_DENIED; INTERNAL for an error with no row
+  (a bug: logged, never its text);
 * rpcs Millrace does not serve answer UNIMPLEMENTED with a message (Pravega's clients do not
   retry it).
 
@@ -46,8 +48,6 @@ from controller_app.choices import (
 from controller_app.errors import (
     AlreadyExistsError,
     ConflictError,
-    ControllerError,
-    IllegalTransitionError,
     InvalidArgumentError,
     InvalidStreamCutError,
     KvtNotFoundError,
@@ -55,10 +55,8 @@ from controller_app.errors import (
     PreconditionFailedError,
     ReaderGroupNotFoundError,
     ScopeNotFoundError,
-    SegmentStoreUnavailableError,
     StreamNotFoundError,
     TransactionNotFoundError,
-    WorkflowTimeoutError,
 )
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import controller_pb2_grpc as pb_grpc
@@ -71,6 +69,7 @@ from controller_app.models import (
     Stream,
 )
 from controller_app.outages import service_down
+from controller_app.outcomes import outcome_of
 from controller_app.roles import Need, may, refusal
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment
@@ -207,28 +206,18 @@ def _require(user: Any, need: Need) -> None:
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status answering ``exc`` (see the module docstring)."""
+    """The gRPC status answering ``exc``: the outcomes table's (``controller_app.outcomes``),
+    as REST answers it; an error with no row is logged and answered ``INTERNAL``."""
     if isinstance(exc, RpcError):
         return exc.code, str(exc)
     down = service_down(exc)
     if down is not None:
         return grpc.StatusCode.UNAVAILABLE, down[1]
-    if isinstance(exc, SegmentStoreUnavailableError):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    if isinstance(exc, WorkflowTimeoutError):
-        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
-    if isinstance(exc, InvalidArgumentError | InvalidStreamCutError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, NotFoundError | LookupError):
-        return grpc.StatusCode.NOT_FOUND, str(exc)
-    if isinstance(exc, AlreadyExistsError):
-        return grpc.StatusCode.ALREADY_EXISTS, str(exc)
-    if isinstance(exc, PreconditionFailedError | ConflictError | IllegalTransitionError):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, ControllerError):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    log.error("gRPC call failed", exc_info=exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+    outcome = outcome_of(exc)
+    if outcome is None:
+        log.error("gRPC call failed", exc_info=exc)
+        return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+    return grpc.StatusCode[outcome.grpc], outcome.say(exc)
 
 
 Handler = Callable[[Any, Any, Any], Any]
