@@ -110,7 +110,7 @@ class Leader:
             now = self.clock()
             if self._watching_since is None:
                 self._watching_since = now
-                log.warning("leading the cluster (term %d)", self.lease.term)
+                log.info("leading the cluster (term %d)", self.lease.term)
             self._assign(now)
         except Exception:
             self._watching_since = None
@@ -178,7 +178,7 @@ class Leader:
                     container=number, from_node=source or "", to_node=target, epoch=epoch,
                     reason=reason,
                 )  # fmt: skip
-                log.warning("container %d: %s -> %s (epoch %d, %s)",
+                log.info("container %d: %s -> %s (epoch %d, %s)",
                             number, source or "nobody", target, epoch, reason)  # fmt: skip
             lease.epochs = epoch
             lease.save(update_fields=["epochs"])

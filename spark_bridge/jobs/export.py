@@ -32,6 +32,7 @@ def export(
     *,
     fmt: str = "parquet",
     show_progress: bool = True,
+    overwrite: bool = False,
 ) -> Summary:
     from pyspark.sql import functions as f
 
@@ -44,7 +45,7 @@ def export(
     clock = Clock()
     try:
         with progress(spark, "export", show_progress):
-            frame.write.format(fmt).mode("errorifexists").save(to)
+            frame.write.format(fmt).mode("overwrite" if overwrite else "errorifexists").save(to)
         totals = frame.agg(f.count("*").alias("n"), f.sum(f.length("event")).alias("b")).first()
     finally:
         frame.unpersist()
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="start", default="earliest", help="a stream cut (or earliest)")
     p.add_argument("--until", dest="end", default="unbounded", help="a stream cut (or unbounded)")
     p.add_argument("--format", default="parquet", choices=FORMATS)
+    p.add_argument("--overwrite", action="store_true", help="replace what --to holds")
     return p
 
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("millrace-export", args.master)
     try:
         summary = export(spark, options, args.to, fmt=args.format,
-                         show_progress=not args.no_progress)  # fmt: skip
+                         show_progress=not args.no_progress, overwrite=args.overwrite)  # fmt: skip
     finally:
         spark.stop()
     print(summary.line(f"exported {args.stream} to {args.to}:"))

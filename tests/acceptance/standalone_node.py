@@ -217,6 +217,29 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive ports of 127.0.0.1 that were free a moment ago."""
+    import socket
+
+    for _ in range(100):
+        first = free_ports(1)[0]
+        if first + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
 def eventually(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
     """``check()``'s first truthy answer, polled every ``every`` s; AssertionError naming
     ``what`` after ``timeout`` s."""

@@ -59,7 +59,7 @@ from tests.acceptance.cluster import LocalCluster, wire_call
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.postgres import PrivatePostgres
-from tests.acceptance.standalone_node import eventually, free_ports, request
+from tests.acceptance.standalone_node import eventually, free_port_run, request
 from tests.acceptance.test_node_heals import Program
 from tests.tiers.nats_servers import nats_servers
 
@@ -527,7 +527,8 @@ def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
     """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
     up, the leader spreads the containers, events written through one controller are read
     through the other, and SIGTERM stops every process."""
-    http, wire, grpc, metrics = _free_run(2), _free_run(3), _free_run(2), _free_run(3)
+    http, wire, grpc = free_port_run(2), free_port_run(3), free_port_run(2)
+    metrics = free_port_run(3)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
     env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1",
@@ -696,29 +697,6 @@ class TableProbe:
             FAILOVER_SECONDS, f"{owner} serving {self.name}",
         )  # fmt: skip
         return isinstance(reply, wire.TableEntriesUpdated), read.entries[0][1].data
-
-
-def _free_run(count: int) -> int:
-    """The first of ``count`` consecutive ports of 127.0.0.1 that were free a moment ago."""
-    import socket
-
-    for _ in range(100):
-        first = free_ports(1)[0]
-        if first + count > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise AssertionError(f"no {count} consecutive free ports")
 
 
 @pytest.mark.parametrize("unsafe", ["", "no-pause-check"])

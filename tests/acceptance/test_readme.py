@@ -11,20 +11,15 @@ run a second time: a newcomer runs a snippet again after a typo further down.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.acceptance.executed_docs import blocks, repository_like, run_block, user_env
 from tests.acceptance.standalone_node import Standalone, running_standalone
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: The sections run, in the README's order, and how many shell and Python blocks each has.
 SECTIONS = {
@@ -35,15 +30,6 @@ SECTIONS = {
 }
 
 
-def blocks(markdown: str, heading: str) -> list[tuple[str, str]]:
-    """The fenced ``sh`` and ``python`` blocks of the section ``## heading`` (up to the next
-    ``## ``), in order, as (language, text)."""
-    start = markdown.index(f"\n## {heading}\n")
-    end = markdown.find("\n## ", start + 1)
-    section = markdown[start : end if end > 0 else len(markdown)]
-    return re.findall(r"```(sh|python)\n(.*?)```", section, re.DOTALL)
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     yield from running_standalone(tmp_path_factory, "readme", {})
@@ -51,42 +37,27 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
 
 @pytest.fixture(scope="module")
 def workdir(node: Standalone, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("readme-cwd")
-    (where / "data").symlink_to(node.data_dir)
-    (where / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    return where
+    return repository_like(tmp_path_factory.mktemp("readme-cwd"), node.data_dir)
 
 
-def run_block(node: Standalone, workdir: Path, language: str, text: str) -> str:
-    address = node.base.removeprefix("http://")
-    text = text.replace("127.0.0.1:9091", address)
-    text = text.replace('"127.0.0.1", 12345', f'"127.0.0.1", {node.wire_port}')
-    # The shell the node was started from (its MILLRACE_ variables, a token secret given
-    # there, say), as a user's second terminal would have it.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
-    env |= {k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")}
-    env |= {"MILLRACE_URL": node.base, "PYTHONUNBUFFERED": "1"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    if language == "sh":
-        argv = ["bash", "-e", "-o", "pipefail", "-c", text]
-    else:
-        argv = [str(workdir / ".venv" / "bin" / "python"), "-c", text]
-    done = subprocess.run(
-        argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=300
-    )  # fmt: skip
-    assert done.returncode == 0, (
-        f"this block failed ({done.returncode}):\n{text}\n--- stdout\n{done.stdout[-3000:]}"
-        f"\n--- stderr\n{done.stderr[-3000:]}"
-    )
-    return done.stdout
+def node_substitutions(node: Standalone) -> dict[str, str]:
+    """The node's free ports in place of the documented ones."""
+    return {"127.0.0.1:9091": node.base.removeprefix("http://"),
+            '"127.0.0.1", 12345': f'"127.0.0.1", {node.wire_port}'}  # fmt: skip
+
+
+def node_env(node: Standalone) -> dict[str, str]:
+    """The shell the node was started from (its MILLRACE_ variables, a token secret given
+    there, say), as a user's second terminal would have it, and the command-line client told
+    the node's address through ``MILLRACE_URL``, as its help says."""
+    env = user_env({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
+    return env | {"MILLRACE_URL": node.base}
 
 
 @pytest.mark.parametrize("attempt", ["first", "again"])
 def test_the_readme_runs_as_written(node: Standalone, workdir: Path, attempt: str) -> None:
-    markdown = (ROOT / "README.md").read_text()
     for heading, count in SECTIONS.items():
-        found = blocks(markdown, heading)
+        found = blocks("README.md", heading)
         assert len(found) == count, f"{heading}: {len(found)} blocks (a section changed?)"
         for language, text in found:
-            run_block(node, workdir, language, text)
+            run_block(workdir, language, text, node_env(node), node_substitutions(node))

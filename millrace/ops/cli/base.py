@@ -151,17 +151,50 @@ def setup_django() -> None:
 
 
 def migrate(verbosity: int) -> None:
-    """Create or update the metadata database's tables; a database that fails ends the
-    command with its message."""
+    """Create or update the metadata database's tables (a PostgreSQL database that does not
+    exist yet is created first); a database that fails ends the command with its message."""
     setup_django()
     from django.core.management import call_command
     from django.db import DatabaseError
 
     try:
+        _create_missing_database()
         call_command("migrate", interactive=False, verbosity=verbosity)
     except DatabaseError as exc:
         detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise CommandError(f"the metadata database failed: {detail}") from exc
+
+
+def _create_missing_database() -> None:
+    """``CREATE DATABASE`` for a PostgreSQL ``DATABASE_URL`` naming a database the server does
+    not have yet (as a first ``cluster local`` meets it), through the server's ``postgres``
+    database; announced on stderr. Anything else is left to the migration's own error."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    import psycopg
+    from psycopg import sql
+
+    given = connection.settings_dict
+    name = given["NAME"]
+    params = {key: given[field] for key, field in
+              (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST"), ("port", "PORT"))
+              if given[field]}  # fmt: skip
+    try:
+        psycopg.connect(dbname=name, connect_timeout=10, **params).close()
+        return
+    except psycopg.OperationalError as exc:
+        if f'database "{name}" does not exist' not in str(exc):
+            return
+    try:
+        with psycopg.connect(dbname="postgres", connect_timeout=10, autocommit=True,
+                             **params) as server:  # fmt: skip
+            server.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise CommandError(f"the PostgreSQL database {name!r} does not exist, and creating it "
+                           f"failed: {str(exc).strip()}") from None  # fmt: skip
+    warn(f"created the PostgreSQL database {name!r}")
 
 
 def warn(message: str) -> None:

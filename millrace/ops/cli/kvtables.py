@@ -46,7 +46,7 @@ def register(commands: Any, parents: Parents) -> None:
     keyed.add_argument("--base64", action="store_true", help="KEY is URL-safe base64")
     add(verbs, "get", remote.handler(kvt_get), "Print the value of KEY and its version.",
         parents=[*parents_, keyed])  # fmt: skip
-    put = add(verbs, "put", remote.handler(kvt_put), "Set the value of KEY.",
+    put = add(verbs, "put", remote.handler(kvt_put), "Set the value of KEY; print its new version.",
               parents=[*parents_, keyed])  # fmt: skip
     put.add_argument("value", metavar="VALUE", nargs="?",
                      help="the value (text); '-' or none: read it from standard input")  # fmt: skip
@@ -117,7 +117,7 @@ def kvt_put(args: argparse.Namespace) -> None:
     elif args.if_absent:
         headers["If-None-Match"] = "*"
     put = remote.call(args, "PUT", _entry_path(args), {"value": value}, headers)
-    remote.out(args, put, f"version {put['version']}")
+    remote.out(args, put, str(put["version"]))  # (alone: v=$(millrace kvt put ...))
 
 
 def kvt_remove(args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.ops.cli import remote
-from millrace.ops.cli.base import CommandError, Parents, needs
+from millrace.ops.cli.base import EXIT_USAGE, CommandError, Parents, needs
 
 
 def register(commands: Any, parents: Parents) -> None:
@@ -34,6 +34,10 @@ def register(commands: Any, parents: Parents) -> None:
     export.add_argument("--from", dest="start", default="earliest", help="a stream cut text")
     export.add_argument("--until", dest="end", default="unbounded", help="a stream cut text")
     export.add_argument("--format", default="parquet", choices=("parquet", "json", "csv"))
+    export.add_argument(
+        "--overwrite", action="store_true",
+        help="replace what --to holds (without it an existing --to is refused)",
+    )  # fmt: skip
     for job in (ingest, export):
         job.add_argument("--master", help="Spark master (default local[*])")
         job.add_argument("--spark-submit", action="store_true",
@@ -79,6 +83,11 @@ def spark_ingest(args: argparse.Namespace) -> None:
 
 def spark_export(args: argparse.Namespace) -> None:
     remote.split(args.name)
+    if not args.overwrite and "://" not in args.to and Path(args.to).exists():
+        raise CommandError(f"--to {args.to} exists already: export never writes over files "
+                           "unless given --overwrite", EXIT_USAGE)  # fmt: skip
     rest = ["--token", remote.token(args), "--stream", args.name, "--to", args.to,
             "--from", args.start, "--until", args.end, "--format", args.format]  # fmt: skip
+    if args.overwrite:
+        rest.append("--overwrite")
     _run_job(args, "export", _job_argv(args, *rest))

@@ -1,0 +1,183 @@
+"""The guides and component pages a newcomer follows, executed as written (``executed_docs``):
+the cluster guide against a fresh local cluster on a PostgreSQL server of the test's own, the
+security guide's TLS recipe against the node it starts, the key-value table and Spark pages
+against a fresh standalone node. Every block must succeed, and the ones that do not start a
+node succeed again when run a second time.
+
+The substitutions, each for the same reason: the documented ports are those of a machine
+running one Millrace, and the tests run beside others, so each node listens on free ports and
+the text's ``9091``, ``12345`` ... become them (and the cluster guide's ``pgrep`` pattern gets
+the test's own directory, so that it never matches another test's cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.executed_docs import (
+    blocks,
+    repository_like,
+    run_block,
+    start_block,
+    user_env,
+)
+from tests.acceptance.postgres import PrivatePostgres
+from tests.acceptance.standalone_node import (
+    Standalone,
+    eventually,
+    free_port_run,
+    free_ports,
+    request,
+    running_standalone,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _stop(process: subprocess.Popen[bytes], output: Path) -> None:
+    """SIGTERM to the block's process group (bash and the node it started), as Ctrl-C in a
+    terminal reaches them all; every one of them must be gone within 90 s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        process.poll()  # (reaps bash: a zombie would keep the group)
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise AssertionError(f"did not stop:\n{output.read_text()[-3000:]}")
+
+
+def _cluster_spread(http: int, token: str) -> bool:
+    try:
+        status, found = request(f"http://127.0.0.1:{http}", "GET", "/v1/cluster", token)
+    except OSError:
+        return False
+    return status == 200 and len([n for n in found["nodes"] if n["containers"]]) == 3
+
+
+def test_the_cluster_guide_runs_as_written(postgres: PrivatePostgres, tmp_path: Path) -> None:
+    """The local cluster starts as the guide types it (its database created on the way), the
+    status command works from a second terminal, and pausing node-1 moves its containers."""
+    where = repository_like(tmp_path / "cwd")
+    http, grpc = free_port_run(2), free_port_run(2)
+    wire, metrics = free_port_run(3), free_port_run(3)
+    start, status, pause = blocks("docs/guides/cluster.md")
+    assert all(language == "sh" for language, _ in (start, status, pause))
+    output = tmp_path / "cluster.out"
+    process = start_block(
+        where, *start, user_env({"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics)}), output,
+        {"127.0.0.1:5432": f"127.0.0.1:{postgres.port}",
+         "--data-dir ./cluster\n": f"--data-dir ./cluster --http-port {http} --grpc-port {grpc}"
+                                   f" --segmentstore-port {wire}\n"},
+    )  # fmt: skip
+    try:
+        eventually(lambda: "The local cluster is running" in output.read_text(), 180, "start")
+        assert "created the PostgreSQL database 'millrace'" in output.read_text()
+        token = (where / "cluster" / "admin-token").read_text().strip()
+        eventually(lambda: _cluster_spread(http, token), 60, "containers on all three nodes")
+        second_terminal = user_env({"MILLRACE_URL": f"http://127.0.0.1:{http}"})
+        shown = run_block(where, *status, second_terminal)
+        assert "leader: controller-" in shown and "node-1" in shown
+        shown = run_block(where, *pause, second_terminal,
+                          {"'cluster/node-1 '": f"'{where}/cluster/node-1 '"})  # fmt: skip
+        node_1 = next(line for line in shown.splitlines() if line.startswith("node-1 "))
+        assert node_1.split()[-1] == "-", shown  # its containers moved to the others
+        eventually(lambda: _cluster_spread(http, token), 60, "node-1 given its share back")
+    finally:
+        _stop(process, output)
+    assert "millrace cluster local: stopped" in output.read_text()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    yield from running_standalone(tmp_path_factory, "guides", {})
+
+
+def _node_env(node: Standalone) -> tuple[dict[str, str], dict[str, str]]:
+    """A second terminal of the node's (``MILLRACE_URL`` its address, as the CLI's help says),
+    and the node's ports in place of the documented ones."""
+    address = node.base.removeprefix("http://")
+    env = user_env({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
+    return env | {"MILLRACE_URL": node.base}, {"127.0.0.1:9091": address}
+
+
+def test_the_kvt_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
+    where = repository_like(tmp_path / "cwd", node.data_dir)
+    env, substitutions = _node_env(node)
+    node.manager().create_scope("demo")
+    [(language, text)] = blocks("docs/components/kvt.md")
+    for _ in range(2):
+        shown = run_block(where, language, text, env, substitutions)
+        assert '"name": "Ada Lovelace"' in shown or "Ada Lovelace" in shown, shown
+
+
+def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
+    """The page's first example in a PySpark program (whose ``spark`` the shell would give),
+    copying the README's ``demo/orders`` into ``demo/copy`` in capitals; then its bulk ingest
+    and export, twice."""
+    where = repository_like(tmp_path / "cwd", node.data_dir)
+    env, substitutions = _node_env(node)
+    manager = node.manager()
+    manager.create_scope("demo")
+    for name in ("orders", "copy"):
+        manager.create_stream("demo", name, initial_segments=2)
+    with manager.create_writer("demo", "orders") as writer:
+        for i in range(20):
+            writer.write_event(f"order {i}", routing_key=f"customer-{i % 3}")
+    (language, example), *rest = blocks("docs/components/spark.md")
+    shell = "from pyspark.sql import SparkSession\n"
+    shell += 'spark = SparkSession.builder.master("local[1]").getOrCreate()\n'
+    run_block(where, language, shell + example, env, substitutions)
+    reader = manager.create_reader("demo", "copy")
+    copied = {bytes(e.data) for e in iter(lambda: reader.read_next(timeout=5), None)}
+    assert copied == {f"ORDER {i}".encode() for i in range(20)}
+    [(language, bulk), (_, tuning)] = rest
+    for _ in range(2):
+        shown = run_block(where, language, bulk, env, substitutions)
+        assert "spark-submit" in shown and "ingested into demo/bulk: 3 events" in shown, shown
+    assert list((where / "bulk-export").glob("*.parquet"))
+    assert "maxBytesPerBatch" in tuning  # (a setting for one's own session: not run alone)
+    manager.close()
+
+
+def test_the_security_guide_runs_as_written(tmp_path: Path) -> None:
+    """The development CA and certificate, a node with TLS on every port, the status check and
+    curl over TLS, a rotation of the token secret and of the administrator's token after which
+    the command line still works. A block naming ``/etc/millrace`` is a deployment's files, not
+    run."""
+    where = repository_like(tmp_path / "cwd")
+    http, wire, grpc, metrics = free_ports(4)
+    found = [b for b in blocks("docs/guides/security.md") if "/etc/millrace" not in b[1]]
+    start, *then = found
+    output = tmp_path / "node.out"
+    process = start_block(
+        where, *start, user_env({"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics)}), output,
+        {"millrace standalone\n": f"millrace standalone --http-port {http} --grpc-port {grpc}"
+                                  f" --segmentstore-port {wire}\n"},
+    )  # fmt: skip
+    try:
+        eventually(lambda: "Millrace is running" in output.read_text(), 180, "the TLS node")
+        assert "TLS on every port" in output.read_text()
+        second_terminal = user_env({})
+        for _ in range(2):
+            ported = {"localhost:9091": f"localhost:{http}"}
+            shown = [run_block(where, *block, second_terminal, ported) for block in then]
+            assert "UP" in shown[0] and '"scopes"' in shown[0], shown[0]
+            assert "signing" in shown[1], shown[1]
+            # the rotated token is the one data/admin-token holds (the scope list after it
+            # worked with it)
+            assert (where / "data" / "admin-token").read_text().strip() in shown[2]
+    finally:
+        _stop(process, output)
+    token = (where / "data" / "admin-token").read_text().strip()
+    assert token and token not in output.read_text()
