@@ -1,9 +1,11 @@
-"""The console's Security page: TLS, the delegation-token secrets, API tokens and sign-ins.
+"""The console's Security page: TLS, the delegation-token secrets, users, API tokens and
+sign-ins.
 
 Everyone who may read sees it (fingerprints and key prefixes, never a secret); the changes
-(rotating the token secret, rotating or revoking a user's API token, unlocking a user and
-address refused for too many failed sign-ins) need the admin role, each audited under the
-names the command line's are (``token-secret.rotate``, ``token.rotate`` ...).
+(rotating the token secret; a user's role, password, state or deletion; rotating or revoking a
+user's API token; unlocking a user and address refused for too many failed sign-ins) need the
+admin role, each audited under the names the command line's are (``token-secret.rotate``,
+``user.role``, ``token.rotate`` ...).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.utils import timezone
 from admin_ui.console import change, context, done, page
 from controller_app import audit
 from controller_app import selectors as sel
+from controller_app import users as accounts
 from controller_app.errors import InvalidArgumentError
 from controller_app.tokens import token_keys
 from controller_app.users import api_tokens, revoke_token, rotate_token
@@ -88,6 +91,8 @@ def security(request: HttpRequest) -> HttpResponse:
         keys=keys,
         token_ttl_s=node.token_ttl_seconds,
         overlap_default=2 * node.token_ttl_seconds,
+        users=accounts.users(),
+        roles=accounts.ROLES,
         tokens=api_tokens(),
         api_token_ttl_days=node.api_token_ttl_days,
         signin_limit=settings.AXES_FAILURE_LIMIT if settings.AXES_ENABLED else None,
@@ -146,3 +151,75 @@ def signin_unlock(request: HttpRequest) -> HttpResponse:
     audit.name_object(request, f"{username}@{address}")
     reset(ip=address or None, username=username or None)
     return done(request, f"{username} may sign in from {address} again", _back())
+
+
+def _by_change(action: str, obj: str, detail: str = "") -> None:
+    """(``change`` records the console's changes in the audit log itself.)"""
+
+
+def _user_change(request: HttpRequest, user: str, make: Any) -> HttpResponse:
+    audit.name_object(request, user)
+    try:
+        said = make()
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    return done(request, said, _back())
+
+
+@change("user.role", need="admin")
+def user_role(request: HttpRequest, user: str) -> HttpResponse:
+    role = request.POST.get("role", "")
+
+    def make() -> str:
+        accounts.set_role(user, role, _by_change)
+        return f"{user} is {role} now"
+
+    return _user_change(request, user, make)
+
+
+@change("user.password", need="admin")
+def user_password(request: HttpRequest, user: str) -> HttpResponse:
+    return _user_change(request, user, lambda: (
+        f"new console password of {user} (shown once; copy it now): "
+        f"{accounts.new_password(user, _by_change)}"
+    ))  # fmt: skip
+
+
+def _set_active(request: HttpRequest, user: str, active: bool) -> HttpResponse:
+    def make() -> str:
+        accounts.set_active(user, active, _by_change)
+        return f"{user} is {'enabled' if active else 'disabled'}"
+
+    return _user_change(request, user, make)
+
+
+@change("user.disable", need="admin")
+def user_disable(request: HttpRequest, user: str) -> HttpResponse:
+    return _set_active(request, user, False)
+
+
+@change("user.enable", need="admin")
+def user_enable(request: HttpRequest, user: str) -> HttpResponse:
+    return _set_active(request, user, True)
+
+
+@change("user.delete", need="admin")
+def user_delete(request: HttpRequest, user: str) -> HttpResponse:
+    def make() -> str:
+        accounts.delete_user(user, _by_change)
+        return f"{user} is deleted"
+
+    return _user_change(request, user, make)
+
+
+@change("user.create", need="admin")
+def user_create(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("username", "").strip()
+    role = request.POST.get("role", "")
+    audit.name_object(request, name)
+    try:
+        password, token = accounts.create_user(name, role, _by_change)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    return done(request, f"user {name} ({role}) made; shown once, copy them now: console "
+                f"password {password}, API token {token}", _back())  # fmt: skip

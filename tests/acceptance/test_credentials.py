@@ -5,6 +5,7 @@ that expire, rotate and are revoked through ``millrace token``."""
 
 from __future__ import annotations
 
+import base64
 import os
 import sqlite3
 import stat
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -150,6 +152,45 @@ def test_api_tokens_list_rotate_revoke_and_expire(node: Standalone) -> None:
                           "'refused' AND action = 'GET /v1/scopes'")  # fmt: skip
     assert any("expired on" in detail for (detail,) in refused)
     assert any("revoked, rotated or mistyped" in detail for (detail,) in refused)
+
+
+def test_users_change_role_password_and_state_and_the_last_admin_stays(node: Standalone) -> None:
+    """``millrace user role|password|disable|enable|delete|list`` against a running node, each
+    checked by the REST API as a program calls it (a token, or Basic with the password)."""
+    if "no-token-overlap" in node.environ.get("MILLRACE_TEST_UNSAFE", ""):
+        pytest.skip("(one run is enough)")
+    name = f"erin{uuid.uuid4().hex[:4]}"
+    token = cli(node, "user", "create", name, "--role", "operator").stdout.strip().splitlines()[-1]
+    scope = {"scopeName": f"s{uuid.uuid4().hex[:6]}"}
+    assert request(node.base, "POST", "/v1/scopes", token, scope)[0] == 201
+    assert cli(node, "user", "role", name, "viewer").returncode == 0
+    assert request(node.base, "POST", "/v1/scopes", token, {"scopeName": "x" + name})[0] == 403
+    assert request(node.base, "GET", "/v1/scopes", token)[0] == 200
+    assert cli(node, "user", "disable", name).returncode == 0
+    assert request(node.base, "GET", "/v1/scopes", token)[0] == 401
+    listed = cli(node, "user", "list").stdout
+    assert any(line.split()[:3] == [name, "viewer", "disabled"] for line in listed.splitlines())
+    assert cli(node, "user", "enable", name).returncode == 0
+    assert request(node.base, "GET", "/v1/scopes", token)[0] == 200
+    password = cli(node, "user", "password", name).stdout.strip().rsplit(" ", 1)[-1]
+    basic = base64.b64encode(f"{name}:{password}".encode()).decode()
+    asked = urllib.request.Request(
+        node.base + "/v1/scopes", headers={"Authorization": f"Basic {basic}"}
+    )
+    with urllib.request.urlopen(asked, timeout=30) as answer:
+        assert answer.status == 200
+    # the last active administrator cannot be demoted, disabled or deleted
+    for change in (("role", "admin", "viewer"), ("disable", "admin"), ("delete", "admin")):
+        refused = cli(node, "user", *change)
+        assert refused.returncode == 2 and "last active administrator" in refused.stderr
+    assert cli(node, "user", "delete", name).returncode == 0
+    assert request(node.base, "GET", "/v1/scopes", token)[0] == 401
+    gone = cli(node, "user", "delete", name)
+    assert gone.returncode == 2 and f"no user {name!r}" in gone.stderr
+    database = sqlite3.connect(node.data_dir / "millrace.sqlite3")
+    rows = database.execute("SELECT action FROM controller_app_auditentry WHERE object=?", (name,))
+    changes = {"user.role", "user.disable", "user.enable", "user.password", "user.delete"}
+    assert changes <= {row[0] for row in rows}
 
 
 def age_token(node: Standalone, user: str, days: int) -> None:

@@ -63,3 +63,7 @@ def screenshot(page: Any, name: str) -> None:
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=False)
+
+
+def message(page: Any) -> Any:
+    return page.locator(".messages .message").first

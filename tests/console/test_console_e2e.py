@@ -16,17 +16,13 @@ from playwright.sync_api import expect
 
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone, request
-from tests.console.conftest import SCREENSHOTS, screenshot, sign_in
+from tests.console.conftest import SCREENSHOTS, message, screenshot, sign_in
 
 pytestmark = pytest.mark.slow
 
 
 def admin_password(node: Standalone) -> str:
     return (node.data_dir / "admin-password").read_text().strip()
-
-
-def message(page: Any) -> Any:
-    return page.locator(".messages .message").first
 
 
 def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> None:
@@ -328,3 +324,51 @@ def test_the_newest_events_are_the_newest_of_every_segment(chromium: Any, node: 
         expect(page.locator("h1")).to_be_visible()
         screenshot(page, name)
     manager.close()
+
+
+def test_an_admin_manages_users_in_the_console(chromium: Any, node: Standalone) -> None:
+    """Make a user, change its role, disable and enable it, give it a new password, delete it;
+    each change checked by the REST API as a program calls it, or by signing in."""
+    password = (node.data_dir / "admin-password").read_text().strip()
+    page = sign_in(chromium, node, "admin", password)
+    page.goto(node.base + "/security/")
+    page.fill("#user-create input[name=username]", "gil")
+    page.select_option("#user-create select[name=role]", "viewer")
+    page.click("#user-create button")
+    made = message(page).inner_text()
+    assert "user gil (viewer) made" in made
+    token = re.search(r"API token ([0-9a-f]{40})", made)
+    assert token is not None
+    gil = token.group(1)
+    row = page.locator("#user-table tr[data-user=gil]")
+    expect(row).to_contain_text("viewer")
+    assert request(node.base, "POST", "/v1/scopes", gil, {"scopeName": "gils"})[0] == 403
+    row.locator("select[name=role]").select_option("operator")
+    row.locator("button:has-text('Set role')").click()
+    expect(message(page)).to_have_text("gil is operator now")
+    assert request(node.base, "POST", "/v1/scopes", gil, {"scopeName": "gils"})[0] == 201
+    row.locator("summary:has-text('Disable')").click()
+    row.locator("button:has-text('Disable')").click()
+    expect(message(page)).to_have_text("gil is disabled")
+    expect(row).to_contain_text("disabled")
+    assert request(node.base, "GET", "/v1/scopes", gil)[0] == 401
+    row.locator("button:has-text('Enable')").click()
+    assert request(node.base, "GET", "/v1/scopes", gil)[0] == 200
+    row.locator("summary:has-text('Password')").click()
+    row.locator("button:has-text('New password')").click()
+    fresh = message(page).inner_text().rsplit(" ", 1)[-1]
+    gils_page = sign_in(chromium, node, "gil", fresh)  # the new password signs in
+    expect(gils_page.locator("h1").first).to_be_visible()
+    gils_page.close()
+    # the last active administrator stays
+    admin_row = page.locator("#user-table tr[data-user=admin]")
+    admin_row.locator("summary:has-text('Delete')").click()
+    admin_row.locator("button:has-text('Delete')").click()
+    expect(page.locator(".messages .message.error").first).to_contain_text(
+        "last active administrator"
+    )
+    row.locator("summary:has-text('Delete')").click()
+    row.locator("button:has-text('Delete')").click()
+    expect(message(page)).to_have_text("gil is deleted")
+    assert request(node.base, "GET", "/v1/scopes", gil)[0] == 401
+    page.close()

@@ -15,13 +15,9 @@ from millrace.client.kvt import KeyValueTableManager
 from millrace.client.manager import StreamManager
 from millrace.kernel.kvt import partition_of
 from tests.acceptance.standalone_node import Standalone
-from tests.console.conftest import screenshot, sign_in
+from tests.console.conftest import message, screenshot, sign_in
 
 pytestmark = pytest.mark.slow
-
-
-def _message(page: Any) -> Any:
-    return page.locator(".messages .message").first
 
 
 def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: Standalone) -> None:
@@ -43,7 +39,7 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
     page.fill("input[name=primaryKeyLength]", "6")
     page.fill("input[name=secondaryKeyLength]", "0")
     page.click("button:has-text('Create table')")
-    expect(_message(page)).to_have_text("key-value table shop/carts created")
+    expect(message(page)).to_have_text("key-value table shop/carts created")
     expect(page.locator("#partitions tbody tr")).to_have_count(3)
     expect(page.locator("#placement")).to_have_text("keys placed as Pravega's clients place them")
 
@@ -71,7 +67,7 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
         row = page.locator("#entries tbody tr", has_text="c00110")
         row.locator("textarea").fill("items=none")
         row.locator("button:has-text('Save')").click()
-        expect(_message(page)).to_contain_text("c00110 saved")
+        expect(message(page)).to_contain_text("c00110 saved")
         assert table.get(b"c00110").value == b"items=none"
         # the same row again, after a program changed the entry: refused, nothing lost
         table.put(b"c00110", b"items=program")
@@ -87,7 +83,7 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
         page.fill("#entry-add input[name=key]", "new001")
         page.fill("#entry-add textarea[name=value]", "fresh")
         page.click("#entry-add button")
-        expect(_message(page)).to_contain_text("new001 saved")
+        expect(message(page)).to_contain_text("new001 saved")
         assert table.get(b"new001").value == b"fresh"
         page.fill("input[name=prefix]", "new")
         page.click("button:has-text('Search')")
@@ -95,14 +91,14 @@ def test_an_operator_browses_and_edits_a_key_value_table(chromium: Any, node: St
         target.locator("summary").click()
         target.locator("input[name=confirm]").check()
         target.locator("button:has-text('Remove')").click()
-        expect(_message(page)).to_contain_text("new001 removed")
+        expect(message(page)).to_contain_text("new001 removed")
         assert table.get(b"new001") is None
         table.close()
 
     page.locator("summary:has-text('Delete table')").click()
     page.fill("input[name=confirm]", "carts")
     page.click("button:has-text('Delete table carts')")
-    expect(_message(page)).to_have_text("key-value table shop/carts deleted")
+    expect(message(page)).to_have_text("key-value table shop/carts deleted")
     page.goto(node.base + "/audit/")
     logged = page.locator("main").inner_text()
     page.close()

@@ -86,6 +86,7 @@ def test_an_admin_rotates_the_secret_and_tokens_and_unlocks_a_sign_in(keys: Toke
     frank = get_user_model().objects.create_user("frank")
     first = token_for(frank)
     page = admin.get("/security/").content.decode()
+    page = page[page.index('id="token-table"') :]
     row = page[page.index('data-user="frank"') :]
     row = row[: row.index("</tr>")]
     # Rotate, as Revoke, asks first: the button opens a confirmation that says what follows.
@@ -109,3 +110,37 @@ def test_an_admin_rotates_the_secret_and_tokens_and_unlocks_a_sign_in(keys: Toke
     assert not AccessAttempt.objects.filter(username="frank").exists()
     actions = set(AuditEntry.objects.filter(result="ok").values_list("action", flat=True))
     assert {"token-secret.rotate", "token.rotate", "token.revoke", "signin.unlock"} <= actions
+
+
+def test_user_changes_need_the_admin_role_and_keep_an_admin(keys: TokenKeys) -> None:
+    operator, _ = browser("operator")
+    target = get_user_model().objects.create_user("hana", password="pw")
+    grant(target, "viewer")
+    for path, form in (("role", {"role": "admin"}), ("password", {}), ("disable", {}),
+                       ("delete", {})):  # fmt: skip
+        assert operator.post(f"/security/users/hana/{path}", form).status_code == 403
+    assert (
+        operator.post("/security/users/create", {"username": "x", "role": "admin"}).status_code
+        == 403
+    )
+    target.refresh_from_db()
+    assert target.is_active and target.check_password("pw")
+    refused = set(AuditEntry.objects.filter(result="refused").values_list("action", flat=True))
+    assert {"user.role", "user.password", "user.disable", "user.delete", "user.create"} <= refused
+
+    admin, me = browser("admin")
+    get_user_model().objects.filter(is_superuser=True).update(is_active=False)  # (only me)
+    page = admin.get("/security/").content.decode()
+    assert 'data-user="hana"' in page and "viewer" in page
+    answer = admin.post(
+        "/security/users/create", {"username": "hana", "role": "viewer"}, follow=True
+    )
+    assert "exists already" in answer.content.decode()
+    answer = admin.post("/security/users/create", {"username": "ivo", "role": "boss"}, follow=True)
+    assert "the role must be one of admin, operator, viewer" in answer.content.decode()
+    answer = admin.post(f"/security/users/{me.username}/disable", follow=True)
+    assert "last active administrator" in answer.content.decode()
+    me.refresh_from_db()
+    assert me.is_active
+    ok = set(AuditEntry.objects.filter(result="ok").values_list("action", flat=True))
+    assert not ok & {"user.disable", "user.create"}

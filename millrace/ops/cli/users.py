@@ -1,4 +1,5 @@
-"""The commands that make credentials: ``user create``, ``token create|list|rotate|revoke``,
+"""The commands that make credentials: ``user create|list|role|password|disable|enable|delete``,
+``token create|list|rotate|revoke``,
 ``token secret show|rotate`` and ``mint-token``.
 
 ``user create`` and the API token commands write the metadata database (the server extra);
@@ -99,6 +100,31 @@ def register(commands: Any, parents: Parents) -> None:
     )  # fmt: skip
     user_create.add_argument("name", metavar="NAME")
     user_create.add_argument("--role", choices=ROLES, required=True, help="what the user may do")
+    user_list = command(
+        actions, "list", run_user_list,
+        "List the users: role, whether active, made, last console sign-in, API token.",
+        variables=_WEB, parents=[parents.data_dir],
+    )  # fmt: skip
+    user_list.add_argument("--json", action="store_true", help="machine-readable output")
+    role = command(
+        actions, "role", run_user_change, "Give NAME the role ROLE (only that one).",
+        variables=_WEB, parents=[parents.data_dir],
+    )  # fmt: skip
+    role.add_argument("name", metavar="NAME")
+    role.add_argument("role", choices=ROLES, metavar="ROLE", help=" | ".join(ROLES))
+    for name, summary in (
+        (
+            "password",
+            "Give NAME a new random console password (printed; the old one stops working).",
+        ),
+        ("disable", "Refuse NAME's console password and API token at once (nothing is deleted)."),
+        ("enable", "Let a disabled user sign in and use its API token again."),
+        ("delete", "Delete NAME and its API token."),
+    ):
+        action = command(
+            actions, name, run_user_change, summary, variables=_WEB, parents=[parents.data_dir]
+        )
+        action.add_argument("name", metavar="NAME")
     mint = command(
         commands, "mint-token", run_mint_token,
         "Print a segment store delegation token signed with the token secret.",
@@ -136,6 +162,47 @@ def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
         raise CommandError(str(exc), EXIT_USAGE) from None
     print(f"user {args.name} ({args.role}); console password: {password}")
     print(token)
+    return EXIT_OK
+
+
+def run_user_list(args: argparse.Namespace, rest: list[str]) -> int:
+    needs("django", "the metadata database")
+    migrate(verbosity=0)
+    from controller_app.users import users
+
+    found = users()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return EXIT_OK
+    print(f"{'USER':<20} {'ROLE':<9} {'STATE':<9} {'MADE (UTC)':<17} {'SIGNED IN (UTC)':<17} TOKEN")
+    for u in found:
+        print(f"{u['user']:<20} {u['role'] or '-':<9} {'active' if u['active'] else 'disabled':<9}"
+              f" {u['joined']:<17} {u['last_sign_in'] or 'never':<17} "
+              f"{'yes' if u['token'] else 'no'}")  # fmt: skip
+    return EXIT_OK
+
+
+def run_user_change(args: argparse.Namespace, rest: list[str]) -> int:
+    """``user role|password|disable|enable|delete NAME``."""
+    needs("django", "the metadata database")
+    migrate(verbosity=0)
+    from controller_app import users
+
+    name, action = args.name, args.user_command
+    try:
+        if action == "role":
+            users.set_role(name, args.role)
+            print(f"{name} is {args.role} now")
+        elif action == "password":
+            print(f"new console password of {name}: {users.new_password(name)}")
+        elif action in ("disable", "enable"):
+            users.set_active(name, action == "enable")
+            print(f"{name} is {action}d")
+        else:
+            users.delete_user(name)
+            print(f"{name} is deleted")
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
     return EXIT_OK
 
 
