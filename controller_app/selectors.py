@@ -531,6 +531,20 @@ def scope_listing() -> QuerySet[Scope]:
     return Scope.objects.annotate(stream_count=Count("streams")).order_by("name")
 
 
+#: A name starting with it is internal (a reader group's or a writer's own stream, as Pravega's
+#: ``_RG...`` and ``_MARK...``): listings leave such streams out unless asked for them.
+INTERNAL_PREFIX = "_"
+
+
+def streams_in(scope: Scope, *, internal: bool = False, after: str = "") -> QuerySet[Stream]:
+    """The streams of ``scope`` after the name ``after``, by name: the user's, or with
+    ``internal`` the internal ones only."""
+    rows = Stream.objects.select_related("scope").filter(scope=scope, name__gt=after)
+    if internal:
+        return rows.filter(name__startswith=INTERNAL_PREFIX).order_by("name")
+    return rows.exclude(name__startswith=INTERNAL_PREFIX).order_by("name")
+
+
 def stream_listing(
     scope: Scope, *, text: str = "", tag: str = "", sort: str = "name"
 ) -> QuerySet[Stream]:

@@ -13,7 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from millrace.kernel.claims import TokenKeys, mint_token
+from controller_app.roles import may
+from millrace.kernel.claims import READ, READ_UPDATE, TokenKeys, mint_token, stream_resource
 
 
 class TokenExpiredError(Exception):
@@ -61,6 +62,14 @@ def delegation_token(resource: str, access: str, ttl_seconds: float | None = Non
         return ""
     ttl = settings.MILLRACE.token_ttl_seconds if ttl_seconds is None else ttl_seconds
     return mint_token(token_keys().signing, resource, access, ttl)
+
+
+def stream_token_for(user: Any, scope: str, stream: str) -> str:
+    """The delegation token a caller gets for the segments of ``scope/stream`` (a table's
+    ``<table>_kvtable`` too): read and update for an operator, read only for a viewer; the
+    one rule of REST, gRPC and the console."""
+    access = READ_UPDATE if may(user, "operate") else READ
+    return delegation_token(stream_resource(scope, stream), access)
 
 
 @functools.cache

@@ -32,12 +32,10 @@ from controller_app.api import serializers as s
 from controller_app.choices import KvtState
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import KeyValueTable
-from controller_app.roles import may
 from controller_app.segment_client import segment_store
-from controller_app.tokens import delegation_token
+from controller_app.tokens import stream_token_for
 from controller_app.workflows import kvtables as kv
 from millrace.client.transport.table_calls import TableEntry
-from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
 from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig, kvt_segment_name
 
 __all__ = ["EntriesView", "EntryView", "KvtTokenView", "KvtView", "KvtsView"]
@@ -206,8 +204,7 @@ class KvtTokenView(APIView):
         """A segment store delegation token for the table's segments: read and update for an
         operator, read only for a viewer."""
         kv.get_kvtable(scope, kvtable)
-        access = READ_UPDATE if may(request.user, "operate") else READ
-        token = delegation_token(stream_resource(scope, kvtable + KVTABLE_SUFFIX), access)
+        token = stream_token_for(request.user, scope, kvtable + KVTABLE_SUFFIX)
         ttl = settings.MILLRACE.token_ttl_seconds
         return Response({"token": token, "expiresIn": ttl if token else 0})
 

@@ -17,6 +17,7 @@ from controller_app.choices import RetentionPolicyType, ScalingPolicyType
 from controller_app.models import Stream
 from controller_app.models.stream import RETENTION_MAX_DEFAULT
 from controller_app.workflows.config import TAG_LENGTH_MAX, StreamConfig
+from controller_app.workflows.transactions import LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN
 
 MIB = 1024 * 1024
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
@@ -320,7 +321,8 @@ class TruncateResultSerializer(serializers.Serializer):
 
 
 class TransactionCreateSerializer(serializers.Serializer):
-    leaseMs = serializers.IntegerField(min_value=1000, max_value=600_000, default=30_000)
+    leaseMs = serializers.IntegerField(min_value=LEASE_MS_MIN, max_value=LEASE_MS_MAX,
+                                       default=LEASE_MS_DEFAULT)  # fmt: skip
     writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
@@ -354,7 +356,7 @@ class TransactionSerializer(serializers.Serializer):
 
 
 class PingSerializer(serializers.Serializer):
-    leaseMs = serializers.IntegerField(min_value=1000, max_value=600_000)
+    leaseMs = serializers.IntegerField(min_value=LEASE_MS_MIN, max_value=LEASE_MS_MAX)
 
 
 class CommitSerializer(serializers.Serializer):

@@ -3,7 +3,7 @@
 Pravega's admin API (``/v1/scopes ...``) keeps Pravega's paths, status codes and field names.
 Millrace's additions live under the stream (``.../scale``, ``.../truncate``, ``.../segments``,
 ``.../transactions`` ...). Request workflows (update, seal, delete, scale, truncate) wait for
-the Celery worker to finish them, up to ``WORKFLOW_WAIT_SECONDS`` (then 504
+the Celery worker to finish them, up to ``FACE_WAIT_SECONDS`` (then 504
 ``workflow-timeout``: the work goes on).
 """
 
@@ -25,16 +25,13 @@ from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream
-from controller_app.roles import may
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
-from controller_app.tokens import delegation_token
+from controller_app.tokens import stream_token_for
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
-from controller_app.workflows.common import get_stream
-from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
+from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
 
 #: How long a request workflow is waited for before the answer is 504 (it goes on).
-WORKFLOW_WAIT_SECONDS = 30.0
 #: Streams listed per scope, at most (Pravega pages; one page here).
 STREAMS_LIST_MAX = 1000
 
@@ -122,14 +119,8 @@ class StreamsView(APIView):
         if kind == "tag":
             found = sel.streams_with_tag(scope_row, value, limit=STREAMS_LIST_MAX)
         else:
-            rows = Stream.objects.select_related("scope").filter(scope=scope_row)
-            internal = kind == "showInternalStreams"
-            rows = (
-                rows.filter(name__startswith="_")
-                if internal
-                else rows.exclude(name__startswith="_")
-            )
-            found = list(rows.order_by("name")[:STREAMS_LIST_MAX])
+            rows = sel.streams_in(scope_row, internal=kind == "showInternalStreams")
+            found = list(rows[:STREAMS_LIST_MAX])
         tags = sel.tags_of(found)
         return Response(
             {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}
@@ -165,12 +156,12 @@ class StreamView(APIView):
     def put(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         serializer = _valid(s.StreamUpdateSerializer, request.data)
-        streams.update_stream(scope, stream, serializer.to_config(), wait=WORKFLOW_WAIT_SECONDS)
+        streams.update_stream(scope, stream, serializer.to_config(), wait=FACE_WAIT_SECONDS)
         return Response(_property(get_stream(scope, stream)))
 
     @extend_schema(operation_id="deleteStream", responses={204: None})
     def delete(self, request: Request, scope: str, stream: str) -> Response:
-        streams.delete_stream(scope, stream, wait=WORKFLOW_WAIT_SECONDS)
+        streams.delete_stream(scope, stream, wait=FACE_WAIT_SECONDS)
         return Response(status=204)
 
 
@@ -185,7 +176,7 @@ class StreamStateView(APIView):
     def put(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         _valid(s.StreamStateSerializer, request.data)
-        streams.seal_stream(scope, stream, wait=WORKFLOW_WAIT_SECONDS)
+        streams.seal_stream(scope, stream, wait=FACE_WAIT_SECONDS)
         return Response({"streamState": "SEALED"})
 
 
@@ -426,7 +417,7 @@ class ScaleView(APIView):
             data["sealedSegments"],
             [tuple(r) for r in data["newRanges"]],
             scale_time=data.get("scaleTime"),
-            wait=WORKFLOW_WAIT_SECONDS,
+            wait=FACE_WAIT_SECONDS,
         )
         row = get_stream(scope, stream)
         return Response(
@@ -449,7 +440,7 @@ class TruncateView(APIView):
     def post(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
-        truncate.truncate_stream(segment_store(), scope, stream, cut, wait=WORKFLOW_WAIT_SECONDS)
+        truncate.truncate_stream(segment_store(), scope, stream, cut, wait=FACE_WAIT_SECONDS)
         row = get_stream(scope, stream)
         return Response({"head": [_segment(row, g, o) for g, o in sel.head_segments(row).items()]})
 
@@ -599,8 +590,7 @@ class DelegationTokenView(APIView):
         """A segment store delegation token for the stream's segments: read and update for an
         operator, read only for a viewer."""
         get_stream(scope, stream)
-        access = READ_UPDATE if may(request.user, "operate") else READ
-        token = delegation_token(stream_resource(scope, stream), access)
+        token = stream_token_for(request.user, scope, stream)
         ttl = settings.MILLRACE.token_ttl_seconds
         return Response({"token": token, "expiresIn": ttl if token else 0})
 

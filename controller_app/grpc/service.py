@@ -73,7 +73,7 @@ from controller_app.outcomes import outcome_of
 from controller_app.roles import Need, may, refusal
 from controller_app.segment_client import segment_store
 from controller_app.segments import Segment
-from controller_app.tokens import TokenExpiredError, delegation_token, user_of
+from controller_app.tokens import TokenExpiredError, stream_token_for, user_of
 from controller_app.workflows import (
     kvtables,
     marks,
@@ -84,9 +84,8 @@ from controller_app.workflows import (
     transactions,
 )
 from controller_app.workflows import truncate as truncation
-from controller_app.workflows.common import get_stream
+from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
 from controller_app.workflows.config import NAME_LENGTH_MAX, StreamConfig, check_name
-from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
 from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig, partition_ends
 from millrace.kernel.naming import qualified_segment_name, segment_id
 
@@ -97,7 +96,6 @@ log = logging.getLogger(__name__)
 #: Scopes or streams per page of a listing.
 PAGE_SIZE = 1000
 #: How long an rpc that starts a workflow (update, seal, delete, scale, truncate) waits for it.
-WORKFLOW_WAIT_SECONDS = 30.0
 _NO_TIMESTAMP = -(2**63)
 
 _R = TypeVar("_R")
@@ -379,8 +377,7 @@ class _Base:
             close_old_connections()
 
     def _token(self, user: Any, scope: str, stream: str) -> str:
-        access = READ_UPDATE if may(user, "operate") else READ
-        return delegation_token(stream_resource(scope, stream), access)
+        return stream_token_for(user, scope, stream)
 
 
 class _ScopesAndStreams(_Base):
@@ -460,7 +457,7 @@ class _ScopesAndStreams(_Base):
         config = _config_of(request)
         return self._update_status(
             scope, name,
-            lambda: streams.update_stream(scope, name, config, wait=WORKFLOW_WAIT_SECONDS),
+            lambda: streams.update_stream(scope, name, config, wait=FACE_WAIT_SECONDS),
         )  # fmt: skip
 
     @rpc("operate")
@@ -470,7 +467,7 @@ class _ScopesAndStreams(_Base):
         return self._update_status(
             scope, name,
             lambda: truncation.truncate_stream(
-                segment_store(), scope, name, cut, wait=WORKFLOW_WAIT_SECONDS
+                segment_store(), scope, name, cut, wait=FACE_WAIT_SECONDS
             ),
         )  # fmt: skip
 
@@ -478,7 +475,7 @@ class _ScopesAndStreams(_Base):
     def sealStream(self, request: pb.StreamInfo, user: Any) -> pb.UpdateStreamStatus:
         scope, name = _names(request)
         return self._update_status(
-            scope, name, lambda: streams.seal_stream(scope, name, wait=WORKFLOW_WAIT_SECONDS)
+            scope, name, lambda: streams.seal_stream(scope, name, wait=FACE_WAIT_SECONDS)
         )
 
     @rpc("operate")
@@ -492,7 +489,7 @@ class _ScopesAndStreams(_Base):
         if row.state != StreamState.SEALED:
             return status(status=status.STREAM_NOT_SEALED)
         try:
-            streams.delete_stream(scope, name, wait=WORKFLOW_WAIT_SECONDS)
+            streams.delete_stream(scope, name, wait=FACE_WAIT_SECONDS)
         except StreamNotFoundError:
             return status(status=status.STREAM_NOT_FOUND)
         return status(status=status.SUCCESS)
@@ -523,10 +520,7 @@ class _ScopesAndStreams(_Base):
         if scope is None:
             return pb.StreamsInScopeResponse(status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND)
         after = request.continuationToken.token
-        rows = list(
-            Stream.objects.filter(scope=scope, name__gt=after)
-            .exclude(name__startswith="_").order_by("name")[:PAGE_SIZE]
-        )  # fmt: skip
+        rows = list(sel.streams_in(scope, after=after)[:PAGE_SIZE])
         return self._stream_page(scope.name, rows, rows[-1].name if rows else after)
 
     @rpc("read")
@@ -676,7 +670,7 @@ class _Segments(_Base):
         try:
             scale.scale_stream(
                 scope, name, list(request.sealedSegments), ranges,
-                scale_time=request.scaleTimestamp or None, wait=WORKFLOW_WAIT_SECONDS,
+                scale_time=request.scaleTimestamp or None, wait=FACE_WAIT_SECONDS,
             )  # fmt: skip
         except (PreconditionFailedError, ConflictError, InvalidArgumentError) as exc:
             log.info("scale of %s/%s refused: %s", scope, name, exc)
@@ -706,7 +700,7 @@ class _Transactions(_Base):
     def createTransaction(self, request: pb.CreateTxnRequest, user: Any) -> pb.CreateTxnResponse:
         scope, name = _names(request.streamInfo)
         txn = transactions.create_transaction(
-            segment_store(), scope, name, lease_ms=request.lease or 90_000
+            segment_store(), scope, name, lease_ms=request.lease or transactions.LEASE_MS_DEFAULT
         )
         row = get_stream(scope, name)
         segments = sel.epoch_record(row, txn.epoch).segment_list()

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from django.db import IntegrityError, transaction
 
+from controller_app import selectors as sel
 from controller_app.choices import KvtState
 from controller_app.errors import (
     AlreadyExistsError,
@@ -66,8 +67,10 @@ def create_kvtable(store: SegmentStore, scope: str, name: str, config: KvtConfig
     of the same create finishes a half-done one; a table that exists otherwise is
     ``AlreadyExistsError``."""
     check_name("key-value table", name)
-    if name.startswith("_"):
-        raise InvalidArgumentError(f"key-value table name {name!r} must not start with '_'")
+    if name.startswith(sel.INTERNAL_PREFIX):
+        raise InvalidArgumentError(
+            f"key-value table name {name!r} must not start with {sel.INTERNAL_PREFIX!r}"
+        )
     with _invalid():
         config.validate()
     scope_row = get_scope(scope)

@@ -57,8 +57,10 @@ from millrace.kernel.naming import (
 _S, _T = StreamState, TxnState
 _MASK64 = (1 << 64) - 1
 
-#: Bounds of a lease (ms) and the longest a transaction may stay open.
+#: Bounds of a lease (ms), the lease of a caller that names none (REST's ``leaseMs`` left out,
+#: gRPC's ``lease`` 0), and the longest a transaction may stay open.
 LEASE_MS_MIN, LEASE_MS_MAX = 1_000, 600_000
+LEASE_MS_DEFAULT = 30_000
 MAX_EXECUTION = dt.timedelta(hours=24)
 #: How long a completed transaction's outcome is kept for late callers.
 COMPLETED_KEPT = dt.timedelta(hours=24)
@@ -146,7 +148,12 @@ def _check_lease(lease_ms: int) -> int:
 
 
 def create_transaction(
-    store: SegmentStore, scope: str, name: str, *, lease_ms: int, writer_id: str = ""
+    store: SegmentStore,
+    scope: str,
+    name: str,
+    *,
+    lease_ms: int = LEASE_MS_DEFAULT,
+    writer_id: str = "",
 ) -> Transaction:
     """Open a transaction on the current epoch and create its shadow segments."""
     lease = _check_lease(lease_ms)
