@@ -116,3 +116,36 @@ def test_no_empty_package() -> None:
         and not (folder / "__init__.py").read_text().strip()
     ]
     assert not empty, f"packages without code: {empty}"
+
+
+def test_every_decision_is_in_the_index() -> None:
+    index = (ROOT / "docs" / "README.md").read_text()
+    missing = [path.name for path in sorted((ROOT / "docs" / "decisions").glob("[0-9]*.md"))
+               if f"(decisions/{path.name})" not in index]  # fmt: skip
+    assert not missing, f"docs/README.md does not list {missing}"
+
+
+def _class_names(folder: Path) -> dict[str, list[str]]:
+    """Top-level class name -> the modules of ``folder`` (a package, its sub-packages
+    included) that define it."""
+    found: dict[str, list[str]] = {}
+    for path in sources(str(folder.relative_to(ROOT))):
+        for node in parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+#: Modules that spell Pravega's own names on purpose (its Python client's classes, its wire
+#: commands), whatever else in the package has the name.
+PRAVEGAS_NAMES = {"millrace/client/pravega_compat.py", "millrace/kernel/wire/commands.py"}
+
+
+def test_no_two_classes_of_one_name_in_a_package() -> None:
+    twice = []
+    for package in PACKAGES:
+        for name, paths in _class_names(ROOT / package).items():
+            ours = [path for path in paths if path not in PRAVEGAS_NAMES]
+            if len(ours) > 1 or (len(paths) > 1 and not ours):
+                twice.append(f"{name}: {', '.join(paths)}")
+    assert not twice, "one name, two classes:\n" + "\n".join(twice)

@@ -44,8 +44,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from controller_app.errors import NoNodeForSegmentError, StreamNotFoundError
+from controller_app.tails import streams
 from controller_app.tails.auth import CLOSE_TRY_AGAIN
-from controller_app.tails.directory import NoNodeError, StreamDirectory, StreamNotFoundError
 from controller_app.tokens import delegation_token
 from millrace.client.events import Event, EventFormatError
 from millrace.client.follower import StreamFollower, Target
@@ -93,9 +94,8 @@ def read_token(resource: str) -> str:
 
 
 class TailConsumer(AsyncWebsocketConsumer):
-    """What the stream and segment consumers share: auth, messages, segment reads.
-
-    ``directory`` (given to ``as_asgi``) answers their questions about streams."""
+    """What the stream and segment consumers share: auth, messages, segment reads; they ask
+    the controller about streams through ``controller_app.tails.streams``."""
 
     encoding = "base64"
     #: A tail is sent nothing through the channel layer, so it takes none: an alias that is
@@ -103,10 +103,6 @@ class TailConsumer(AsyncWebsocketConsumer):
     #: layer, each consumer would otherwise hold a blocking pop on Redis for nothing, and
     #: drop with it when Redis times out or goes away.
     channel_layer_alias = "none: tails use no channel layer"
-
-    def __init__(self, *args: Any, directory: StreamDirectory, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.directory = directory
 
     async def connect(self) -> None:
         #: Segment id -> next offset of each segment being read (what a resume starts from).
@@ -140,7 +136,7 @@ class TailConsumer(AsyncWebsocketConsumer):
                 "'Token <key>' or the query parameter token=<key>",
                 CLOSE_UNAUTHENTICATED,
             )
-        if not self.directory.may_read(user):
+        if not streams.may_read(user):
             raise SubscriptionError(
                 "permission-denied", "this needs the viewer role or a stronger one", CLOSE_FORBIDDEN
             )
@@ -208,7 +204,7 @@ class TailConsumer(AsyncWebsocketConsumer):
 
     async def _locate(self, name: str) -> tuple[str, int]:
         """Where segment ``name`` is served now (its container may have moved)."""
-        target = await database_sync_to_async(self.directory.segment_target)(name)
+        target = await database_sync_to_async(streams.segment_target)(name)
         return target.host, target.port
 
     async def _new_token(self) -> str:
@@ -333,7 +329,7 @@ class StreamTailConsumer(TailConsumer):
                     "from must be head, tail, time:<ms>, cut:<id>=<offset>,... "
                     "or position:<id>=<offset>,...",
                 )
-            return self.directory.start_position(self.scope_name, self.stream_name, kind, parsed)
+            return streams.start_position(self.scope_name, self.stream_name, kind, parsed)
         except StreamNotFoundError as exc:
             raise SubscriptionError("not-found", str(exc), CLOSE_NOT_FOUND) from None
         except ValueError as exc:
@@ -368,7 +364,7 @@ class StreamTailConsumer(TailConsumer):
             await asyncio.sleep(WATERMARK_POLL_SECONDS)
 
     async def _newest_watermark(self) -> dict[str, Any] | None:
-        """The stream's newest watermark, asked of the directory at most once per
+        """The stream's newest watermark, asked of the controller at most once per
         ``WATERMARK_POLL_SECONDS`` per stream and process, whatever the number of
         subscribers."""
         key = (self.scope_name, self.stream_name)
@@ -377,7 +373,7 @@ class StreamTailConsumer(TailConsumer):
         if cached is not None and now - cached[0] < WATERMARK_POLL_SECONDS:
             return cached[1]
         try:
-            newest = await database_sync_to_async(self.directory.watermark)(*key)
+            newest = await database_sync_to_async(streams.watermark)(*key)
         except (OperationalError, InterfaceError):  # the database is away: none for now
             return cached[1] if cached is not None else None
         _WATERMARKS[key] = (time.monotonic(), newest)
@@ -398,7 +394,7 @@ class StreamTailConsumer(TailConsumer):
         ``DATABASE_RETRY_SECONDS``), then goes on."""
         while True:
             try:
-                return await database_sync_to_async(self.directory.successors)(
+                return await database_sync_to_async(streams.successors)(
                     self.scope_name, self.stream_name, segment_id
                 )
             except (OperationalError, InterfaceError):
@@ -416,10 +412,10 @@ class SegmentTailConsumer(TailConsumer):
         name = self.scope["url_route"]["kwargs"]["segment"]
         try:
             scope, stream, _ = parse_segment_name(name)
-            self.target = await database_sync_to_async(self.directory.segment_target)(name)
+            self.target = await database_sync_to_async(streams.segment_target)(name)
         except ValueError as exc:
             raise SubscriptionError("bad-request", str(exc)) from exc
-        except NoNodeError as exc:
+        except NoNodeForSegmentError as exc:
             raise SubscriptionError("no-node", str(exc), CLOSE_FAILED) from exc
         self.token_resource = stream_resource(scope, stream)
         self.token = read_token(self.token_resource)

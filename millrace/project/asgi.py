@@ -3,8 +3,8 @@
 WebSockets: the tail reads of ``controller_app.tails.routing``, behind the origin check
 (``controller_app.tails.auth.OriginCheck``: a foreign browser origin is refused at the
 handshake with its reason; a program without an ``Origin`` authenticates with a token) and
-authentication by session or API token. The consumers learn about streams from the controller
-through ``ControllerStreamDirectory`` (ADR 0004), wired in here.
+authentication by session or API token. The consumers ask the controller about streams
+directly (``controller_app.tails.streams``).
 """
 
 import os
@@ -19,7 +19,6 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from controller_app.stream_directory import ControllerStreamDirectory  # noqa: E402
 from controller_app.tails.auth import TokenAuthMiddleware, origin_check  # noqa: E402
 from controller_app.tails.routing import websocket_urlpatterns  # noqa: E402
 
@@ -27,9 +26,7 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": origin_check(
-            AuthMiddlewareStack(
-                TokenAuthMiddleware(URLRouter(websocket_urlpatterns(ControllerStreamDirectory())))
-            )
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns())))
         ),
     }
 )

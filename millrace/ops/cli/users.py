@@ -89,6 +89,22 @@ def register(commands: Any, parents: Parents) -> None:
         help="how long the old secret still verifies (default: twice MILLRACE_TOKEN_TTL_SECONDS;"
         " at least one token lifetime, or tokens signed just before fail)",
     )  # fmt: skip
+    _register_users(commands, parents)
+    mint = command(
+        commands, "mint-token", run_mint_token,
+        "Print a segment store delegation token signed with the token secret.",
+        variables=[v for v in variables(SegmentStoreSettings)
+                   if v.name in ("MILLRACE_DATA_DIR", "MILLRACE_TOKEN_SECRET",
+                                 "MILLRACE_TOKEN_KEYRING_FILE")],
+        parents=[parents.data_dir],
+    )  # fmt: skip
+    mint.add_argument("resource", help='segment name, prefix ending in "/", or "*"')
+    mint.add_argument("--access", choices=ACCESS_LEVELS, default=READ)
+    mint.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds")
+    mint.add_argument("--secret", help="shared secret (default: $MILLRACE_TOKEN_SECRET)")
+
+
+def _register_users(commands: Any, parents: Parents) -> None:
     user = command(
         commands, "user", None, "Manage users and their roles.", parents=[parents.data_dir]
     )
@@ -125,18 +141,6 @@ def register(commands: Any, parents: Parents) -> None:
             actions, name, run_user_change, summary, variables=_WEB, parents=[parents.data_dir]
         )
         action.add_argument("name", metavar="NAME")
-    mint = command(
-        commands, "mint-token", run_mint_token,
-        "Print a segment store delegation token signed with the token secret.",
-        variables=[v for v in variables(SegmentStoreSettings)
-                   if v.name in ("MILLRACE_DATA_DIR", "MILLRACE_TOKEN_SECRET",
-                                 "MILLRACE_TOKEN_KEYRING_FILE")],
-        parents=[parents.data_dir],
-    )  # fmt: skip
-    mint.add_argument("resource", help='segment name, prefix ending in "/", or "*"')
-    mint.add_argument("--access", choices=ACCESS_LEVELS, default=READ)
-    mint.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds")
-    mint.add_argument("--secret", help="shared secret (default: $MILLRACE_TOKEN_SECRET)")
 
 
 def run_token_create(args: argparse.Namespace, rest: list[str]) -> int:
