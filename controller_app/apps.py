@@ -9,11 +9,11 @@ class ControllerAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Tasks must be sent through Millrace's Celery app (its broker), not Celery's default.
         from django.db.models.signals import post_migrate
 
         import controller_app.signin  # noqa: F401 - its receivers audit sign-in refusals
-        import millrace.project.celery  # noqa: F401
+        from controller_app.beat import connect_worker_heartbeat
         from controller_app.roles import ensure_roles
 
         post_migrate.connect(ensure_roles, sender=self)
+        connect_worker_heartbeat()

@@ -2,7 +2,7 @@
 the metadata database.
 
 Responsibility: a worker (from its ``worker_ready`` signal) and beat (from its scheduler's
-tick, see ``millrace.project.celery.HeartbeatScheduler``) each keep a status file
+tick, see ``controller_app.beat.HeartbeatScheduler``) each keep a status file
 ``<data dir>/run/heartbeat-<role>-<pid>.json`` and a ``ProcessHeartbeat`` row fresh. The
 supervisor believes the file, and so does the health check while the database is away: it
 does not depend on the database, so an outage of it (which the worker needs, and waits for)

@@ -316,7 +316,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
 # Beat records a heartbeat from its tick (controller_app/heartbeats.py).
-CELERY_BEAT_SCHEDULER = "millrace.project.celery:HeartbeatScheduler"
+CELERY_BEAT_SCHEDULER = "controller_app.beat:HeartbeatScheduler"
 CELERY_TASK_ROUTES = task_names.ROUTES
 CELERY_BEAT_SCHEDULE = {
     # Every 15 s: a workflow whose task the broker did not take (Redis away) runs soon after

@@ -1,0 +1,80 @@
+"""Beat's scheduler and the worker's heartbeat: what the controller adds to Celery.
+
+``HeartbeatScheduler`` is beat's scheduler (``CELERY_BEAT_SCHEDULER``): it records beat's
+heartbeat from its tick and, on a shared metadata database, sends the periodic jobs only while
+it holds the ``beat`` lease. A worker records its heartbeat from a thread it starts when Celery
+says it is ready (``connect_worker_heartbeat``, from the app's ``ready``). The health check
+reads both (``controller_app.heartbeats``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from celery import signals
+from celery.beat import PersistentScheduler
+
+from controller_app import heartbeats
+
+__all__ = ["HeartbeatScheduler", "connect_worker_heartbeat"]
+
+_worker_heartbeat: list[Any] = []
+
+
+def connect_worker_heartbeat() -> None:
+    """Start the heartbeat thread when a worker is ready, stop it when it shuts down."""
+    signals.worker_ready.connect(_start_worker_heartbeat, weak=False)
+    signals.worker_shutdown.connect(_stop_worker_heartbeat, weak=False)
+
+
+def _start_worker_heartbeat(**kwargs: Any) -> None:
+    thread = heartbeats.HeartbeatThread("worker")
+    thread.start()
+    _worker_heartbeat.append(thread)
+
+
+def _stop_worker_heartbeat(**kwargs: Any) -> None:
+    while _worker_heartbeat:
+        _worker_heartbeat.pop().stop()
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery beat's scheduler that also records beat's heartbeat, at most every
+    ``HEARTBEAT_INTERVAL_SECONDS``, from its tick: beat is alive as long as it ticks. On a
+    shared metadata database (``DATABASE_URL``) several beats may run, on several hosts: only
+    the holder of the ``beat`` lease sends the periodic jobs; the others stand by."""
+
+    _last_heartbeat = 0.0
+    _gate: Any = None
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
+            heartbeats.record("beat")
+            self._last_heartbeat = now
+        if not self._may_tick(now):
+            return heartbeats.HEARTBEAT_INTERVAL_SECONDS  # standing by
+        interval: float = super().tick(*args, **kwargs)
+        return min(interval, heartbeats.HEARTBEAT_INTERVAL_SECONDS)
+
+    def _may_tick(self, now: float) -> bool:
+        from django.conf import settings
+
+        if settings.MILLRACE.database_url is None:  # one host, one beat (the standalone)
+            return True
+        if self._gate is None:
+            from controller_app.cluster.leader import holder_name
+            from controller_app.cluster.leases import LeaseGate
+
+            ttl = float(settings.MILLRACE.session_timeout_s) * 2
+            self._gate = LeaseGate("beat", holder_name(), ttl_s=ttl, check_s=ttl / 5)
+        return bool(self._gate.may_act(now))
+
+    def close(self) -> None:
+        heartbeats.forget("beat")
+        if self._gate is not None:  # another beat may take over at once
+            with contextlib.suppress(Exception):
+                self._gate.lease.release()
+        super().close()
