@@ -405,3 +405,24 @@ def test_a_node_advertises_an_address_clients_can_use(tmp_path: Path) -> None:
     assert advertised_host("127.0.0.1", with_cert("localhost", "127.0.0.1")) == "localhost"
     assert advertised_host("127.0.0.1", with_cert("127.0.0.1")) == "127.0.0.1"
     assert advertised_host("0.0.0.0", with_cert("node-a.example", "localhost")) == "node-a.example"
+
+
+def test_the_spark_jobs_declare_their_arguments_once(data_dir: Path) -> None:
+    """``millrace ingest``/``export`` take the jobs' own declarations, and hand a job back
+    exactly what was given (``job_argv``): the job parses it to the same values."""
+    from spark_bridge.jobs import export, ingest
+    from spark_bridge.jobs.common import job_argv
+
+    connection = ["--controller", "http://127.0.0.1:9091", "--token", "t"]
+    for job, given in (
+        (ingest, ["a.json", "b.json", "--stream", "s/t", "--format", "json", "--create",
+                  "--segments", "3", "--key-column", "k"]),
+        (export, ["s/t", "--to", "out", "--from", "0:5", "--overwrite"]),
+    ):  # fmt: skip
+        args = job.parser().parse_args([*given, *connection])
+        again = job.parser().parse_args([*job_argv(job.add_arguments, args), *connection])
+        assert vars(again) == vars(args)
+    done = run_millrace("export", "s/t", "--to", "out", "--spark-submit", "--token", "t",
+                        data_dir=data_dir)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "export.py s/t --to out --controller" in done.stdout

@@ -66,9 +66,35 @@ def progress(spark: Any, what: str, enabled: bool = True) -> Iterator[None]:
         bar.close()
 
 
+def job_parser(name: str, description: str, add_arguments: Any) -> argparse.ArgumentParser:
+    """A job's whole parser: its own arguments (``add_arguments``, which ``millrace ingest``
+    and ``export`` declare theirs with too) and the connection's."""
+    parser = argparse.ArgumentParser(prog=name, description=description)
+    add_arguments(parser)
+    add_connection_arguments(parser)
+    return parser
+
+
+def job_argv(add_arguments: Any, args: argparse.Namespace) -> list[str]:
+    """The arguments of ``args`` that ``add_arguments`` declares, spelled back as a command
+    line (positionals in order, flags that are set, options that differ from their
+    default): what ``millrace ingest``/``export`` hand the job."""
+    declared = argparse.ArgumentParser(add_help=False)
+    add_arguments(declared)
+    argv: list[str] = []
+    for action in declared._actions:
+        value = getattr(args, action.dest)
+        if not action.option_strings:
+            argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        elif isinstance(action, argparse._StoreTrueAction):
+            argv += [action.option_strings[0]] if value else []
+        elif value is not None and value != action.default:
+            argv += [action.option_strings[0], str(value)]
+    return argv
+
+
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every job takes to reach Millrace and run Spark."""
-    parser.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
     parser.add_argument("--controller", required=True, help="Millrace's HTTP URL")
     parser.add_argument("--token", default="", help="API token (or --token-file)")
     parser.add_argument("--token-file", default="")
@@ -80,10 +106,10 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def connection_options(args: argparse.Namespace, job: str) -> dict[str, str]:
-    """The data source's options for ``--stream`` (``SystemExit`` 2 for a bad one)."""
+    """The data source's options for the job's stream (``SystemExit`` 2 for a bad one)."""
     scope, _, stream = args.stream.partition("/")
     if not scope or not stream or "/" in stream:
-        print(f"{job}: --stream must be SCOPE/STREAM, not {args.stream!r}", file=sys.stderr)
+        print(f"{job}: the stream must be SCOPE/STREAM, not {args.stream!r}", file=sys.stderr)
         raise SystemExit(2)
     options = {"controller": args.controller, "scope": scope, "stream": stream}
     if args.token:

@@ -1,7 +1,7 @@
 """Write a Millrace stream (or the part between two stream cuts) out as files.
 
-    spark-submit spark_bridge/jobs/export.py --controller http://host:9091 --token-file TOKEN \\
-        --stream demo/orders --to /data/orders-export --format parquet [--from CUT] [--until CUT]
+    spark-submit spark_bridge/jobs/export.py demo/orders --controller http://host:9091 \\
+        --token-file TOKEN --to /data/orders-export --format parquet [--from CUT] [--until CUT]
 
 Rows: ``event`` (binary), ``scope``, ``stream``, ``segment_id``, ``offset``; per routing key,
 sorting by (segment_id, offset) gives the order the events were written in.
@@ -16,8 +16,8 @@ from typing import Any
 from spark_bridge.jobs.common import (
     Clock,
     Summary,
-    add_connection_arguments,
     connection_options,
+    job_parser,
     progress,
     spark_session,
 )
@@ -52,15 +52,21 @@ def export(
     return Summary(int(totals["n"]), int(totals["b"] or 0), clock.seconds())
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="export", description=__doc__.splitlines()[0])
-    add_connection_arguments(p)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The job's own arguments (``millrace export`` declares its with this too)."""
+    p.add_argument("stream", metavar="SCOPE/STREAM")
     p.add_argument("--to", required=True, metavar="DIR")
     p.add_argument("--from", dest="start", default="earliest", help="a stream cut (or earliest)")
     p.add_argument("--until", dest="end", default="unbounded", help="a stream cut (or unbounded)")
     p.add_argument("--format", default="parquet", choices=FORMATS)
-    p.add_argument("--overwrite", action="store_true", help="replace what --to holds")
-    return p
+    p.add_argument(
+        "--overwrite", action="store_true",
+        help="replace what --to holds (without it an existing --to is refused)",
+    )  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    return job_parser("export", __doc__.splitlines()[0], add_arguments)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,8 @@ from typing import Any
 from spark_bridge.jobs.common import (
     Clock,
     Summary,
-    add_connection_arguments,
     connection_options,
+    job_parser,
     progress,
     spark_session,
 )
@@ -68,16 +68,19 @@ def ingest(
     return Summary(int(totals["n"]), int(totals["b"] or 0), clock.seconds())
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ingest", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The job's own arguments (``millrace ingest`` declares its with this too)."""
     p.add_argument("paths", nargs="+", metavar="PATH")
-    add_connection_arguments(p)
+    p.add_argument("--stream", required=True, metavar="SCOPE/STREAM")
     p.add_argument("--format", default="parquet", choices=FORMATS)
-    p.add_argument("--key-column")
-    p.add_argument("--event-column")
+    p.add_argument("--key-column", help="the routing key's column")
+    p.add_argument("--event-column", help="the event's column (default: the row as JSON)")
     p.add_argument("--create", action="store_true", help="create the scope and stream")
-    p.add_argument("--segments", type=int, default=1, help="segments of a created stream")
-    return p
+    p.add_argument("--segments", type=int, default=1, help="a created stream's segments")
+
+
+def parser() -> argparse.ArgumentParser:
+    return job_parser("ingest", __doc__.splitlines()[0], add_arguments)
 
 
 def main(argv: list[str] | None = None) -> int:
