@@ -1,8 +1,11 @@
 """The kernel: what the client, the segment store and the controller all share.
 
-The wire codec (``wire``), segment names and ids (``naming``), delegation-token claims
-(``claims``), typed settings read from the environment (``config``), status files
+The wire codec (``wire``), segment names and ids (``naming``), delegation-token claims and
+the token-secret keyring (``claims``), typed settings read from the environment (``config``),
+logging with redaction (``logs``), TLS contexts (``tls``), the cluster membership contract
+(``membership``), key-value table keys and placement (``kvt``), status files
 (``status_files``) and the allocator tuning of bulk-data processes (``memory``). It imports no
-Django and no role, only the standard library, small codecs and ``tiers`` (for the names of
-backends).
+Django and no role: the standard library, small codecs (``crc32c``, ``mmh3``, ``pyjwt``),
+numpy (the wire's receive buffers), ``tiers`` (for the names of backends), and uvicorn only
+inside the function that configures its logging.
 """

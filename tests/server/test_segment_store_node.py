@@ -144,17 +144,8 @@ async def test_node_process_stops_cleanly_on_sigterm(tmp_path) -> None:
     assert await asyncio.wait_for(process.wait(), 60) == 0
 
 
-def file_tier1_reports_its_epoch() -> bool:
-    from tiers.base import DurableDataLog
-    from tiers.file import FileDurableDataLog
-
-    return FileDurableDataLog._do_current_epoch is not DurableDataLog._do_current_epoch
-
-
 @pytest.mark.slow
 async def test_node_process_keeps_data_across_restart(tmp_path) -> None:
-    if not file_tier1_reports_its_epoch():
-        pytest.skip("the file tier-1 does not report its epoch yet (needed to start a node)")
     process, port = await start_node_process(str(tmp_path))
     client = await SegmentStoreClient.connect("127.0.0.1", port)
     await client.create_segment(SEG)
