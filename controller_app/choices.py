@@ -136,7 +136,7 @@ class RetentionPolicyType(models.TextChoices):
     SIZE = "SIZE", "by size (bytes)"
 
 
-class NodeSession(models.TextChoices):
+class SessionState(models.TextChoices):
     """How a node belongs to the cluster (``Node.session``)."""
 
     STATIC = "static", "static"

@@ -48,7 +48,7 @@ from django.utils import timezone
 
 from controller_app import heartbeats
 from controller_app import selectors as sel
-from controller_app.choices import NodeSession
+from controller_app.choices import SessionState
 from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel.status_files import (
     node_status_path,
@@ -152,7 +152,7 @@ def _nodes() -> list[tuple[str, int]]:
         # not a part that is down; one that still holds containers is checked.
         return [
             (node.host, node.port) for node in rows
-            if node.session == NodeSession.STATIC or node.held
+            if node.session == SessionState.STATIC or node.held
             or (node.last_heartbeat is not None and node.last_heartbeat > fresh)
         ]  # fmt: skip
     except DatabaseError:

@@ -1,6 +1,6 @@
 """The controller's port to the segment store, as the workflows see it.
 
-Responsibility: ``SegmentStore`` is what a workflow may ask of the segment store (create, seal,
+Responsibility: ``SegmentStorePort`` is what a workflow may ask of the segment store (create, seal,
 truncate, delete and merge segments, read bytes, a segment's state), with the idempotence a
 retried step needs, raising the controller's own ``SegmentStoreUnavailableError`` when the store
 cannot be reached. Workflows receive one as their first argument; the edges that call them
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["SegmentState", "SegmentStore"]
+__all__ = ["SegmentState", "SegmentStorePort"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class SegmentState:
     last_modified_ms: int = 0
 
 
-class SegmentStore(Protocol):
+class SegmentStorePort(Protocol):
     """Blocking segment operations (see the module's docstring)."""
 
     def create_segment(self, segment: str) -> None:

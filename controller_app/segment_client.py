@@ -1,6 +1,6 @@
-"""The controller's port to the segment store over the wire client (``ports.SegmentStore``).
+"""The controller's port to the segment store over the wire client (``ports.SegmentStorePort``).
 
-Responsibility: ``SegmentStorePort`` creates, seals, truncates, deletes and merges segments on
+Responsibility: ``WireSegmentStore`` creates, seals, truncates, deletes and merges segments on
 whichever node serves them (the host store: ``Node`` and ``ContainerAssignment`` rows, read by
 ``selectors.node_uri``), with the idempotence a retried workflow step needs: creating a segment
 that exists, sealing a sealed one, deleting a missing one, merging a transaction segment that
@@ -89,9 +89,9 @@ def _token(segment: str) -> str:
     return delegation_token(stream_resource(scope, stream), READ_UPDATE)
 
 
-class SegmentStorePort:
+class WireSegmentStore:
     """Blocking segment operations, each routed to the node that serves the segment (a
-    ``ports.SegmentStore``)."""
+    ``ports.SegmentStorePort``)."""
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, int], SyncSegmentStoreClient] = {}
@@ -244,16 +244,16 @@ class SegmentStorePort:
             client.close()
 
 
-_port: SegmentStorePort | None = None
+_port: WireSegmentStore | None = None
 _port_lock = threading.Lock()
 
 
-def segment_store() -> SegmentStorePort:
+def segment_store() -> WireSegmentStore:
     """The process's port to the segment store (the edges pass it to the workflows)."""
     global _port
     with _port_lock:
         if _port is None:
-            _port = SegmentStorePort()
+            _port = WireSegmentStore()
         return _port
 
 

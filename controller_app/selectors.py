@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from controller_app.choices import NodeRole, NodeSession, StreamState, TxnState
+from controller_app.choices import NodeRole, SessionState, StreamState, TxnState
 from controller_app.errors import (
     InvalidStreamCutError,
     NoNodeForSegmentError,
@@ -629,7 +629,7 @@ def reader_groups_reading(stream: Stream) -> list[ReaderGroup]:
 def segment_store_nodes() -> Any:
     """The segment store nodes that may serve (a query set): not the controllers a cluster
     registers, not the nodes that left it."""
-    return Node.objects.exclude(role=NodeRole.CONTROLLER).exclude(session=NodeSession.LEFT)
+    return Node.objects.exclude(role=NodeRole.CONTROLLER).exclude(session=SessionState.LEFT)
 
 
 def nodes_with_containers() -> list[Node]:

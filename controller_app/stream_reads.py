@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from controller_app import selectors as sel
 from controller_app.errors import InvalidArgumentError, SegmentTruncatedError
 from controller_app.models import Stream
-from controller_app.ports import SegmentState, SegmentStore
+from controller_app.ports import SegmentState, SegmentStorePort
 from controller_app.segments import Segment
 from millrace.client.events import Event, EventSplitter
 from millrace.client.streamcut import StreamCut
@@ -42,7 +42,7 @@ class Page:
     end_of_stream: bool = False
 
 
-def read_page(store: SegmentStore, stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
+def read_page(store: SegmentStorePort, stream: Stream, cut: Mapping[int, int], limit: int) -> Page:
     """Up to ``limit`` events of ``stream`` from the valid stream cut ``cut``."""
     page = Page(position=dict(cut))
     ended: dict[int, int] = {}
@@ -88,7 +88,7 @@ def read_page(store: SegmentStore, stream: Stream, cut: Mapping[int, int], limit
 
 
 def _read(
-    store: SegmentStore, name: str, offset: int, length: int, count: int, budget: int
+    store: SegmentStorePort, name: str, offset: int, length: int, count: int, budget: int
 ) -> list[Event]:
     """Up to ``count`` whole events (about ``budget`` bytes) of ``name`` from ``offset``,
     which is below the segment's ``length`` (so no read waits at the tail)."""
@@ -138,14 +138,14 @@ def _start_successors(stream: Stream, position: dict[int, int], ended: dict[int,
 
 
 def next_cut(
-    store: SegmentStore, stream: Stream, cut: Mapping[int, int], approx_bytes: int
+    store: SegmentStorePort, stream: Stream, cut: Mapping[int, int], approx_bytes: int
 ) -> tuple[dict[int, int], int]:
     """The stream cut about ``approx_bytes`` after the valid cut ``cut``, and the bytes between
     the two (Pravega's ``getNextStreamCut``).
 
     The bytes are shared evenly among the segments that have data after the cut (what one
     cannot use goes to the others); each segment's new offset is the first event boundary at
-    or after its share (``SegmentStore.locate``), so the distance may pass ``approx_bytes`` by
+    or after its share (``SegmentStorePort.locate``), so the distance may pass ``approx_bytes`` by
     up to one event per segment. A segment read to its end is followed by its successors as
     in ``read_page``. Never past the tail as of now: with less data than asked, the answer is
     the tail (and ``cut`` itself when there is nothing after it).
@@ -188,7 +188,7 @@ def next_cut(
     return position, moved
 
 
-def tail_cut(store: SegmentStore, stream: Stream) -> dict[Segment, int]:
+def tail_cut(store: SegmentStorePort, stream: Stream) -> dict[Segment, int]:
     """Where the stream ends now: each segment of its current epoch (of its last epoch once
     sealed) at its length in the segment store, as ``{Segment: offset}``."""
     segments = (
@@ -198,7 +198,7 @@ def tail_cut(store: SegmentStore, stream: Stream) -> dict[Segment, int]:
     return {s: store.info(sel.segment_name(stream, s.id)).length for s in segments}
 
 
-def start_cut(store: SegmentStore, stream: Stream, where: str) -> dict[int, int]:
+def start_cut(store: SegmentStorePort, stream: Stream, where: str) -> dict[int, int]:
     """Where a read starts, as a stream cut (segment id -> offset): ``head``, ``tail``,
     ``time:<ms>`` (the segments of the epoch current then, from their start) or a stream
     cut's text form. ``InvalidArgumentError`` (or ``InvalidStreamCutError``) otherwise."""
@@ -245,7 +245,9 @@ NEWEST_WINDOW_BYTES = 64 * 1024
 NEWEST_EPOCHS_BACK = (0, 1, 3)
 
 
-def newest_events(store: SegmentStore, stream: Stream, limit: int, contains: bytes = b"") -> Found:
+def newest_events(
+    store: SegmentStorePort, stream: Stream, limit: int, contains: bytes = b""
+) -> Found:
     """The newest ``limit`` events (containing ``contains``) over all the segments of the
     current epoch (and of one, then three epochs back when those hold too few), oldest first.
 
@@ -294,7 +296,7 @@ def _appended_at(segment: Segment, state: SegmentState, offset: int) -> float:
 
 
 def _newest_of(
-    store: SegmentStore, name: str, state: SegmentState, limit: int, contains: bytes,
+    store: SegmentStorePort, name: str, state: SegmentState, limit: int, contains: bytes,
     budget: int,
 ) -> tuple[list[Event], int, bool]:  # fmt: skip
     """The last ``limit`` events of segment ``name`` containing ``contains``, looking at
@@ -318,7 +320,7 @@ def _newest_of(
 
 
 def find_events(
-    store: SegmentStore,
+    store: SegmentStorePort,
     stream: Stream,
     cut: Mapping[int, int],
     *,

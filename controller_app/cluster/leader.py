@@ -38,7 +38,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from controller_app.choices import NodeRole, NodeSession
+from controller_app.choices import NodeRole, SessionState
 from controller_app.cluster.leases import Lease, now_ms
 from controller_app.cluster.membership import ASSIGNMENT_LEASE
 from controller_app.models import (
@@ -120,7 +120,7 @@ class Leader:
         """The cluster nodes this leader calls live now (it saw their renewals move within a
         session timeout), and those it cannot judge yet (not seen moving, watched for less than
         a timeout): they keep their containers and get none."""
-        rows = Node.objects.filter(role=NodeRole.SEGMENT_STORE).exclude(session=NodeSession.STATIC)
+        rows = Node.objects.filter(role=NodeRole.SEGMENT_STORE).exclude(session=SessionState.STATIC)
         live, unsure = [], set()
         assert self._watching_since is not None
         for node_id, renewals, session in rows.values_list("node_id", "renewals", "session"):
@@ -128,7 +128,7 @@ class Leader:
             if count is not None and count != renewals:
                 moved_at = now
             self._seen[node_id] = (renewals, moved_at)
-            if session != NodeSession.LIVE:
+            if session != SessionState.LIVE:
                 continue
             if moved_at is not None and now - moved_at < self.session_timeout_s:
                 live.append(node_id)
@@ -142,7 +142,7 @@ class Leader:
         owners: dict[int, str | None] = {}
         kept = set()
         for row in rows:
-            if row.node.session == NodeSession.STATIC or row.node.node_id in unsure:
+            if row.node.session == SessionState.STATIC or row.node.node_id in unsure:
                 kept.add(row.container.number)
             else:
                 owners[row.container.number] = row.node.node_id
@@ -226,13 +226,13 @@ class LeaderThread(threading.Thread):
     def _renew_own_session(self) -> None:
         host, port = self.address
         updated = Node.objects.filter(node_id=self.node_id).update(
-            renewals=F("renewals") + 1, last_heartbeat=timezone.now(), session=NodeSession.LIVE,
+            renewals=F("renewals") + 1, last_heartbeat=timezone.now(), session=SessionState.LIVE,
             host=host, port=port, role=NodeRole.CONTROLLER, grpc_port=self.grpc_port,
         )  # fmt: skip
         if not updated:
             Node.objects.create(
                 node_id=self.node_id, host=host, port=port, role=NodeRole.CONTROLLER,
-                session=NodeSession.LIVE, renewals=1, last_heartbeat=timezone.now(),
+                session=SessionState.LIVE, renewals=1, last_heartbeat=timezone.now(),
                 started_at=timezone.now(), grpc_port=self.grpc_port,
             )  # fmt: skip
 
@@ -252,7 +252,7 @@ class LeaderThread(threading.Thread):
             self._stop.wait(self.interval_s)
         with contextlib.suppress(Exception):  # (the lease then expires by itself)
             self.leader.stop()
-            Node.objects.filter(node_id=self.node_id).update(session=NodeSession.LEFT)
+            Node.objects.filter(node_id=self.node_id).update(session=SessionState.LEFT)
         connection.close()
 
     def stop(self) -> None:

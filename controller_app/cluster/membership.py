@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controller_app import selectors as sel
-from controller_app.choices import NodeRole, NodeSession
+from controller_app.choices import NodeRole, SessionState
 from controller_app.models import ClusterLease, Container, ContainerAssignment, Node
 from millrace.kernel.membership import NodeCard
 
@@ -76,7 +76,7 @@ class DatabaseMembership:
             )
             node.host, node.port, node.metrics_port = card.host, card.port, card.metrics_port
             node.tls = card.tls
-            node.role, node.session = NodeRole.SEGMENT_STORE, NodeSession.LIVE
+            node.role, node.session = NodeRole.SEGMENT_STORE, SessionState.LIVE
             node.started_at = node.last_heartbeat = now
             node.renewals += 1
             node.save()
@@ -84,7 +84,7 @@ class DatabaseMembership:
     @_fresh_connection
     def renew(self, node_id: str) -> dict[int, int]:
         renewed = Node.objects.filter(node_id=node_id).update(
-            renewals=F("renewals") + 1, last_heartbeat=timezone.now(), session=NodeSession.LIVE
+            renewals=F("renewals") + 1, last_heartbeat=timezone.now(), session=SessionState.LIVE
         )
         if not renewed:
             raise LookupError(f"node {node_id} is not registered (deleted?): it joins again")
@@ -95,4 +95,4 @@ class DatabaseMembership:
 
     @_fresh_connection
     def leave(self, node_id: str) -> None:
-        Node.objects.filter(node_id=node_id).update(session=NodeSession.LEFT)
+        Node.objects.filter(node_id=node_id).update(session=SessionState.LEFT)

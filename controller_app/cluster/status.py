@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from controller_app.choices import NodeRole, NodeSession
+from controller_app.choices import NodeRole, SessionState
 from controller_app.cluster.leader import holder_node
 from controller_app.cluster.leases import now_ms
 from controller_app.cluster.membership import ASSIGNMENT_LEASE
@@ -56,8 +56,8 @@ def cluster_status() -> dict[str, Any]:
             "grpcPort": node.grpc_port,
             "session": node.session,
             "sessionAgeSeconds": None if age is None else round(age, 1),
-            "live": node.session == NodeSession.STATIC
-            or (node.session == NodeSession.LIVE and age is not None and age < timeout),
+            "live": node.session == SessionState.STATIC
+            or (node.session == SessionState.LIVE and age is not None and age < timeout),
             "containers": sorted(held.get(node.node_id, [])),
         })  # fmt: skip
     lease = ClusterLease.objects.filter(name=ASSIGNMENT_LEASE).first()

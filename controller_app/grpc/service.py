@@ -40,9 +40,9 @@ from django.http import HttpRequest
 from controller_app import selectors as sel
 from controller_app.choices import (
     NodeRole,
-    NodeSession,
     RetentionPolicyType,
     ScalingPolicyType,
+    SessionState,
     StreamState,
 )
 from controller_app.errors import (
@@ -945,7 +945,7 @@ class _Groups(_Base):
         """The live controllers' gRPC endpoints (this one alone outside a cluster)."""
         found = {self.address}
         rows = Node.objects.filter(
-            role=NodeRole.CONTROLLER, session=NodeSession.LIVE, grpc_port__isnull=False
+            role=NodeRole.CONTROLLER, session=SessionState.LIVE, grpc_port__isnull=False
         )
         found |= {(host, port) for host, port in rows.values_list("host", "grpc_port")}
         return pb.ServerResponse(

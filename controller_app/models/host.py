@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from controller_app.choices import NodeRole, NodeSession
+from controller_app.choices import NodeRole, SessionState
 
 
 class Node(models.Model):
@@ -30,7 +30,7 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     session = models.CharField(
-        max_length=8, choices=NodeSession.choices, default=NodeSession.STATIC,
+        max_length=8, choices=SessionState.choices, default=SessionState.STATIC,
         help_text="static: never moved (standalone); live: renewing; left: stopped cleanly",
     )  # fmt: skip
     renewals = models.BigIntegerField(

@@ -8,7 +8,7 @@ layer maps to status codes: ``NotFoundError`` 404, ``AlreadyExistsError`` 409,
 ``ConflictError`` 409, ``WorkflowTimeoutError`` 504 (the work goes on).
 
 The public surface (signatures are the contract between the API, the CLI and the tasks).
-A function that works on segments takes the segment-store port (``ports.SegmentStore``) as its
+A function that works on segments takes the segment-store port (``ports.SegmentStorePort``) as its
 first argument, written ``store`` below; the edges (tasks, views) pass
 ``segment_client.segment_store()``:
 

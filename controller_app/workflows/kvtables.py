@@ -28,7 +28,7 @@ from controller_app.errors import (
     PreconditionFailedError,
 )
 from controller_app.models import KeyValueTable, transition
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.workflows.common import step
 from controller_app.workflows.config import check_name
 from controller_app.workflows.scopes import get_scope
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-class TableStore(SegmentStore, Protocol):
+class TableStore(SegmentStorePort, Protocol):
     """The segment store port with table-segment calls (the REST edge's entries)."""
 
     def table(self, segment: str, method: str, *args: Any, **kwargs: Any) -> Any: ...
@@ -62,7 +62,9 @@ class TableStore(SegmentStore, Protocol):
 # -- the table --------------------------------------------------------------------------------
 
 
-def create_kvtable(store: SegmentStore, scope: str, name: str, config: KvtConfig) -> KeyValueTable:
+def create_kvtable(
+    store: SegmentStorePort, scope: str, name: str, config: KvtConfig
+) -> KeyValueTable:
     """Create ``scope/name`` with ``config`` and its table segments; return it ACTIVE. A retry
     of the same create finishes a half-done one; a table that exists otherwise is
     ``AlreadyExistsError``."""
@@ -122,7 +124,7 @@ def list_kvtables(scope: str) -> list[KeyValueTable]:
     )
 
 
-def delete_kvtable(store: SegmentStore, scope: str, name: str) -> None:
+def delete_kvtable(store: SegmentStorePort, scope: str, name: str) -> None:
     """Delete the table and every entry in it."""
     row = get_kvtable(scope, name)
     if row.state == KvtState.CREATING:

@@ -36,7 +36,7 @@ from controller_app.errors import (
     StreamNotFoundError,
 )
 from controller_app.models import ReaderGroup, Stream, Subscriber
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.reader_group_state import (
     GroupState,
     ReaderNotInGroup,
@@ -161,7 +161,7 @@ def get_reader_group(scope: str, name: str) -> ReaderGroup:
     return group
 
 
-def _start_positions(store: SegmentStore, config: ReaderGroupConfig) -> dict[str, int]:
+def _start_positions(store: SegmentStorePort, config: ReaderGroupConfig) -> dict[str, int]:
     positions: dict[str, int] = {}
     for scoped, start in config.streams.items():
         scope, name = _split_scoped(scoped)
@@ -178,7 +178,7 @@ def _start_positions(store: SegmentStore, config: ReaderGroupConfig) -> dict[str
 
 
 def create_reader_group(
-    store: SegmentStore, scope: str, name: str, config: ReaderGroupConfig
+    store: SegmentStorePort, scope: str, name: str, config: ReaderGroupConfig
 ) -> ReaderGroup:
     """Create the group, its readers' state at the configured starts and its subscriptions.
     The same create again returns the group; another configuration -> AlreadyExistsError."""
@@ -206,7 +206,7 @@ def create_reader_group(
 
 
 def reset_reader_group(
-    store: SegmentStore, scope: str, name: str, config: ReaderGroupConfig | None = None
+    store: SegmentStorePort, scope: str, name: str, config: ReaderGroupConfig | None = None
 ) -> ReaderGroup:
     """Start the group again at ``config``'s starts (default: its own configuration): a new
     generation; every reader gives up its segments and acquires anew; checkpoints cleared."""

@@ -36,7 +36,7 @@ from controller_app.errors import (
 )
 from controller_app.models import Stream, StreamCutRecord, Subscriber
 from controller_app.models.stream import RETENTION_MAX_DEFAULT
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.segments import CutOrder, encode_stream_cut
 from controller_app.stream_reads import tail_cut
 from controller_app.workflows.common import now_ms
@@ -49,7 +49,7 @@ _AT_OR_BEFORE = (CutOrder.BEFORE, CutOrder.EQUAL)
 
 
 def collect_cut(
-    store: SegmentStore, stream: Stream, now: int, period_ms: int
+    store: SegmentStorePort, stream: Stream, now: int, period_ms: int
 ) -> StreamCutRecord | None:
     """Add the tail to the stream's retention set, unless a record is younger than half a
     period; the newest record then (``None`` while the set is empty)."""
@@ -155,7 +155,7 @@ def _forget_behind(stream: Stream, cut: Mapping[int, int]) -> int:
 
 
 def apply_retention(
-    store: SegmentStore, stream: Stream, period_ms: int, now: int | None = None
+    store: SegmentStorePort, stream: Stream, period_ms: int, now: int | None = None
 ) -> Cut | None:
     """One retention round of ``stream``: collect, choose, truncate (the module docstring).
     The cut truncated at, or ``None``."""

@@ -26,7 +26,7 @@ from controller_app.errors import (
     SegmentNotFoundError,
 )
 from controller_app.models import Epoch, EpochTransition, SegmentRecord, Stream, transition
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
@@ -194,7 +194,7 @@ def _new_segments(stream: Stream, job: EpochTransition) -> list[Segment]:
     ]
 
 
-def run_scale(store: SegmentStore, stream_id: int) -> None:
+def run_scale(store: SegmentStorePort, stream_id: int) -> None:
     """Task step: carry out the stream's pending scale (see the module docstring)."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != _S.SCALING:

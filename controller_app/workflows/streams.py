@@ -37,7 +37,7 @@ from controller_app.models import (
     Transaction,
     transition,
 )
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, bucket_for, encode_segments, uniform_ranges
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
@@ -61,7 +61,7 @@ BUSY = frozenset(
 # -- create ------------------------------------------------------------------------------------
 
 
-def create_stream(store: SegmentStore, scope: str, name: str, config: StreamConfig) -> Stream:
+def create_stream(store: SegmentStorePort, scope: str, name: str, config: StreamConfig) -> Stream:
     """Create ``scope/name`` with ``config`` and its epoch-0 segments; return it ACTIVE.
 
     A retry of the same create finishes a half-done one; a stream that exists with another
@@ -132,7 +132,7 @@ def _set_tags(stream: Stream, tags: tuple[str, ...]) -> None:
     )
 
 
-def complete_create(store: SegmentStore, stream_id: int) -> None:
+def complete_create(store: SegmentStorePort, stream_id: int) -> None:
     """Create the epoch-0 segments in the segment store and make the stream ACTIVE."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.CREATING:
@@ -241,7 +241,7 @@ def seal_stream(scope: str, name: str, *, wait: float | None = 30.0) -> Stream:
     return wait_until(sealed, wait, f"seal of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
 
 
-def run_seal(store: SegmentStore, stream_id: int) -> None:
+def run_seal(store: SegmentStorePort, stream_id: int) -> None:
     """Task step: seal the current segments in the segment store, then SEALING → SEALED."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.SEALING:
@@ -284,7 +284,7 @@ def delete_stream(scope: str, name: str, *, wait: float | None = 30.0) -> None:
     )
 
 
-def run_delete(store: SegmentStore, stream_id: int) -> None:
+def run_delete(store: SegmentStorePort, stream_id: int) -> None:
     """Task step: delete every segment of the stream from the segment store, then its rows."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != StreamState.DELETING:

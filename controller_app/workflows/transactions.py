@@ -44,7 +44,7 @@ from controller_app.models import (
     Transaction,
     transition,
 )
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from millrace.kernel.naming import (
@@ -148,7 +148,7 @@ def _check_lease(lease_ms: int) -> int:
 
 
 def create_transaction(
-    store: SegmentStore,
+    store: SegmentStorePort,
     scope: str,
     name: str,
     *,
@@ -307,7 +307,7 @@ def _mark_committing(stream: Stream, txn: Transaction, timestamp: int | None) ->
     raise ConflictError(f"too many concurrent commits on stream {stream}; try again")
 
 
-def run_commits(store: SegmentStore, stream_id: int) -> None:
+def run_commits(store: SegmentStorePort, stream_id: int) -> None:
     """Task step: commit every COMMITTING transaction of the stream (raises ``Postpone``
     while another workflow holds the stream)."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
@@ -338,7 +338,7 @@ def run_commits(store: SegmentStore, stream_id: int) -> None:
     transition(stream, _S.COMMITTING_TXN, _S.ACTIVE)
 
 
-def _merge_in_place(store: SegmentStore, stream: Stream, group: list[Transaction]) -> None:
+def _merge_in_place(store: SegmentStorePort, stream: Stream, group: list[Transaction]) -> None:
     """Merge each transaction in commit order, its shadows into their parents side by side;
     a transaction is complete once all of its merges are."""
     segments = sel.epoch_record(stream, group[0].epoch).segment_list()
@@ -349,7 +349,9 @@ def _merge_in_place(store: SegmentStore, stream: Stream, group: list[Transaction
         _complete(txn, _T.COMMITTED)
 
 
-def _roll(store: SegmentStore, stream: Stream, txn_epoch: int, group: list[Transaction]) -> Stream:
+def _roll(
+    store: SegmentStorePort, stream: Stream, txn_epoch: int, group: list[Transaction]
+) -> Stream:
     """Commit ``group`` (of a scaled-away epoch) by rolling: see the module docstring."""
     current = stream.current_epoch
     rolled, duplicate = current + 1, current + 2
@@ -447,7 +449,7 @@ def abort_transaction(
     return txn
 
 
-def run_abort(store: SegmentStore, txn_pk: int) -> None:
+def run_abort(store: SegmentStorePort, txn_pk: int) -> None:
     """Task step: delete an ABORTING transaction's shadow segments and complete it."""
     txn = Transaction.objects.select_related("stream__scope").filter(pk=txn_pk).first()
     if txn is None or txn.state != _T.ABORTING:

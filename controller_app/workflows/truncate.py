@@ -18,7 +18,7 @@ from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.errors import InvalidStreamCutError, PreconditionFailedError
 from controller_app.models import Stream, TruncationRecord, transition
-from controller_app.ports import SegmentStore
+from controller_app.ports import SegmentStorePort
 from controller_app.segments import CutOrder, encode_segments, encode_stream_cut
 from controller_app.workflows.common import get_stream, step, wait_until
 from controller_app.workflows.streams import start_when_active
@@ -27,7 +27,7 @@ _S = StreamState
 
 
 def truncate_stream(
-    store: SegmentStore,
+    store: SegmentStorePort,
     scope: str,
     name: str,
     stream_cut: Mapping[int, int],
@@ -59,7 +59,7 @@ def truncate_stream(
     return wait_until(done, wait, f"truncation of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
 
 
-def _check_lengths(store: SegmentStore, stream: Stream, cut: dict[int, int]) -> None:
+def _check_lengths(store: SegmentStorePort, stream: Stream, cut: dict[int, int]) -> None:
     for segment_id, offset in cut.items():
         length = store.info(sel.segment_name(stream, segment_id)).length
         if offset > length:
@@ -100,7 +100,7 @@ def _record(stream: Stream, cut: dict[int, int], *, save: bool = True) -> Trunca
     return truncation
 
 
-def run_truncate(store: SegmentStore, stream_id: int) -> None:
+def run_truncate(store: SegmentStorePort, stream_id: int) -> None:
     """Task step: apply the latest truncation record in the segment store; TRUNCATING → ACTIVE."""
     stream = Stream.objects.select_related("scope").filter(pk=stream_id).first()
     if stream is None or stream.state != _S.TRUNCATING:
