@@ -98,7 +98,7 @@ def _partitions(row: KeyValueTable) -> list[dict[str, object]]:
         with contextlib.suppress(ControllerError):
             uri = sel.node_uri(name, count)
             item["node"] = f"{uri.host}:{uri.port}"
-            start, length, entries = store.table(name, "info")
+            start, length, entries = store.table_counts(name)
             item.update(entries=entries, bytes=length - start)
         shown.append(item)
     return shown

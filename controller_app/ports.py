@@ -14,7 +14,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["SegmentState", "SegmentStorePort"]
+from millrace.kernel import wire
+
+__all__ = [
+    "NOT_EXISTS",
+    "NO_VERSION",
+    "EntryPage",
+    "SegmentState",
+    "SegmentStorePort",
+    "StoredEntry",
+    "TableStorePort",
+]
+
+#: A table change's version condition: none (whatever the key's version is), or that the key is
+#: absent (the wire protocol's values).
+NO_VERSION = wire.KEY_NO_VERSION
+NOT_EXISTS = wire.KEY_NOT_EXISTS
 
 
 @dataclass(frozen=True)
@@ -87,3 +102,45 @@ class Traffic:
 
     segments: Mapping[str, SegmentTraffic]
     uptime_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """An entry of a table segment: its whole key, value and version."""
+
+    key: bytes
+    value: bytes
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntryPage:
+    """Entries of a table segment in key order, and the token to go on with (the same token
+    when nothing was left)."""
+
+    entries: list[StoredEntry]
+    token: bytes
+
+
+class TableStorePort(SegmentStorePort, Protocol):
+    """The segment store port with the entry calls of one table segment (the REST API's and
+    the console's entries of key-value tables). A refused condition is the controller's
+    ``BadKeyVersionError`` (the key is at another version, or present where it had to be
+    absent) or ``KeyNotFoundError``; a key or value the segment refuses ``InvalidArgumentError``.
+    """
+
+    def table_get(self, segment: str, key: bytes) -> StoredEntry | None:
+        """The entry of ``key``, None when absent."""
+
+    def table_put(self, segment: str, key: bytes, value: bytes, version: int) -> int:
+        """Put ``value`` at ``key`` if it is at ``version`` (``NO_VERSION``, ``NOT_EXISTS``);
+        its new version."""
+
+    def table_remove(self, segment: str, key: bytes, version: int) -> None:
+        """Remove ``key`` if it is at ``version`` (``NO_VERSION``: whatever it is)."""
+
+    def table_page(self, segment: str, limit: int, token: bytes, prefix: bytes) -> EntryPage:
+        """Up to ``limit`` entries whose keys start with ``prefix``, after ``token``."""
+
+    def table_counts(self, segment: str) -> tuple[int, int, int]:
+        """(start offset, length, entry count) of the table segment."""

@@ -33,10 +33,17 @@ from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.cluster.membership import check_container_count
-from controller_app.errors import SegmentStoreUnavailableError, SegmentTruncatedError
+from controller_app.errors import (
+    BadKeyVersionError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    SegmentStoreUnavailableError,
+    SegmentTruncatedError,
+)
 from controller_app.models import Container, ContainerAssignment, Node
-from controller_app.ports import SegmentState, SegmentTraffic, Traffic
+from controller_app.ports import EntryPage, SegmentState, SegmentTraffic, StoredEntry, Traffic
 from controller_app.tokens import delegation_token
+from millrace.client import errors as client_errors
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ, READ_UPDATE, stream_resource
@@ -202,11 +209,39 @@ class WireSegmentStore:
                 lambda c: c.table("delete", segment, must_be_empty=False, token=_token(segment)),
             )
 
-    def table(self, segment: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A table-segment call on ``segment`` (``TableCalls.<method>``), with a token that
-        may change it: the REST API's entries of key-value tables."""
+    def table_get(self, segment: str, key: bytes) -> StoredEntry | None:
+        found = self._table(segment, "get", [key])[0]
+        return None if found is None else StoredEntry(found.key, found.value, found.version)
+
+    def table_put(self, segment: str, key: bytes, value: bytes, version: int) -> int:
+        return int(self._table(segment, "update", [(key, value, version)])[0])
+
+    def table_remove(self, segment: str, key: bytes, version: int) -> None:
+        self._table(segment, "remove", [(key, version)])
+
+    def table_page(self, segment: str, limit: int, token: bytes, prefix: bytes) -> EntryPage:
+        page = self._table(segment, "entries", limit, token, prefix=prefix)
+        entries = [StoredEntry(e.key, e.value, e.version) for e in page.entries]
+        return EntryPage(entries, page.token)
+
+    def table_counts(self, segment: str) -> tuple[int, int, int]:
+        start, length, count = self._table(segment, "info")
+        return int(start), int(length), int(count)
+
+    def _table(self, segment: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A table-segment call on ``segment`` (``TableCalls.<method>``) with a token that may
+        change it; the segment's refusals as the controller's errors."""
         token = _token(segment)
-        return self._call(segment, lambda c: c.table(method, segment, *args, token=token, **kwargs))
+        try:
+            return self._call(
+                segment, lambda c: c.table(method, segment, *args, token=token, **kwargs)
+            )
+        except client_errors.TableKeyBadVersionError as exc:
+            raise BadKeyVersionError(str(exc)) from None
+        except client_errors.TableKeyDoesNotExistError as exc:
+            raise KeyNotFoundError(str(exc)) from None
+        except client_errors.InvalidArgumentError as exc:
+            raise InvalidArgumentError(str(exc)) from None
 
     def read(self, segment: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``segment`` at ``offset`` (below its length: a read at

@@ -32,10 +32,10 @@ from controller_app.api import serializers as s
 from controller_app.choices import KvtState
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import KeyValueTable
+from controller_app.ports import StoredEntry
 from controller_app.segment_client import segment_store
 from controller_app.tokens import stream_token_for
 from controller_app.workflows import kvtables as kv
-from millrace.client.transport.table_calls import TableEntry
 from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig, kvt_segment_name
 
 __all__ = ["EntriesView", "EntryView", "KvtTokenView", "KvtView", "KvtsView"]
@@ -93,7 +93,7 @@ def describe(row: KeyValueTable, *, nodes: bool = False) -> dict[str, Any]:
     return described
 
 
-def entry_json(entry: TableEntry) -> dict[str, Any]:
+def entry_json(entry: StoredEntry) -> dict[str, Any]:
     return {
         "key": _text(entry.key),
         "keyBase64": base64.urlsafe_b64encode(entry.key).decode(),

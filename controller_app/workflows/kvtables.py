@@ -5,14 +5,15 @@ segments of its partitions are created on the nodes that serve their containers,
 becomes ACTIVE. A crash in between leaves it CREATING; the same create again finishes it.
 Delete records DELETING, deletes the table segments whatever they hold, then the row; a delete
 of a table left DELETING finishes it. Entry calls go to the partition's table segment through
-the segment store port (``table``), with the key checked against the table's key lengths.
+the segment store port (``ports.TableStorePort``), with the key checked against the table's
+key lengths.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -28,12 +29,16 @@ from controller_app.errors import (
     PreconditionFailedError,
 )
 from controller_app.models import KeyValueTable, transition
-from controller_app.ports import SegmentStorePort
+from controller_app.ports import (
+    NO_VERSION,
+    NOT_EXISTS,
+    SegmentStorePort,
+    StoredEntry,
+    TableStorePort,
+)
 from controller_app.workflows.common import step
 from controller_app.workflows.config import check_name
 from controller_app.workflows.scopes import get_scope
-from millrace.client import errors as client_errors
-from millrace.client.transport.table_calls import NO_VERSION, NOT_EXISTS, TableEntry, TablePage
 from millrace.kernel.kvt import (
     KvtConfig,
     KvtError,
@@ -45,18 +50,11 @@ from millrace.kernel.kvt import (
 __all__ = [
     "NOT_EXISTS",
     "NO_VERSION",
-    "TableStore",
     "create_kvtable",
     "delete_kvtable",
     "get_kvtable",
     "list_kvtables",
 ]
-
-
-class TableStore(SegmentStorePort, Protocol):
-    """The segment store port with table-segment calls (the REST edge's entries)."""
-
-    def table(self, segment: str, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -162,18 +160,23 @@ def _invalid() -> Iterator[None]:
         raise InvalidArgumentError(str(exc)) from None
 
 
-def get_entry(store: TableStore, scope: str, name: str, key: bytes) -> TableEntry:
+def get_entry(store: TableStorePort, scope: str, name: str, key: bytes) -> StoredEntry:
     """The entry of ``key`` (primary and secondary key together), or ``KeyNotFoundError``."""
     row = active_kvtable(scope, name)
     key = _checked(row, key)
-    found = store.table(_segment(row, key), "get", [key])[0]
+    found = store.table_get(_segment(row, key), key)
     if found is None:
         raise KeyNotFoundError(f"{scope}/{name} has no key {key!r}")
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def put_entry(
-    store: TableStore, scope: str, name: str, key: bytes, value: bytes, version: int = NO_VERSION
+    store: TableStorePort,
+    scope: str,
+    name: str,
+    key: bytes,
+    value: bytes,
+    version: int = NO_VERSION,
 ) -> int:
     """Put ``value`` at ``key`` if its version is ``version`` (``NO_VERSION``: whatever it is;
     ``NOT_EXISTS``: only if absent); the entry's new version."""
@@ -182,36 +185,39 @@ def put_entry(
     with _invalid():
         check_value(value)
     with _conditions(scope, name, key, absent=version == NOT_EXISTS):
-        versions = store.table(_segment(row, key), "update", [(key, value, version)])
-    return int(versions[0])
+        return store.table_put(_segment(row, key), key, value, version)
 
 
 def remove_entry(
-    store: TableStore, scope: str, name: str, key: bytes, version: int = NO_VERSION
+    store: TableStorePort, scope: str, name: str, key: bytes, version: int = NO_VERSION
 ) -> None:
     """Remove ``key`` if its version is ``version`` (``NO_VERSION``: whatever it is; an absent
     key is then no error)."""
     row = active_kvtable(scope, name)
     key = _checked(row, key)
     with _conditions(scope, name, key):
-        store.table(_segment(row, key), "remove", [(key, version)])
+        store.table_remove(_segment(row, key), key, version)
 
 
 def list_entries(
-    store: TableStore, scope: str, name: str, *, limit: int, token: str = "", prefix: bytes = b""
-) -> tuple[list[TableEntry], str]:
+    store: TableStorePort,
+    scope: str,
+    name: str,
+    *,
+    limit: int,
+    token: str = "",
+    prefix: bytes = b"",
+) -> tuple[list[StoredEntry], str]:
     """Up to ``limit`` entries in partition then key order, whose keys start with ``prefix``,
     after the continuation ``token`` (empty: from the start); the token to go on with (empty
     when all were listed)."""
     row = active_kvtable(scope, name)
     with _invalid():
         partition, inner = parse_page_token(token, row.partitions)
-    found: list[TableEntry] = []
+    found: list[StoredEntry] = []
     segments = row.segment_names()
     while partition < row.partitions and len(found) < limit:
-        page: TablePage = store.table(
-            segments[partition], "entries", limit - len(found), inner, prefix=prefix
-        )
+        page = store.table_page(segments[partition], limit - len(found), inner, prefix)
         found += page.entries
         if not page.entries or page.token == inner:
             partition, inner = partition + 1, b""
@@ -228,10 +234,8 @@ def _conditions(scope: str, name: str, key: bytes, *, absent: bool = False) -> A
     key is absent)."""
     try:
         yield
-    except client_errors.TableKeyBadVersionError:
+    except BadKeyVersionError:
         said = "exists already" if absent else "is not at the expected version"
         raise BadKeyVersionError(f"{scope}/{name}: key {key!r} {said}") from None
-    except client_errors.TableKeyDoesNotExistError:
+    except KeyNotFoundError:
         raise KeyNotFoundError(f"{scope}/{name} has no key {key!r}") from None
-    except client_errors.InvalidArgumentError as exc:
-        raise InvalidArgumentError(str(exc)) from None
