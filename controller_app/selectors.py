@@ -27,9 +27,11 @@ from controller_app.errors import (
 )
 from controller_app.models import (
     AuditEntry,
+    CompletedTransaction,
     Container,
     ContainerAssignment,
     Epoch,
+    KeyValueTable,
     Node,
     ReaderGroup,
     Scope,
@@ -529,6 +531,50 @@ STREAM_SORTS = {
 def scope_listing() -> QuerySet[Scope]:
     """Scopes by name with their stream counts (1 query per page)."""
     return Scope.objects.annotate(stream_count=Count("streams")).order_by("name")
+
+
+# -- lookups by name (Pravega's gRPC answers "not found" as statuses, not errors) ------------
+
+
+def scope_named(name: str) -> Scope | None:
+    return Scope.objects.filter(name=name).first()
+
+
+def scope_exists(name: str) -> bool:
+    return Scope.objects.filter(name=name).exists()
+
+
+def stream_named(scope: str, name: str) -> Stream | None:
+    """The stream ``scope/name`` (scope joined), or None."""
+    return Stream.objects.select_related("scope").filter(scope__name=scope, name=name).first()
+
+
+def stream_exists(scope: str, name: str) -> bool:
+    return Stream.objects.filter(scope__name=scope, name=name).exists()
+
+
+def scope_names(after: str = "") -> QuerySet[Scope, str]:
+    """The scopes' names after ``after``, in order."""
+    return Scope.objects.filter(name__gt=after).order_by("name").values_list("name", flat=True)
+
+
+def kvtable_names(scope: Scope, after: str = "") -> QuerySet[KeyValueTable, str]:
+    """The names of ``scope``'s key-value tables after ``after``, in order."""
+    rows = KeyValueTable.objects.filter(scope=scope, name__gt=after).order_by("name")
+    return rows.values_list("name", flat=True)
+
+
+def completed_transactions(stream: Stream, limit: int) -> list[CompletedTransaction]:
+    """The stream's newest ``limit`` completed transactions, newest first."""
+    return list(CompletedTransaction.objects.filter(stream=stream).order_by("-pk")[:limit])
+
+
+def live_controller_endpoints() -> list[tuple[str, int]]:
+    """The gRPC endpoints (host, port) of the controllers whose session is live."""
+    rows = Node.objects.filter(
+        role=NodeRole.CONTROLLER, session=SessionState.LIVE, grpc_port__isnull=False
+    )
+    return [(host, int(port)) for host, port in rows.values_list("host", "grpc_port")]
 
 
 #: A name starting with it is internal (a reader group's or a writer's own stream, as Pravega's

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from controller_app import errors as ce
 from controller_app.grpc import controller_pb2 as pb
-from controller_app.grpc import service
+from controller_app.grpc import segments as grpc_segments
 from controller_app.grpc.controller_pb2_grpc import ControllerServiceStub
 from controller_app.grpc.server import GrpcEndpoint
 from controller_app.outcomes import OUTAGES, OUTCOMES, outcome_of
@@ -96,7 +96,7 @@ def test_grpc_and_rest_answer_each_error_as_its_row_says(
         def fail(*args: Any, error: BaseException = error) -> Any:
             raise error
 
-        monkeypatch.setattr(service, "get_stream", fail)
+        monkeypatch.setattr(grpc_segments, "get_stream", fail)
         monkeypatch.setattr("controller_app.api.views.get_stream", fail)
         code, message = _grpc_status(endpoint.port, token)
         answer = rest.get("/v1/scopes/s/streams/t")
