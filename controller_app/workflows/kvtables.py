@@ -39,13 +39,7 @@ from controller_app.ports import (
 from controller_app.workflows.common import step
 from controller_app.workflows.config import check_name
 from controller_app.workflows.scopes import get_scope
-from millrace.kernel.kvt import (
-    KvtConfig,
-    KvtError,
-    check_value,
-    page_token,
-    parse_page_token,
-)
+from millrace.kernel.kvt import KvtConfig, KvtError, PartitionWalk, check_value
 
 __all__ = [
     "NOT_EXISTS",
@@ -212,20 +206,14 @@ def list_entries(
     after the continuation ``token`` (empty: from the start); the token to go on with (empty
     when all were listed)."""
     row = active_kvtable(scope, name)
-    with _invalid():
-        partition, inner = parse_page_token(token, row.partitions)
-    found: list[StoredEntry] = []
     segments = row.segment_names()
-    while partition < row.partitions and len(found) < limit:
-        page = store.table_page(segments[partition], limit - len(found), inner, prefix)
-        found += page.entries
-        if not page.entries or page.token == inner:
-            partition, inner = partition + 1, b""
-        else:
-            inner = page.token
-    if partition >= row.partitions:
-        return found, ""
-    return found, page_token(partition, inner)
+    with _invalid():
+        walk = PartitionWalk(range(row.partitions), token, row.partitions, limit)
+    while (asked := walk.ask()) is not None:
+        partition, inner, count = asked
+        page = store.table_page(segments[partition], count, inner, prefix)
+        walk.got(page.entries, page.token)
+    return walk.found, walk.next_token()
 
 
 @contextlib.contextmanager

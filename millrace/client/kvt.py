@@ -56,10 +56,9 @@ from millrace.client.transport.table_calls import (
 from millrace.kernel.kvt import (
     KvtConfig,
     KvtError,
+    PartitionWalk,
     check_value,
     kvt_segment_name,
-    page_token,
-    parse_page_token,
 )
 
 __all__ = [
@@ -202,6 +201,11 @@ class AsyncKeyValueTable:
         )
         return table
 
+    @property
+    def delegation_token(self) -> str:
+        """The delegation token the table's connections present now."""
+        return self._pool.delegation_token if self._pool is not None else ""
+
     async def describe(self) -> None:
         """Ask the controller for the table's configuration and where its partitions are."""
         await self._describe()
@@ -234,23 +238,17 @@ class AsyncKeyValueTable:
         moves (see the module docstring)."""
         assert self._pool is not None, "use AsyncKeyValueTable.open"
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + FOLLOW_SECONDS
+        follow = _Follow(changes, loop.time())
         while True:
+            sent = False
             try:
                 client = await self._pool.get(*self.nodes[partition])
-            except (errors.ConnectionLostError, *_AWAY):
-                if loop.time() > deadline:
+                sent = True
+                with _refusals():
+                    return await client.tables.run(make(self._segment(partition)))
+            except (errors.ConnectionLostError, *_AWAY) as exc:
+                if not follow.again(exc, sent, loop.time()):
                     raise
-            else:
-                try:
-                    with _refusals():
-                        return await client.tables.run(make(self._segment(partition)))
-                except errors.ConnectionLostError:
-                    if changes or loop.time() > deadline:
-                        raise
-                except _AWAY:
-                    if loop.time() > deadline:
-                        raise
             await asyncio.sleep(RELOCATE_PAUSE_SECONDS)
             with contextlib.suppress(ControllerError, OSError):  # (away: the next failure asks)
                 await self._describe()
@@ -352,28 +350,19 @@ class AsyncKeyValueTable:
         the last). All entries, or those of one ``primary_key`` (then ``prefix``,
         ``from_key`` and ``to_key`` bound its secondary keys), or of primary keys starting with
         ``prefix`` or from ``from_key`` to ``to_key`` (both included)."""
-        if limit < 1:
-            raise KvtError(f"limit must be at least 1, not {limit}")
-        partitions, bounds = self._bounds(primary_key, prefix, from_key, to_key)
-        place, inner = parse_page_token(token, self.config.partitions)
-        found: list[KvtEntry] = []
-        for partition in partitions:
-            if partition < place:
-                continue
-            start = inner if partition == place else b""
-            while len(found) < limit:
-                make = functools.partial(
-                    entries_request, count=limit - len(found), continuation=start,
-                    keys_only=keys_only, prefix=bounds[0], from_key=bounds[1], to_key=bounds[2],
-                )  # fmt: skip
-                got: TablePage = await self._call(partition, make, changes=False)
-                found += [self.entry_of(e) for e in got.entries]
-                if not got.entries or got.token == start:
-                    break
-                start = got.token
-            if len(found) >= limit:
-                return found, page_token(partition, start)
-        return found, ""
+        walk = self.plan_page(limit, token, keys_only, primary_key, prefix, from_key, to_key)
+        while (asked := walk.ask()) is not None:
+            got: TablePage = await self._call(asked[0], walk.request(asked), changes=False)
+            walk.got([self.entry_of(e) for e in got.entries], got.token)
+        return walk.found, walk.next_token()
+
+    def plan_page(
+        self, limit: int, token: str, keys_only: bool, primary: bytes | None, prefix: bytes,
+        low: bytes | None, high: bytes | None,
+    ) -> _PageWalk:  # fmt: skip
+        """The walk of one ``page`` (the blocking table drives it from its own thread)."""
+        partitions, bounds = self._bounds(primary, prefix, low, high)
+        return _PageWalk(partitions, token, self.config.partitions, limit, keys_only, bounds)
 
     def _bounds(
         self, primary: bytes | None, prefix: bytes, low: bytes | None, high: bytes | None
@@ -405,6 +394,39 @@ class AsyncKeyValueTable:
         """As ``entries``, without the values."""
         async for entry in self.entries(keys_only=True, **where):
             yield entry
+
+
+class _PageWalk(PartitionWalk):
+    """``PartitionWalk`` with the read each step makes (``entries_request``, with the page's
+    filters)."""
+
+    def __init__(
+        self, partitions: list[int], token: str, count: int, limit: int, keys_only: bool,
+        bounds: tuple[bytes, bytes, bytes],
+    ) -> None:  # fmt: skip
+        super().__init__(partitions, token, count, limit)
+        self.keys_only, self.bounds = keys_only, bounds
+
+    def request(self, asked: tuple[int, bytes, int]) -> Callable[[str], TableRequest[TablePage]]:
+        _, start, count = asked
+        return functools.partial(
+            entries_request, count=count, continuation=start, keys_only=self.keys_only,
+            prefix=self.bounds[0], from_key=self.bounds[1], to_key=self.bounds[2],
+        )  # fmt: skip
+
+
+class _Follow:
+    """Whether a call that failed goes again, the same rule for the async and the blocking
+    table: for up to ``FOLLOW_SECONDS``, and never a change whose request may have reached the
+    node (a lost connection after sending: it may have been made)."""
+
+    def __init__(self, changes: bool, now: float) -> None:
+        self.changes, self.deadline = changes, now + FOLLOW_SECONDS
+
+    def again(self, exc: BaseException, sent: bool, now: float) -> bool:
+        if now > self.deadline:
+            return False
+        return not (self.changes and sent and isinstance(exc, errors.ConnectionLostError))
 
 
 class _GetPlan:
@@ -512,7 +534,7 @@ class KeyValueTable:
         self.scope, self.name, self.config = table.scope, table.name, table.config
         self._connections: dict[tuple[str, int], DirectConnection] = {}
         self._lock = threading.Lock()
-        self._token = table._pool.delegation_token if table._pool else ""
+        self._token = table.delegation_token
         loop.on_exit(self, table.close)
 
     # -- direct calls ----------------------------------------------------------------------
@@ -535,7 +557,7 @@ class KeyValueTable:
 
     def _call(self, partition: int, make: Callable[[str], TableRequest[T]], *, changes: bool) -> T:
         """As ``AsyncKeyValueTable._call``, from this thread."""
-        deadline = time.monotonic() + FOLLOW_SECONDS
+        follow = _Follow(changes, time.monotonic())
         segment = kvt_segment_name(self.scope, self.name, partition)
         while True:
             sent = False
@@ -544,11 +566,8 @@ class KeyValueTable:
                 sent = True
                 with _refusals():
                     return connection.run(make(segment))
-            except errors.ConnectionLostError:
-                if (changes and sent) or time.monotonic() > deadline:
-                    raise
-            except _AWAY:
-                if time.monotonic() > deadline:
+            except (errors.ConnectionLostError, *_AWAY) as exc:
+                if not follow.again(exc, sent, time.monotonic()):
                     raise
             time.sleep(RELOCATE_PAUSE_SECONDS)
             with contextlib.suppress(ControllerError, OSError):  # (away: the next failure asks)
@@ -588,12 +607,20 @@ class KeyValueTable:
         partition, make = self._table.plan_update(changes)
         return self._call(partition, make, changes=True)
 
-    # -- iteration (on the I/O thread, a page at a time) -----------------------------------
+    # -- iteration (a page at a time) -------------------------------------------------------
 
     def page(
-        self, limit: int = PAGE_SIZE, token: str = "", **where: Any
-    ) -> tuple[list[KvtEntry], str]:
-        return self._loop.run(self._table.page(limit, token, **where))
+        self, limit: int = PAGE_SIZE, token: str = "", *, keys_only: bool = False,
+        primary_key: bytes | None = None, prefix: bytes = b"",
+        from_key: bytes | None = None, to_key: bytes | None = None,
+    ) -> tuple[list[KvtEntry], str]:  # fmt: skip
+        """As ``AsyncKeyValueTable.page``, from this thread."""
+        walk = self._table.plan_page(limit, token, keys_only, primary_key, prefix, from_key,
+                                     to_key)  # fmt: skip
+        while (asked := walk.ask()) is not None:
+            got = self._call(asked[0], walk.request(asked), changes=False)
+            walk.got([self._table.entry_of(e) for e in got.entries], got.token)
+        return walk.found, walk.next_token()
 
     def entries(self, **where: Any) -> Iterator[KvtEntry]:
         token = ""

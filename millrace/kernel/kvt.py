@@ -19,6 +19,8 @@ import bisect
 import dataclasses
 import functools
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 import mmh3
 
@@ -32,6 +34,7 @@ __all__ = [
     "VALUE_BYTES_MAX",
     "KvtConfig",
     "KvtError",
+    "PartitionWalk",
     "check_value",
     "kvt_segment_name",
     "page_token",
@@ -225,3 +228,41 @@ def parse_page_token(token: str, partitions: int) -> tuple[int, bytes]:
     if not 0 <= partition < partitions:
         raise KvtError(f"not a continuation token of this table: {token!r}")
     return partition, inner
+
+
+class PartitionWalk:
+    """One page of a table's entries gathered over its partitions in order, without I/O: the
+    caller reads what ``ask`` names from the partition's table segment and hands what it got to
+    ``got``, until ``ask`` says the page is whole; ``next_token`` is where the next page starts.
+    The REST API's listing and the clients' ``page`` (async and blocking) all walk with it."""
+
+    def __init__(self, partitions: Sequence[int], token: str, partition_count: int,
+                 limit: int) -> None:  # fmt: skip
+        if limit < 1:
+            raise KvtError(f"limit must be at least 1, not {limit}")
+        place, inner = parse_page_token(token, partition_count)
+        self._todo = [p for p in partitions if p >= place]
+        self._start = inner if self._todo and self._todo[0] == place else b""
+        self.limit = limit
+        self.found: list[Any] = []
+
+    def ask(self) -> tuple[int, bytes, int] | None:
+        """(partition, continuation token, how many entries) to read next; None once the page
+        is whole or every partition is read."""
+        if not self._todo or len(self.found) >= self.limit:
+            return None
+        return self._todo[0], self._start, self.limit - len(self.found)
+
+    def got(self, entries: Sequence[Any], token: bytes) -> None:
+        """What the read ``ask`` named gave: its entries and the token to go on with (the same
+        token, or no entries: the partition is read to its end)."""
+        self.found += entries
+        if not entries or token == self._start:
+            self._todo.pop(0)
+            self._start = b""
+        else:
+            self._start = token
+
+    def next_token(self) -> str:
+        """The token of the following page; empty after the last."""
+        return page_token(self._todo[0], self._start) if self._todo else ""
