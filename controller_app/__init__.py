@@ -3,4 +3,36 @@
 ``models/`` holds the metadata (one module per aggregate), ``choices.py`` the states and their
 allowed transitions, ``selectors.py`` the reads, ``segments.py`` the pure segment and
 stream-cut rules. Workflows, tasks and the REST API come next (see ARCHITECTURE.md).
+
+Its other modules:
+
+* ``api``: the controller's REST API
+* ``apps``: Django app of the controller role
+* ``audit``: writing the audit log (``models.AuditEntry``)
+* ``beat``: beat's scheduler and the worker's heartbeat
+* ``cluster``: the cluster: node sessions, the leader's lease and its container assignments
+* ``dispatch``: sending the controller's Celery tasks by name
+* ``errors``: errors of the controller's metadata layer, raised by selectors and the state
+  helper
+* ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients
+* ``health``: the node's health tree
+* ``heartbeats``: signs of life of the Celery worker and beat processes
+* ``metrics``: the controller's Prometheus metrics, read from its metadata at each scrape
+* ``outages``: the services around a node that can be away
+* ``outcomes``: how every face answers an error
+* ``ports``: the controller's port to the segment store, as the workflows see it
+* ``reader_group_state``: the live state of a reader group, and every change to it, as plain
+  Python (no database)
+* ``roles``: who may do what (viewer, operator, admin), for every face
+* ``segment_client``: the controller's port to the segment store over the wire client
+  (``ports.SegmentStorePort``)
+* ``signin``: sign-ins on the open network
+* ``stream_reads``: reading a stream in pages for HTTP clients
+* ``tails``: WebSocket tail reads, served by the controller's ASGI process
+* ``task_names``: the names of the controller's Celery tasks and the queues they go to
+* ``tokens``: API tokens and the segment store's delegation tokens
+* ``users``: users and their roles, made by the local commands (``millrace user ...``,
+  ``millrace token create``), the console's Security page and the standalone's first
+  administrator
+* ``workflows``: every controller write
 """

@@ -7,6 +7,14 @@
 
 Runs on Spark executors, so it never imports Django: it talks to Millrace through the Python
 client (an import-linter contract in pyproject.toml says so). See docs/components/spark.md.
+
+Its other modules:
+
+* ``arrow``: events to and from Arrow, a column at a time (executors)
+* ``jobs``: Spark jobs over the ``millrace`` data source, runnable with ``spark-submit`` or
+  through the ``millrace ingest`` / ``millrace export`` commands (a local Spark)
+* ``options``: the data source's options, parsed once into a frozen dataclass with clear errors
+* ``worker_state``: what a Spark Python worker keeps from one task to the next (executors)
 """
 
 from __future__ import annotations

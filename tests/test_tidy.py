@@ -149,3 +149,19 @@ def test_no_two_classes_of_one_name_in_a_package() -> None:
             if len(ours) > 1 or (len(paths) > 1 and not ours):
                 twice.append(f"{name}: {', '.join(paths)}")
     assert not twice, "one name, two classes:\n" + "\n".join(twice)
+
+
+def test_every_package_docstring_names_its_modules() -> None:
+    unnamed = []
+    for package in PACKAGES:
+        for init in sorted((ROOT / package).rglob("__init__.py")):
+            if "migrations" in init.parts:
+                continue
+            doc = ast.get_docstring(parse(init.read_text())) or ""
+            modules = [p.stem for p in init.parent.glob("*.py")
+                       if p.stem not in ("__init__", "__main__")
+                       and not p.stem.endswith(("_pb2", "_pb2_grpc"))]  # fmt: skip
+            modules += [d.name for d in init.parent.iterdir()
+                        if (d / "__init__.py").exists() and d.name != "migrations"]  # fmt: skip
+            unnamed += [f"{init.parent.relative_to(ROOT)}: {m}" for m in modules if m not in doc]
+    assert not unnamed, "a package's docstring does not name:\n" + "\n".join(unnamed)

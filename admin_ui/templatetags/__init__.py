@@ -1,0 +1,6 @@
+"""The console's template filters and tags.
+
+Its modules:
+
+* ``console``: template helpers of the console
+"""

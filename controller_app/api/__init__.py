@@ -3,4 +3,15 @@
 ``urls`` maps paths to ``views``; ``serializers`` hold the JSON shapes (Pravega's field names);
 ``errors`` turns every error into ``{"code": ..., "message": ...}``; ``authentication`` reads
 API tokens. Views validate and translate; every write goes through ``controller_app.workflows``.
+
+Its other modules:
+
+* ``cluster_views``: ``GET /v1/cluster``
+* ``events``: REST append and read for HTTP clients
+* ``fields``: request fields and the JSON parser, strict where DRF's defaults are lenient
+* ``health_urls``: URLs of the health endpoints (Pravega's paths
+* ``health_views``: HTTP health endpoints of a node, shaped like Pravega's REST health API
+* ``kvtables``: REST views of key-value tables (Millrace's addition
+* ``permissions``: the REST API's permission
+* ``reader_groups``: REST views of reader groups
 """

@@ -2,6 +2,22 @@
 docs/components/controller-metadata.md for the records, their indexes and each query's cost).
 
 ``transition()`` is the one way to change a record's state (compare-and-swap on ``version``).
+
+Its modules:
+
+* ``audit``: the audit log
+* ``base``: the compare-and-swap state helper shared by every record that has a lifecycle
+* ``epoch``: a stream's history
+* ``host``: the host store
+* ``kvt``: key-value table
+* ``reader_group``: reader groups as the controller knows them, and their subscriptions to
+  streams
+* ``retention``: the head of a stream and its retention set
+* ``scope``: scope
+* ``stream``: stream aggregate root
+* ``transaction``: stream transactions
+* ``watermark``: writer marks (each writer's last reported time and position) and the watermarks
+  made of them
 """
 
 from controller_app.models.audit import AuditEntry

@@ -47,4 +47,13 @@ first argument, written ``store`` below; the edges (tasks, views) pass
 
 Task steps (``run_seal``, ``run_delete``, ``run_scale``, ``run_truncate``, ``run_commits``,
 ``run_abort``, ``complete_create``) take ``(store, id)``.
+
+Its other modules:
+
+* ``autoscale``: auto-scaling
+* ``buckets``: periodic services over stream buckets (Pravega's stream buckets)
+* ``common``: what every workflow module shares
+* ``kvtables``: key-value tables
+* ``retention``: retention
+* ``sweeper``: the sweeper
 """

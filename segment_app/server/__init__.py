@@ -4,4 +4,12 @@
 ``requests`` / ``replies`` serve a ``SegmentStoreAPI``; ``auth`` checks and mints tokens; ``node``
 runs a whole segment store process. See ``docs/components/wire-protocol.md``. The engine never
 imports this package.
+
+Its other modules:
+
+* ``locate``: ``LocateOffset``
+* ``membership``: a node's membership of a cluster
+* ``metrics``: the segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``,
+  9092)
+* ``traffic``: the traffic monitor
 """

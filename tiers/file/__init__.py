@@ -2,6 +2,11 @@
 
 Responsibility: export ``FileDurableDataLog``; the implementation is in ``log.py``, its byte
 formats in ``format.py`` and the record scanner in ``scan.py``.
+
+Its other modules:
+
+* ``direct``: ``LedgerAppender``
+* ``thread``: a per-log writer thread
 """
 
 from tiers.file.log import FileDurableDataLog

@@ -3,6 +3,12 @@
 Responsibility: the ``memory`` plugins of both tiers. They are real, selectable backends
 (``is_durable = False``) used by tests and seeded simulations; instances sharing a store see each
 other's data, so a second container instance can fence the first.
+
+Its modules:
+
+* ``chunks``: ``MemoryChunkStorage``
+* ``faults``: deterministic fault and latency injection for the in-memory tiers
+* ``log``: ``MemoryDurableDataLog``
 """
 
 from tiers.memory.chunks import (

@@ -10,4 +10,10 @@
 
 The streams' API above it (``millrace.client.manager``, writers, readers) uses it; nothing in
 it knows of streams.
+
+Its other modules:
+
+* ``direct``: a blocking connection to a segment store, for request/response calls from the
+  caller's own thread
+* ``table_calls``: table-segment calls on one connection (Pravega's table commands)
 """

@@ -5,6 +5,14 @@
 ``FrameAssembler`` splits a received byte stream into frames. Part of the Django-free kernel:
 shared by the wire server (``segment_app.server``), the Python client (``millrace.client``)
 and the token code (``controller_app.tokens``).
+
+Its other modules:
+
+* ``event_frame``: how an event lies in a segment
+* ``fastpath``: hand-tuned codecs of the append and read paths
+* ``segment_commands``: wire commands of segment lifecycle, merges, attributes, and the error
+  replies
+* ``table_commands``: table-segment wire commands (type codes 68-88) and their sub-structures
 """
 
 from . import fastpath  # noqa: F401  (installs the hand-tuned codecs)

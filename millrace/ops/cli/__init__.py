@@ -10,6 +10,13 @@ imports the server's machinery (Django, Celery, the engine) only when it runs, s
 
 ``--data-dir`` and ``--log-level`` set ``MILLRACE_DATA_DIR`` and ``MILLRACE_LOG_LEVEL`` for the
 command and everything it starts.
+
+Its other modules:
+
+* ``cluster``: ``millrace cluster status``
+* ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
+* ``remote``: what the client's commands share
+* ``tls``: ``millrace tls dev-cert``
 """
 
 from __future__ import annotations
