@@ -121,6 +121,7 @@ def test_the_kvt_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
         assert '"name": "Ada Lovelace"' in shown or "Ada Lovelace" in shown, shown
 
 
+@pytest.mark.timeout(900)  # (five Spark jobs, each a JVM of its own)
 def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
     """The page's first example in a PySpark program (whose ``spark`` the shell would give),
     copying the README's ``demo/orders`` into ``demo/copy`` in capitals; then its bulk ingest
