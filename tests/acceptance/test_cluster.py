@@ -26,7 +26,8 @@ and the new owner's fence refuses its appends (``no-fencing``: it acknowledges o
 woken from a pause, still cut off, serves nothing (``no-pause-check``: it answers from its
 stale state); a node answers WrongHost for a container it gave up (``no-wrong-host``: the
 clients are told their segment is gone and the run fails). And: PostgreSQL stopped for 20 s
-moves nothing; a JetStream tier-1 cluster; ``millrace cluster local`` as a user types it.
+moves nothing; a JetStream tier-1 cluster. (``millrace cluster local`` as a user types it: the
+cluster guide's executed test, ``tests/acceptance/test_guides.py``.)
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from tests.acceptance.cluster import LocalCluster, wire_call
 from tests.acceptance.e2e_roles import KEYS_PER_WRITER, TXN_EVENTS, spawn
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.postgres import PrivatePostgres
-from tests.acceptance.standalone_node import eventually, free_port_run, request
+from tests.acceptance.standalone_node import eventually, request
 from tests.acceptance.test_node_heals import Program
 from tests.tiers.nats_servers import nats_servers
 
@@ -519,84 +520,6 @@ def _status_or_none(cluster: LocalCluster, i: int) -> dict[str, Any] | None:
         return cluster.status(i)
     except OSError:
         return None
-
-
-def test_the_local_cluster_command_runs_a_cluster_a_user_can_write_to(
-    postgres: PrivatePostgres, tmp_path: Path
-) -> None:
-    """``millrace cluster local`` as the guide shows it: three nodes and two controllers come
-    up, the leader spreads the containers, events written through one controller are read
-    through the other, and SIGTERM stops every process."""
-    http, wire, grpc = free_port_run(2), free_port_run(3), free_port_run(2)
-    metrics = free_port_run(3)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
-    env |= {"DATABASE_URL": postgres.url, "PYTHONUNBUFFERED": "1",
-            "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics)}  # fmt: skip
-    data = tmp_path / "lc"
-    out = tmp_path / "local.out"
-    with open(out, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "millrace.ops.cli", "cluster", "local", "--data-dir", str(data),
-             "--http-port", str(http), "--segmentstore-port", str(wire),
-             "--grpc-port", str(grpc)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        eventually(lambda: "The local cluster is running" in out.read_text(), 120, "the cluster")
-        token = (data / "admin-token").read_text().strip()
-        status = eventually(
-            lambda: (found := _cluster_json(http, token)) and len(
-                [n for n in found["nodes"] if n["containers"]]) == 3 and found,
-            60, "the containers spread over three nodes",
-        )  # fmt: skip
-        assert status["leader"] is not None
-        # The leader is named by its controller's row; every node has its metrics port (the
-        # Cluster page's figures come from there).
-        controllers = {n["nodeId"] for n in status["nodes"] if n["role"] == "controller"}
-        assert status["leader"]["node"] in controllers
-        serving = [n for n in status["nodes"] if n["containers"]]
-        assert sorted(n["metricsPort"] for n in serving) == [metrics, metrics + 1, metrics + 2]
-        writer = StreamManager(f"http://127.0.0.1:{http}", token=token)
-        writer.create_scope("try")
-        writer.create_stream("try", "it", initial_segments=4)
-        with writer.create_writer("try", "it") as events:
-            for i in range(100):
-                events.write_event(f"event {i}", routing_key=f"k{i % 10}")
-        reader = StreamManager(f"http://127.0.0.1:{http + 1}", token=token)
-        got = reader.create_reader("try", "it")
-        seen = {bytes(e.data) for e in iter(lambda: got.read_next(timeout=10), None)}
-        assert seen == {f"event {i}".encode() for i in range(100)}
-        writer.close()
-        reader.close()
-        # a WebSocket tail with the token in its URL, as the README's tail.py opens it
-        from websockets.sync.client import connect
-
-        with connect(f"ws://127.0.0.1:{http + 1}/ws/streams/try/it?from=head&token={token}",
-                     open_timeout=30) as tail:  # fmt: skip
-            assert '"subscribed"' in str(tail.recv(timeout=30))
-            assert '"type":"events"' in str(tail.recv(timeout=30))  # (the events written)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0, out.read_text()[-3000:]
-    assert "millrace cluster local: stopped" in out.read_text()
-    # No credential in what any process of the cluster printed or wrote to a log.
-    secrets = [token, (data / "admin-password").read_text().strip()]
-    secrets += [path.read_text().strip() for path in (data / "secrets").iterdir()]
-    logs = [out.read_text()] + [p.read_text(errors="replace") for p in data.rglob("*.log")]
-    assert len(secrets) >= 4 and not any(s in text for s in secrets for text in logs)
-
-
-def _cluster_json(http: int, token: str) -> dict[str, Any] | None:
-    try:
-        found = subprocess.run(
-            [sys.executable, "-m", "millrace.ops.cli", "cluster", "status", "--json",
-             "--url", f"http://127.0.0.1:{http}", "--token", token],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return None
-    return json.loads(found.stdout) if found.returncode == 0 else None
 
 
 def test_on_jetstream_a_killed_nodes_containers_are_recovered_from_the_replicated_log(

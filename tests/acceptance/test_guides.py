@@ -67,7 +67,10 @@ def _cluster_spread(http: int, token: str) -> bool:
 
 def test_the_cluster_guide_runs_as_written(postgres: PrivatePostgres, tmp_path: Path) -> None:
     """The local cluster starts as the guide types it (its database created on the way), the
-    status command works from a second terminal, and pausing node-1 moves its containers."""
+    status command works from a second terminal, and pausing node-1 moves its containers.
+    Then what a user does with it: events written through one controller are read through the
+    other and by a WebSocket tail with its token in the URL; SIGTERM stops every process, and
+    nothing any of them printed or logged holds a credential."""
     where = repository_like(tmp_path / "cwd")
     http, grpc = free_port_run(2), free_port_run(2)
     wire, metrics = free_port_run(3), free_port_run(3)
@@ -93,9 +96,43 @@ def test_the_cluster_guide_runs_as_written(postgres: PrivatePostgres, tmp_path: 
         node_1 = next(line for line in shown.splitlines() if line.startswith("node-1 "))
         assert node_1.split()[-1] == "-", shown  # its containers moved to the others
         eventually(lambda: _cluster_spread(http, token), 60, "node-1 given its share back")
+        _use(http, token, metrics)
     finally:
         _stop(process, output)
     assert "millrace cluster local: stopped" in output.read_text()
+    data = where / "cluster"
+    secrets = [token, (data / "admin-password").read_text().strip()]
+    secrets += [path.read_text().strip() for path in (data / "secrets").iterdir()]
+    logs = [output.read_text()] + [p.read_text(errors="replace") for p in data.rglob("*.log")]
+    assert len(secrets) >= 4 and not any(s in text for s in secrets for text in logs)
+
+
+def _use(http: int, token: str, metrics: int) -> None:
+    """The leader named by its controller, every node's metrics port, events through both
+    controllers and a WebSocket tail with the token in its URL (as the README's tail.py)."""
+    from websockets.sync.client import connect
+
+    from millrace.client.manager import StreamManager
+
+    status = request(f"http://127.0.0.1:{http}", "GET", "/v1/cluster", token)[1]
+    controllers = {n["nodeId"] for n in status["nodes"] if n["role"] == "controller"}
+    assert status["leader"] is not None and status["leader"]["node"] in controllers
+    serving = [n for n in status["nodes"] if n["containers"]]
+    assert sorted(n["metricsPort"] for n in serving) == [metrics, metrics + 1, metrics + 2]
+    with StreamManager(f"http://127.0.0.1:{http}", token=token) as writer:
+        writer.create_scope("try")
+        writer.create_stream("try", "it", initial_segments=4)
+        with writer.create_writer("try", "it") as events:
+            for i in range(100):
+                events.write_event(f"event {i}", routing_key=f"k{i % 10}")
+    with StreamManager(f"http://127.0.0.1:{http + 1}", token=token) as reader:
+        got = reader.create_reader("try", "it")
+        seen = {bytes(e.data) for e in iter(lambda: got.read_next(timeout=10), None)}
+    assert seen == {f"event {i}".encode() for i in range(100)}
+    with connect(f"ws://127.0.0.1:{http + 1}/ws/streams/try/it?from=head&token={token}",
+                 open_timeout=30) as tail:  # fmt: skip
+        assert '"subscribed"' in str(tail.recv(timeout=30))
+        assert '"type":"events"' in str(tail.recv(timeout=30))
 
 
 @pytest.fixture(scope="module")
