@@ -18,7 +18,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["ROOT", "blocks", "repository_like", "run_block", "start_block", "user_env"]
+from tests.acceptance.standalone_node import Standalone
+
+__all__ = [
+    "ROOT", "blocks", "node_ports", "node_terminal", "repository_like", "run_block",
+    "start_block", "user_env",
+]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +56,20 @@ def user_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MILLRACE_") and k not in ("DATABASE_URL", "REDIS_URL")}  # fmt: skip
     return env | {"PYTHONUNBUFFERED": "1"} | extra
+
+
+def node_terminal(node: Standalone) -> dict[str, str]:
+    """The shell ``node`` was started from (its MILLRACE_ variables, a token secret given
+    there, say), as a user's second terminal would have it, and the command-line client told
+    the node's address through ``MILLRACE_URL``, as its help says."""
+    env = user_env({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
+    return env | {"MILLRACE_URL": node.base}
+
+
+def node_ports(node: Standalone) -> dict[str, str]:
+    """``node``'s free ports in place of the documented ones."""
+    return {"127.0.0.1:9091": node.base.removeprefix("http://"),
+            '"127.0.0.1", 12345': f'"127.0.0.1", {node.wire_port}'}  # fmt: skip
 
 
 def _substituted(text: str, substitutions: dict[str, str]) -> str:

@@ -23,6 +23,8 @@ import pytest
 
 from tests.acceptance.executed_docs import (
     blocks,
+    node_ports,
+    node_terminal,
     repository_like,
     run_block,
     start_block,
@@ -140,17 +142,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     yield from running_standalone(tmp_path_factory, "guides", {})
 
 
-def _node_env(node: Standalone) -> tuple[dict[str, str], dict[str, str]]:
-    """A second terminal of the node's (``MILLRACE_URL`` its address, as the CLI's help says),
-    and the node's ports in place of the documented ones."""
-    address = node.base.removeprefix("http://")
-    env = user_env({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
-    return env | {"MILLRACE_URL": node.base}, {"127.0.0.1:9091": address}
-
-
 def test_the_kvt_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
     where = repository_like(tmp_path / "cwd", node.data_dir)
-    env, substitutions = _node_env(node)
+    env, substitutions = node_terminal(node), node_ports(node)
     node.manager().create_scope("demo")
     [(language, text)] = blocks("docs/components/kvt.md")
     for _ in range(2):
@@ -164,7 +158,7 @@ def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> Non
     copying the README's ``demo/orders`` into ``demo/copy`` in capitals; then its bulk ingest
     and export, twice."""
     where = repository_like(tmp_path / "cwd", node.data_dir)
-    env, substitutions = _node_env(node)
+    env, substitutions = node_terminal(node), node_ports(node)
     manager = node.manager()
     manager.create_scope("demo")
     for name in ("orders", "copy"):

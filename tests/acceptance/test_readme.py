@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.executed_docs import blocks, repository_like, run_block, user_env
+from tests.acceptance.executed_docs import (
+    blocks,
+    node_ports,
+    node_terminal,
+    repository_like,
+    run_block,
+)
 from tests.acceptance.standalone_node import Standalone, running_standalone
 
 pytestmark = pytest.mark.slow
@@ -40,24 +46,10 @@ def workdir(node: Standalone, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repository_like(tmp_path_factory.mktemp("readme-cwd"), node.data_dir)
 
 
-def node_substitutions(node: Standalone) -> dict[str, str]:
-    """The node's free ports in place of the documented ones."""
-    return {"127.0.0.1:9091": node.base.removeprefix("http://"),
-            '"127.0.0.1", 12345': f'"127.0.0.1", {node.wire_port}'}  # fmt: skip
-
-
-def node_env(node: Standalone) -> dict[str, str]:
-    """The shell the node was started from (its MILLRACE_ variables, a token secret given
-    there, say), as a user's second terminal would have it, and the command-line client told
-    the node's address through ``MILLRACE_URL``, as its help says."""
-    env = user_env({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
-    return env | {"MILLRACE_URL": node.base}
-
-
 @pytest.mark.parametrize("attempt", ["first", "again"])
 def test_the_readme_runs_as_written(node: Standalone, workdir: Path, attempt: str) -> None:
     for heading, count in SECTIONS.items():
         found = blocks("README.md", heading)
         assert len(found) == count, f"{heading}: {len(found)} blocks (a section changed?)"
         for language, text in found:
-            run_block(workdir, language, text, node_env(node), node_substitutions(node))
+            run_block(workdir, language, text, node_terminal(node), node_ports(node))
