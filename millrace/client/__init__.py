@@ -18,6 +18,7 @@ Its other modules:
 * ``controller``: the client's side of the controller
 * ``events``: events as they lie in a segment
 * ``follower``: following a stream
+* ``inflight``: an event writer's unacknowledged events (back-pressure, draining)
 * ``kvt``: key-value tables from Python, in the shape of Pravega's ``KeyValueTableManager`` and
   ``KeyValueTable``
 * ``manager``: ``StreamManager``

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from millrace.client.controller import AsyncControllerClient
+from millrace.client.inflight import InFlight
 from millrace.client.retry import with_retries
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 from millrace.client.transport import segment_store as ssc
@@ -250,6 +251,41 @@ class _Tasks:
         self._failed(writer, error)
 
 
+async def _successors(
+    controller: AsyncControllerClient, scope: str, stream: str, segment: SegmentWithRange
+) -> list[SegmentWithRange] | None:
+    """The segments that replaced the sealed ``segment`` (asked again for a minute while the
+    scale may still be completing in the controller); ``None``: the stream itself is sealed."""
+    successors: list[tuple[SegmentWithRange, list[int]]] = []
+    for _ in range(600):
+        successors = await controller.successors(scope, stream, segment.segment_id)
+        if successors:
+            break
+        if not await controller.current_segments(scope, stream):
+            return None
+        await asyncio.sleep(0.1)
+    return [s for s, _ in successors]
+
+
+def _split_by_segment(item: _Pending, keyspace: KeySpace) -> list[_Pending]:
+    """A batch item whose events have their own keys, as one new item per segment now owning
+    some of its keys (each with its events in order, and a future of its own)."""
+    assert item.group is not None and item.keys is not None
+    parts: dict[int, _Pending] = {}
+    for data, key in zip(item.group, item.keys, strict=True):
+        point = key_point(key)
+        segment = keyspace.segment_for(point)
+        part = parts.get(segment.segment_id)
+        if part is None:
+            future = asyncio.get_running_loop().create_future()
+            part = parts[segment.segment_id] = _Pending(
+                b"", point, future, group=[], weight=0, keys=[]
+            )
+        part.group.append(data)  # type: ignore[union-attr]
+        part.keys.append(key)  # type: ignore[union-attr]
+    return list(parts.values())
+
+
 async def set_up_appends(
     where: tuple[AsyncControllerClient, SegmentStorePool, str, str],
     segment: SegmentWithRange,
@@ -301,11 +337,10 @@ class AsyncEventWriter:
         #: stays the same (cleared when it changes).
         self._routes: dict[str, _SegmentWriter] = {}
         self._lock = asyncio.Lock()  # routing and re-routing never interleave
-        self._inflight = 0  # events written and not yet acknowledged (or failed)
+        #: Events written and not yet acknowledged (or failed): back-pressure, ``flush``.
+        self._held = InFlight(pending_events_max)
         self._queued = 0  # events queued since the producer last yielded to the loop
         self._loop: asyncio.AbstractEventLoop | None = None  # set by _start, in the loop
-        self._room = asyncio.Event()
-        self._drained = asyncio.Event()
         #: Segments found sealed under this writer, whose unacknowledged events were re-routed.
         self.reroutes = 0
         #: Connections to the segment store re-opened after being lost.
@@ -365,15 +400,15 @@ class AsyncEventWriter:
         re-routes after a scale."""
         data = event.encode("utf-8") if isinstance(event, str) else bytes(event)
         keyspace = self._keyspace
-        if keyspace is None or self._inflight >= self.pending_events_max or self._lock.locked():
+        held = self._held
+        if keyspace is None or held.count >= held.limit or self._lock.locked():
             return await self._submit(data, None, routing_key)
         point = key_point(routing_key)
         writer = self._writers.get(keyspace.segment_for(point).segment_id)
         if writer is None:
             return await self._submit(data, None, routing_key)
         # The fast path: a known segment, room, no re-routing.
-        self._inflight += 1
-        self._drained.clear()
+        held.add()
         item = _Pending(data, point, self._loop.create_future())  # type: ignore[union-attr]
         self._enqueue(writer, item)
         self._queued += 1
@@ -417,9 +452,7 @@ class AsyncEventWriter:
             raise ValueError(f"{len(events)} events but {len(keys)} routing keys")
         if not events:
             return []
-        while self._inflight >= self.pending_events_max:
-            self._room.clear()
-            await self._room.wait()
+        await self._held.wait_for_room()
         if self._keyspace is None or self._lock.locked():
             async with self._lock:
                 return await self._write_batch_locked(events, keys)
@@ -454,7 +487,7 @@ class AsyncEventWriter:
         parts = []
         for writer, (data, keys) in groups.items():
             weight = len(data)
-            item = _Pending(b"", 0.0, self._new_future(weight), group=data, weight=weight)
+            item = _Pending(b"", 0.0, self._held.new_future(weight), group=data, weight=weight)
             item.keys = keys
             parts.append(BatchPart(item.done, weight, sum(map(len, data)), keys))
             self._enqueue(writer, item)
@@ -463,9 +496,7 @@ class AsyncEventWriter:
     async def _submit(
         self, data: bytes, group: list[bytes] | None, routing_key: str | None
     ) -> asyncio.Future[None]:
-        while self._inflight >= self.pending_events_max:
-            self._room.clear()
-            await self._room.wait()
+        await self._held.wait_for_room()
         if self._keyspace is None:
             async with self._lock:
                 if self._keyspace is None:
@@ -473,7 +504,7 @@ class AsyncEventWriter:
         assert self._keyspace is not None
         point = key_point(routing_key)
         weight = 1 if group is None else len(group)
-        item = _Pending(data, point, self._new_future(weight), group=group, weight=weight)
+        item = _Pending(data, point, self._held.new_future(weight), group=group, weight=weight)
         writer = self._writers.get(self._keyspace.segment_for(point).segment_id)
         if writer is not None and not self._lock.locked():
             self._enqueue(writer, item)
@@ -483,35 +514,9 @@ class AsyncEventWriter:
             async with self._lock:
                 await self._send(item)
         except BaseException:
-            self._forget(item)
+            self._held.forget(item)
             raise
         return item.done
-
-    def _new_future(self, events: int = 1) -> asyncio.Future[None]:
-        self._inflight += events
-        self._drained.clear()
-        return asyncio.get_running_loop().create_future()
-
-    def _forget(self, item: _Pending) -> None:
-        """``item`` was never queued (``write_event`` raised instead)."""
-        item.done.cancel()
-        self._inflight -= item.weight
-        self._room.set()
-        if not self._inflight:
-            self._drained.set()
-
-    def _complete(self, item: _Pending, error: BaseException | None = None) -> None:
-        if item.done.done():
-            return
-        if error is None:
-            item.done.set_result(None)
-        else:
-            item.done.set_exception(error)
-        self._inflight -= item.weight
-        if self._inflight < self.pending_events_max:
-            self._room.set()
-        if not self._inflight:
-            self._drained.set()
 
     async def _send(self, item: _Pending) -> None:
         assert self._keyspace is not None
@@ -521,7 +526,7 @@ class AsyncEventWriter:
         """Number ``item`` for ``writer`` and queue it; the writer's shipping task hands the
         queued events to the segment store client together (one append-block call)."""
         if self._abandoned is not None:  # a re-route that was under way when it gave up
-            self._complete(item, self._abandoned)
+            self._held.complete(item, self._abandoned)
             return
         item.number = writer.next_number
         writer.next_number += 1 if item.group is None else len(item.group)
@@ -581,7 +586,7 @@ class AsyncEventWriter:
                     writer.pending.popleft()
                 elif item in writer.pending:
                     writer.pending.remove(item)
-                self._complete(item)
+                self._held.complete(item)
         elif isinstance(error, ssc.SegmentSealedError):
             if not writer.sealed:
                 writer.sealed = True
@@ -593,7 +598,7 @@ class AsyncEventWriter:
             for item in batch:
                 if item in writer.pending:
                     writer.pending.remove(item)
-                self._complete(item, error)
+                self._held.complete(item, error)
 
     def _trouble(self, writer: _SegmentWriter, error: Exception) -> None:
         """``writer``'s connection was lost (or given up as silent) or its segment is not
@@ -645,7 +650,7 @@ class AsyncEventWriter:
         async with self._lock:
             writer.client = client
             self.reconnects += 1
-            items = _take_unpersisted(writer, last, self._complete)
+            items = _take_unpersisted(writer, last, self._held.complete)
             writer.next_number = max(last, 0) + 1
             writer.reconnecting = False
             for item in items:
@@ -661,28 +666,18 @@ class AsyncEventWriter:
         writer.sealed = True
         self.reroutes += 1
         self._writers.pop(writer.segment.segment_id, None)
-        successors = []
-        for _ in range(600):  # the scale may still be completing in the controller
-            successors = await self.controller.successors(
-                self.scope, self.stream, writer.segment.segment_id
-            )
-            if successors:
-                break
-            current = await self.controller.current_segments(self.scope, self.stream)
-            if not current:  # the stream itself was sealed
-                self._fail_all(
-                    writer, ssc.SegmentSealedError(f"{self.scope}/{self.stream} is sealed")
-                )
-                return
-            await asyncio.sleep(0.1)
+        successors = await _successors(self.controller, self.scope, self.stream, writer.segment)
+        if successors is None:  # the stream itself was sealed
+            self._fail_all(writer, ssc.SegmentSealedError(f"{self.scope}/{self.stream} is sealed"))
+            return
         assert self._keyspace is not None
-        self._keyspace = replace_sealed(self._keyspace, writer.segment, [s for s, _ in successors])
+        self._keyspace = replace_sealed(self._keyspace, writer.segment, successors)
         self._routes = {}
         # A call's first blocks may have been stored before a later one found the segment
         # sealed: those events are in the sealed segment, and sending them on would store
         # them twice. Only what comes after the last acknowledged event goes on.
         acked = writer.client.acked_event_number(writer.writer_id)
-        for item in _take_unpersisted(writer, acked, self._complete):
+        for item in _take_unpersisted(writer, acked, self._held.complete):
             if item.keys is None:
                 await self._send(item)
             else:
@@ -691,30 +686,19 @@ class AsyncEventWriter:
     async def _send_split(self, item: _Pending) -> None:
         """Re-route a batch item whose events have their own keys: each part goes to the
         segment now owning its keys, in order; the item completes when every part did."""
-        assert self._keyspace is not None and item.group is not None and item.keys is not None
-        parts: dict[int, _Pending] = {}
-        for data, key in zip(item.group, item.keys, strict=True):
-            point = key_point(key)
-            segment = self._keyspace.segment_for(point)
-            part = parts.get(segment.segment_id)
-            if part is None:
-                future = asyncio.get_running_loop().create_future()
-                part = parts[segment.segment_id] = _Pending(
-                    b"", point, future, group=[], weight=0, keys=[]
-                )
-            part.group.append(data)  # type: ignore[union-attr]
-            part.keys.append(key)  # type: ignore[union-attr]
-        gathered = asyncio.gather(*(p.done for p in parts.values()))
+        assert self._keyspace is not None
+        parts = _split_by_segment(item, self._keyspace)
+        gathered = asyncio.gather(*(p.done for p in parts))
         gathered.add_done_callback(
-            lambda f: self._complete(item, None if f.cancelled() else f.exception())
+            lambda f: self._held.complete(item, None if f.cancelled() else f.exception())
         )
-        for part in parts.values():
+        for part in parts:
             await self._send(part)
 
     def _fail_all(self, writer: _SegmentWriter, error: BaseException) -> None:
         writer.unsent = []
         while writer.pending:
-            self._complete(writer.pending.popleft(), error)
+            self._held.complete(writer.pending.popleft(), error)
 
     async def flush(self) -> None:
         """Wait until every event written so far is durable (or has failed). When the stream
@@ -724,11 +708,10 @@ class AsyncEventWriter:
             await self.note_time(int(time.time() * 1000))
 
     async def _drain(self) -> None:
-        while self._inflight:
+        while self._held.count:
             await asyncio.sleep(0)  # let the shipping tasks hand over what is queued
             await _send_open_blocks(self._writers)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), 0.5)
+            await self._held.wait_drained(0.5)
 
     @property
     def position(self) -> dict[int, int]:

@@ -7,6 +7,7 @@ imports this package.
 
 Its other modules:
 
+* ``appends``: a connection's pipelined append path (sessions, blocks, replies in order)
 * ``locate``: ``LocateOffset``
 * ``membership``: a node's membership of a cluster
 * ``metrics``: the segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``,

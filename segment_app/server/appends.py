@@ -1,0 +1,422 @@
+"""The pipelined append path of one wire connection: append sessions, blocks, replies in order.
+
+Responsibility: SetupAppend binds a writer id to a segment on its connection (after the token
+check); AppendBlockEnd, ConditionalBlockEnd and ConditionalAppend of that writer are collected
+while one received buffer is decoded and handed to ``store.append_group_nowait`` together at its
+end (one durable log group and one future per container, not one per block), without awaiting,
+so many blocks are in flight while reading goes on. A plain AppendBlockEnd (well formed, of a
+writer set up here, passing the block checks) is read straight from its payload without being
+decoded into a command, and answered with a DataAppended encoded from plain values; anything
+else takes the generic path. Each block is acknowledged (DataAppended) only once it is durable
+in tier-1; replies per writer are sent in the order the blocks arrived. After an append of a
+writer fails, later blocks of that writer on this connection are refused with the same error
+(never appended past a gap) until a new SetupAppend.
+
+The connection (``segment_app.server.connection``) owns the socket, framing and back-pressure;
+it hands this path the append frames and reads its counts of appends and bytes in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import functools
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from millrace.kernel import wire as wire
+from millrace.kernel.claims import READ_UPDATE, AuthError
+from millrace.kernel.wire.fastpath import (
+    APPEND_BLOCK_END_DATA_START,
+    data_appended_frame,
+    split_append_block_end,
+)
+from segment_app.engine.api import AppendItem
+from segment_app.engine.errors import (
+    BadEventNumberError,
+    BadOffsetError,
+    ContainerOfflineError,
+    InvalidArgumentError,
+)
+from segment_app.server.replies import reply_for_error
+
+if TYPE_CHECKING:
+    from segment_app.server.connection import WireConnection
+
+__all__ = ["AppendPath"]
+
+log = logging.getLogger(__name__)
+
+#: Block data at least this long is handed on as a view of the received frame, shorter data as
+#: a copy (cheaper than a view to make, and not tracked by the garbage collector).
+_VIEW_BYTES_MIN = 4096
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingAppend(AppendItem):
+    """A block waiting for its reply; the store fills in ``result`` or ``error``."""
+
+    request_id: int = 0
+    conditional: bool = False
+    size: int = 0
+    writer: _Writer | None = None
+    #: Its outcome (``result`` or ``error``) is final.
+    done: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class _Writer:
+    """An append session: a writer id bound to a segment on one connection."""
+
+    segment: str
+    writer_id: uuid.UUID
+    #: ``writer_id`` as its 16 wire bytes (how plain blocks find their writer, and replies
+    #: name it).
+    raw: bytes
+    pending: collections.deque[_PendingAppend] = dataclasses.field(
+        default_factory=collections.deque
+    )
+    last_event_number: int = wire.NO_EVENT_NUMBER
+    failure: BaseException | None = None
+
+
+class AppendPath:
+    """The append sessions of one connection and their blocks in flight."""
+
+    def __init__(self, connection: WireConnection) -> None:
+        self.connection = connection
+        server = connection.server
+        self.server = server
+        self.config = server.config
+        self.store = server.store
+        self.requests = server.requests
+        self.writers: dict[uuid.UUID, _Writer] = {}
+        #: The same writers by the 16 bytes of their id.
+        self._writers_by_raw: dict[bytes, _Writer] = {}
+        self.in_flight = 0
+        self.bytes_in_flight = 0
+        #: Appends of the buffer being decoded, handed to the store together at its end.
+        self.batch: list[_PendingAppend] = []
+        self._traffic = server.traffic.record if self.config.traffic_monitor else None
+
+    # -- append sessions ------------------------------------------------------------------------
+
+    async def setup_append(self, cmd: wire.SetupAppend) -> None:
+        try:
+            self.requests.authorize(cmd.delegation_token, cmd.segment, READ_UPDATE)
+            self._check_writer_room(cmd.writer_id, cmd.segment)
+            await self.requests.tables.refuse_table(cmd.segment)
+            last = await self.store.last_event_number(cmd.segment, cmd.writer_id)
+        except Exception as exc:
+            reply = reply_for_error(exc, request_id=cmd.request_id, segment=cmd.segment)
+            self.connection.send(reply)
+            return
+        writer = _Writer(cmd.segment, cmd.writer_id, cmd.writer_id.bytes)
+        self.writers[cmd.writer_id] = writer
+        self._writers_by_raw[writer.raw] = writer
+        self.connection.send(wire.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
+
+    def _check_writer_room(self, writer_id: uuid.UUID, segment: str) -> None:
+        limit = self.config.writers_per_connection_max
+        if writer_id not in self.writers and len(self.writers) >= limit:
+            raise InvalidArgumentError(
+                f"more than {limit} writers on one connection", segment=segment
+            )
+
+    def _writer(self, writer_id: uuid.UUID, request_id: int) -> _Writer | None:
+        writer = self.writers.get(writer_id)
+        if writer is None:
+            message = f"writer {writer_id} has no SetupAppend on this connection"
+            exc = AuthError(message) if self.config.auth_enabled else InvalidArgumentError(message)
+            self.connection.send(reply_for_error(exc, request_id=request_id))
+        return writer
+
+    # -- blocks in --------------------------------------------------------------------------------
+
+    def plain_block(self, payload: bytes | memoryview) -> bool:
+        """Queue an AppendBlockEnd payload that is well formed, of a writer set up here and
+        without a failure, and passes ``_block_problem``, as ``append_block_end`` would, but
+        without decoding it into a command. False: the generic path must handle (and answer) it.
+        """
+        fields = split_append_block_end(payload)  # type: ignore[arg-type]
+        if fields is None:
+            return False
+        raw, whole, end, num_events, last, request_id = fields
+        writer = self._writers_by_raw.get(raw)
+        size = end - APPEND_BLOCK_END_DATA_START
+        if (
+            writer is None
+            or writer.failure is not None
+            or num_events <= 0
+            or last < writer.last_event_number
+            or whole != size
+        ):
+            return False
+        writer.last_event_number = last
+        if size < _VIEW_BYTES_MIN:  # a copy costs less than a view, and the collector skips it
+            data = payload[APPEND_BLOCK_END_DATA_START:end]
+        else:
+            data = memoryview(payload)[APPEND_BLOCK_END_DATA_START:end]
+        pending = _PendingAppend(
+            writer.segment,
+            data,
+            writer.writer_id,
+            last,
+            None,
+            None,
+            None,
+            request_id,
+            False,
+            size,
+            writer,
+        )
+        self._queue(writer, pending)
+        return True
+
+    def append_block_end(self, cmd: wire.AppendBlockEnd) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is None:
+            return
+        problem = _block_problem(cmd, writer)
+        if problem is not None:
+            self._enqueue_failed(
+                writer, cmd.writer_id, cmd.last_event_number, cmd.request_id, problem
+            )
+            return
+        writer.last_event_number = cmd.last_event_number
+        self._enqueue(writer, cmd.writer_id, cmd.data, cmd.last_event_number, cmd.request_id, None)
+
+    def conditional_block_end(self, cmd: wire.ConditionalBlockEnd) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is not None:
+            self._conditional(writer, cmd, cmd.data)
+
+    def conditional_append(self, cmd: wire.ConditionalAppend) -> None:
+        writer = self._writer(cmd.writer_id, cmd.request_id)
+        if writer is not None:
+            header = wire.EVENT_HEADER.pack(wire.EVENT_TYPE, len(cmd.data))
+            self._conditional(writer, cmd, header + bytes(cmd.data))
+
+    def _conditional(self, writer: _Writer, cmd: Any, data: bytes | memoryview) -> None:
+        if cmd.expected_offset < 0:
+            problem = InvalidArgumentError(f"negative expected offset {cmd.expected_offset}")
+            self._enqueue_failed(writer, cmd.writer_id, cmd.event_number, cmd.request_id, problem)
+            return
+        self._enqueue(
+            writer, cmd.writer_id, data, cmd.event_number, cmd.request_id, cmd.expected_offset
+        )
+
+    def _enqueue(
+        self,
+        writer: _Writer,
+        writer_id: uuid.UUID,
+        data: bytes | memoryview,
+        event_number: int,
+        request_id: int,
+        expected_offset: int | None,
+    ) -> None:
+        if writer.failure is not None:
+            self._enqueue_failed(writer, writer_id, event_number, request_id, writer.failure)
+            return
+        pending = _PendingAppend(
+            writer.segment,
+            data,
+            writer_id,
+            event_number,
+            expected_offset,
+            request_id=request_id,
+            conditional=expected_offset is not None,
+            size=len(data),
+            writer=writer,
+        )
+        self._queue(writer, pending)
+
+    def _queue(self, writer: _Writer, pending: _PendingAppend) -> None:
+        """Count an append in flight and put it in the batch handed to the store."""
+        writer.pending.append(pending)
+        self.in_flight += 1
+        self.bytes_in_flight += pending.size
+        self.batch.append(pending)
+
+    def _enqueue_failed(
+        self,
+        writer: _Writer,
+        writer_id: uuid.UUID,
+        event_number: int,
+        request_id: int,
+        exc: BaseException,
+    ) -> None:
+        pending = _PendingAppend(
+            writer.segment, b"", writer_id, event_number, request_id=request_id, writer=writer
+        )
+        pending.error = exc
+        pending.done = True
+        if _is_gap_failure(pending):
+            writer.failure = exc
+        writer.pending.append(pending)
+        self.in_flight += 1
+        self._send_replies(writer)
+
+    # -- to the store and back ----------------------------------------------------------------
+
+    def submit_batch(self) -> None:
+        """Hand the appends collected from one received buffer to the store, together."""
+        batch, self.batch = self.batch, []
+        started = time.monotonic()
+        try:
+            parts = self.store.append_group_nowait(batch)
+        except Exception as exc:
+            log.exception("append_group_nowait failed")
+            self._part_done(batch, started, _failed_future(exc))
+        else:
+            for part, future in parts:
+                future.add_done_callback(functools.partial(self._part_done, part, started))
+        self.connection.update_reading()
+
+    def _part_done(
+        self, part: list[_PendingAppend], started: float, future: asyncio.Future[object]
+    ) -> None:
+        failure = _exception_of(future)
+        if failure is None and not self.connection.closed:
+            if self._traffic is not None:
+                self.server.traffic.record_latency(time.monotonic() - started)
+                self._count_traffic(part)
+            self._replies_of_part(part)
+            self.connection.update_reading()
+            return
+        writers: dict[int, _Writer] = {}
+        for pending in part:
+            if failure is not None:
+                pending.error = failure
+            elif pending.error is None and pending.result is None:  # pragma: no cover
+                pending.error = ContainerOfflineError("append has no outcome")
+            pending.done = True
+            writer = pending.writer
+            assert writer is not None
+            writers[id(writer)] = writer
+        for writer in writers.values():
+            self._send_replies(writer)
+        self.connection.update_reading()
+
+    def _count_traffic(self, part: list[_PendingAppend]) -> None:
+        """Tell the traffic monitor what the store acknowledged (events and bytes a block)."""
+        record = self._traffic
+        assert record is not None
+        for pending in part:
+            result = pending.result
+            if pending.error is None and result is not None:
+                # a writer's first append has no previous event (a negative sentinel)
+                events = pending.event_number - max(result.previous_event_number, 0)
+                record(pending.segment, events if events > 0 else 1, pending.size)
+
+    def _replies_of_part(self, part: list[_PendingAppend]) -> None:
+        """``_part_done`` of a part that succeeded: an append that came out well and is its
+        writer's oldest is answered at once; any other goes the ``_send_replies`` way."""
+        frames: list[bytes] = []
+        for pending in part:
+            writer = pending.writer
+            assert writer is not None
+            result = pending.result
+            waiting = writer.pending
+            if pending.error is None and result is not None and waiting[0] is pending:
+                waiting.popleft()
+                self.in_flight -= 1
+                self.bytes_in_flight -= pending.size
+                frames.append(
+                    data_appended_frame(
+                        writer.raw,
+                        pending.event_number,
+                        result.previous_event_number,
+                        pending.request_id,
+                        result.length,
+                    )
+                )
+                if waiting and waiting[0].done:  # refused after it, answered in turn
+                    self.connection.send_frames(frames)
+                    frames = []
+                    self._send_replies(writer)
+                continue
+            if pending.error is None and result is None:  # pragma: no cover
+                pending.error = ContainerOfflineError("append has no outcome")
+            pending.done = True
+            self.connection.send_frames(frames)
+            frames = []
+            self._send_replies(writer)
+        if frames:
+            self.connection.send_frames(frames)
+
+    def _send_replies(self, writer: _Writer) -> None:
+        """Reply to the writer's blocks that are answered, in the order they arrived."""
+        pending = writer.pending
+        while pending and pending[0].done:
+            done = pending.popleft()
+            self.in_flight -= 1
+            self.bytes_in_flight -= done.size
+            if _is_gap_failure(done):
+                writer.failure = writer.failure or done.error
+            self.connection.send(_append_reply(writer, done))
+
+
+def _failed_future(exc: BaseException) -> asyncio.Future[object]:
+    future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    future.set_exception(exc)
+    return future
+
+
+def _exception_of(future: asyncio.Future[object]) -> BaseException | None:
+    if future.cancelled():
+        return ContainerOfflineError("append cancelled: the segment store is stopping")
+    return future.exception()
+
+
+def _is_gap_failure(pending: _PendingAppend) -> bool:
+    """A failed append after which later ones of the writer must not be applied."""
+    exc = pending.error
+    if exc is None:
+        return False
+    return not (pending.conditional and isinstance(exc, BadOffsetError))
+
+
+def _append_reply(writer: _Writer, pending: _PendingAppend) -> object:
+    exc = pending.error
+    if exc is None:
+        result = pending.result
+        assert result is not None
+        return wire.DataAppended(
+            pending.writer_id,
+            pending.event_number,
+            result.previous_event_number,
+            pending.request_id,
+            result.length,
+        )
+    if pending.conditional and isinstance(exc, BadOffsetError):
+        return wire.ConditionalCheckFailed(
+            pending.writer_id, pending.event_number, pending.request_id
+        )
+    return reply_for_error(
+        exc,
+        request_id=pending.request_id,
+        segment=writer.segment,
+        writer_id=pending.writer_id,
+        event_number=pending.event_number,
+    )
+
+
+def _block_problem(cmd: wire.AppendBlockEnd, writer: _Writer) -> Exception | None:
+    if cmd.num_events <= 0:
+        return BadEventNumberError(f"block has {cmd.num_events} events", segment=writer.segment)
+    if cmd.last_event_number < writer.last_event_number:
+        return BadEventNumberError(
+            f"event number {cmd.last_event_number} goes back from {writer.last_event_number}",
+            segment=writer.segment,
+        )
+    if cmd.size_of_whole_events != len(cmd.data):
+        return InvalidArgumentError(
+            f"sizeOfWholeEvents {cmd.size_of_whole_events} but {len(cmd.data)} data bytes "
+            "(partial events and AppendBlock are not supported)",
+            segment=writer.segment,
+        )
+    return None
