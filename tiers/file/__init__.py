@@ -6,6 +6,7 @@ formats in ``format.py`` and the record scanner in ``scan.py``.
 Its other modules:
 
 * ``direct``: ``LedgerAppender``
+* ``read``: reading the ledgers back (``LedgerReader``)
 * ``thread``: a per-log writer thread
 """
 

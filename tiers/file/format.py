@@ -174,6 +174,10 @@ class LedgerEntry:
     def sealed(self, length: int, end_sequence: int) -> LedgerEntry:
         return dataclasses.replace(self, sealed_length=length, end_sequence=end_sequence)
 
+    def wholly_at_or_below(self, sequence: int) -> bool:
+        """True if every record of this sealed ledger has a sequence ``<= sequence``."""
+        return self.end_sequence is not None and self.end_sequence - 1 <= sequence
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Manifest:

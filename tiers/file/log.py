@@ -42,7 +42,8 @@ from tiers.base import (
 )
 from tiers.file import format as fmt
 from tiers.file.direct import LedgerAppender
-from tiers.file.scan import BadRecord, RecordScanner, find_valid_end, pread_exact
+from tiers.file.read import Cursor, LedgerReader, check_header
+from tiers.file.scan import find_valid_end
 from tiers.file.thread import SerialThread
 
 __all__ = ["FileDurableDataLog"]
@@ -51,26 +52,6 @@ _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
 _LEDGER_FILE = re.compile(r"ledger-(\d+)\.log")
-
-
-@dataclasses.dataclass(slots=True)
-class _Span:
-    """Part of one ledger a reader walks."""
-
-    path: str
-    ledger: fmt.LedgerEntry
-    start: int
-    limit: int
-    first_sequence: int
-
-
-@dataclasses.dataclass(slots=True)
-class _Cursor:
-    spans: list[_Span]
-    skip_through: int
-    index: int = 0
-    position: int | None = None
-    expected_sequence: int = 0
 
 
 class FileDurableDataLog(DurableDataLog):
@@ -131,8 +112,6 @@ class FileDurableDataLog(DurableDataLog):
             self.path = os.path.join(os.fspath(root), os.path.basename(self.path.rstrip("/")))
         self.fsync = fsync
         self.ledger_bytes_max = ledger_bytes_max
-        self.read_batch_bytes_max = read_batch_bytes_max
-        self.read_batch_frames_max = read_batch_frames_max
         self.fencing = fencing  # test-only switch (see the class doc)
         self.verify_crc = verify_crc  # test-only switch
         self.sync_trace = sync_trace  # test-only switch
@@ -147,6 +126,7 @@ class FileDurableDataLog(DurableDataLog):
         self._next_sequence = 1
         self._fenced = False
         self._broken: BaseException | None = None
+        self._reader = LedgerReader(read_batch_frames_max, read_batch_bytes_max, verify_crc)
         self._writer_thread = SerialThread(f"millrace-file-log:{self.path}")
 
     async def _call(self, fn: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
@@ -336,7 +316,7 @@ class FileDurableDataLog(DurableDataLog):
         except FileNotFoundError:
             raise DataLogCorruptionError(f"{path}: listed in the manifest but missing") from None
         try:
-            self._check_header(fd, path, entry)
+            check_header(fd, path, entry)
             end, next_sequence = find_valid_end(
                 fd, path, fmt.LEDGER_HEADER_SIZE, entry.first_sequence, verify_crc=self.verify_crc
             )
@@ -345,14 +325,6 @@ class FileDurableDataLog(DurableDataLog):
         finally:
             os.close(fd)
         return entry.sealed(end, next_sequence)
-
-    def _check_header(self, fd: int, path: str, entry: fmt.LedgerEntry) -> None:
-        header = fmt.decode_ledger_header(pread_exact(fd, fmt.LEDGER_HEADER_SIZE, 0), path)
-        expected = fmt.LedgerHeader(entry.epoch, entry.id, entry.first_sequence)
-        if header != expected:
-            raise DataLogCorruptionError(
-                f"{path}: ledger header at byte offset 0 is {header}, manifest says {expected}"
-            )
 
     def _remove_orphans(self, listed: set[int]) -> None:
         """Delete ledger files the manifest does not list (left by a crash or a truncation)."""
@@ -456,91 +428,13 @@ class FileDurableDataLog(DurableDataLog):
     # -- read ------------------------------------------------------------------------------
 
     def _do_read_batch(self, cursor: object) -> tuple[list[tuple[LogAddress, bytes]], object]:
-        if not isinstance(cursor, _Cursor):
+        if not isinstance(cursor, Cursor):
             self._check_usable()
             self._check_fence()
-            cursor = self._start_read()
-        batch: list[tuple[LogAddress, bytes]] = []
-        size = 0
-        while cursor.index < len(cursor.spans):
-            if len(batch) >= self.read_batch_frames_max or size >= self.read_batch_bytes_max:
-                return batch, cursor
-            size += self._read_span(cursor, batch, size)
-        return batch, None
-
-    def _start_read(self) -> _Cursor:
-        with self._lock:
-            manifest = self._manifest
-            live_end = self._write_offset
-        truncation = manifest.truncation
-        skip = truncation.sequence if truncation is not None else 0
-        spans = []
-        for entry in manifest.ledgers:
-            limit = entry.sealed_length if entry.sealed_length is not None else live_end
-            if _wholly_at_or_below(entry, skip):
-                continue  # wholly truncated
-            span = _Span(self._ledger_path(entry.id), entry, 0, limit, entry.first_sequence)
-            if truncation is not None and truncation.ledger == entry.id:
-                self._skip_to(span, truncation)
-            spans.append(span)
-        return _Cursor(spans, skip)
-
-    def _skip_to(self, span: _Span, truncation: LogAddress) -> None:
-        """Start ``span`` at the truncation address when a record there carries its sequence."""
-        if not fmt.LEDGER_HEADER_SIZE <= truncation.offset < span.limit:
-            return
-        fd = os.open(span.path, os.O_RDONLY)
-        try:
-            scanner = RecordScanner(
-                fd, truncation.offset, span.limit, truncation.sequence, verify_crc=self.verify_crc
-            )
-            with contextlib.suppress(BadRecord):
-                if scanner.next() is not None:
-                    span.start = truncation.offset
-                    span.first_sequence = truncation.sequence
-        finally:
-            os.close(fd)
-
-    def _read_span(self, cursor: _Cursor, batch: list[tuple[LogAddress, bytes]], size: int) -> int:
-        """Read records of the current span into ``batch``; return the bytes added."""
-        span = cursor.spans[cursor.index]
-        try:
-            fd = os.open(span.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise DataLogCorruptionError(f"{span.path}: ledger file missing") from None
-        added = 0
-        try:
-            if cursor.position is None:
-                if span.start == 0:
-                    self._check_header(fd, span.path, span.ledger)
-                cursor.position = span.start or fmt.LEDGER_HEADER_SIZE
-                cursor.expected_sequence = span.first_sequence
-            scanner = RecordScanner(
-                fd,
-                cursor.position,
-                span.limit,
-                cursor.expected_sequence,
-                verify_crc=self.verify_crc,
-            )
-            while len(batch) < self.read_batch_frames_max:
-                if size + added >= self.read_batch_bytes_max:
-                    break
-                record = scanner.next()
-                if record is None:
-                    cursor.index += 1
-                    cursor.position = None
-                    return added
-                offset, sequence, payload = record
-                if sequence > cursor.skip_through:
-                    batch.append((LogAddress(sequence, span.ledger.id, offset), payload))
-                    added += len(payload)
-            cursor.position = scanner.position
-            cursor.expected_sequence = scanner.expected_sequence
-            return added
-        except BadRecord as bad:
-            raise bad.corruption(span.path) from None
-        finally:
-            os.close(fd)
+            with self._lock:
+                manifest, live_end = self._manifest, self._write_offset
+            cursor = self._reader.start(manifest, live_end, self._ledger_path)
+        return self._reader.read_batch(cursor)
 
     # -- truncate and close ----------------------------------------------------------------
 
@@ -552,7 +446,7 @@ class FileDurableDataLog(DurableDataLog):
             if manifest.truncation is not None and upto.sequence <= manifest.truncation.sequence:
                 return
             *older, current = manifest.ledgers
-            drop = [e for e in older if _wholly_at_or_below(e, upto.sequence)]
+            drop = [e for e in older if e.wholly_at_or_below(upto.sequence)]
             keep = (*[e for e in older if e not in drop], current)
             self._write_manifest(fmt.Manifest(manifest.epoch, keep, upto))
         for entry in drop:
@@ -570,8 +464,3 @@ class FileDurableDataLog(DurableDataLog):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-
-def _wholly_at_or_below(entry: fmt.LedgerEntry, sequence: int) -> bool:
-    """True if every record of the sealed ledger ``entry`` has a sequence ``<= sequence``."""
-    return entry.end_sequence is not None and entry.end_sequence - 1 <= sequence
