@@ -40,7 +40,7 @@ async def run(args: argparse.Namespace) -> list[float]:
     client.connection.send = lambda cmd: dropped.extend(ss.wire.encode_parts(cmd))  # type: ignore[method-assign]
     ids = [uuid.uuid4() for _ in range(args.writers)]
     for writer_id in ids:
-        client.appends._sessions[writer_id.int] = Session(
+        client.appends.sessions[writer_id.int] = Session(
             client=client.appends, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
         )
     writers = ids if args.ids else [client.writer_handle(w) for w in ids]
@@ -67,16 +67,16 @@ async def run(args: argparse.Namespace) -> list[float]:
 
 def _send_and_ack(client: ss.SegmentStoreClient) -> None:
     """Send every open block (as the busy sweep does) and acknowledge all blocks at once."""
-    for session in client.appends._sessions.values():
+    for session in client.appends.sessions.values():
         if session.open_events:
             session.busy_until = 0.0
             session.send_due = True
             client.appends._pump(session, hold_small=False)
-    client.appends._lingering.clear()
-    for key, session in client.appends._sessions.items():
+    client.appends.timing._lingering.clear()
+    for key, session in client.appends.sessions.items():
         if session.in_flight:
             client.appends.data_appended(key, session.in_flight[-1][2], -1, 0)
-    client.appends._advance()
+    client.appends.completion.advance()
 
 
 def main(argv: list[str] | None = None) -> int:

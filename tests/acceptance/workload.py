@@ -154,7 +154,7 @@ def resume_numbering(client: SegmentStoreClient, writer_id: uuid.UUID, next_numb
     never re-sends an event the server already holds. A writer that lost acknowledgements does
     exactly that, and these tests must: so they set the number the client continues with.
     """
-    session = client.appends._sessions[writer_id.int]  # test-only: no public way to do this
+    session = client.appends.sessions[writer_id.int]  # test-only: no public way to do this
     if session.open_events or session.in_flight:
         raise AssertionError("resume_numbering needs an idle session")
     session.open_first = next_number  # (no block open: the next event's number)

@@ -43,7 +43,7 @@ async def test_events_land_in_their_writers_segments_in_order(server, store) -> 
     pairs = [(i, [e] if n % 2 else e) for n, (i, e) in enumerate(zip(ids, events, strict=True))]
     done = await client.append_many(pairs)
     assert await asyncio.wait_for(done, 30) is None
-    assert client.appends._open_bytes == 0  # every byte counted into open blocks was counted out
+    assert client.appends.open_bytes == 0  # every byte counted into open blocks was counted out
     for w, segment in enumerate(segments):
         mine = [e for i, e in zip(ids, events, strict=True) if i == writers[w]]
         assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*mine)
@@ -92,7 +92,7 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
     segments, writers = await _writers(client, 3)
     # (no await between the calls that lets the loop send: writer 0's block stays open)
     first = await client.append_many([(writers[0], b"a1")])
-    order = list(client.appends._order)
+    order = list(client.appends.completion.order)
     bad_pairs = [
         [(writers[0], b"a2"), (writers[1], b"b1"), (writers[2], b"x" * 11)],  # too large
         [(writers[0], b"a2"), (writers[1], b"b1"), (uuid.uuid4(), b"c1")],  # unknown writer
@@ -101,10 +101,10 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
     for pairs in bad_pairs:
         with pytest.raises(c.InvalidArgumentError):
             await client.append_many(iter(pairs))  # (an iterator, as well as a list)
-        assert list(client.appends._order) == order  # the blocks it opened were taken back
+        assert list(client.appends.completion.order) == order  # the blocks it opened: taken back
     with pytest.raises(ValueError):  # not a pair at all, after pairs that were added
         await client.append_many([(writers[1], b"b1"), (writers[0], b"a2"), (writers[2],)])
-    assert list(client.appends._order) == order
+    assert list(client.appends.completion.order) == order
     second = await client.append_many(zip([writers[1], writers[0]], [b"b2", b"a3"], strict=True))
     await asyncio.wait_for(asyncio.gather(first, second), 10)
     expected = [framed(b"a1", b"a3"), framed(b"b2"), b""]
@@ -112,7 +112,7 @@ async def test_a_bad_pair_takes_back_what_the_call_had_added(server, store) -> N
         assert (await client.read_segment(segment, 0, 1 << 20)).data == data
     ack = await (await client.append_block(writers[0], b"a4"))
     assert ack.event_number == 3  # the taken-back events were never numbered
-    assert client.appends._open_bytes == 0
+    assert client.appends.open_bytes == 0
     await client.close()
 
 
@@ -175,7 +175,7 @@ async def test_appends_wait_while_congested_with_open_blocks_full(
         b"a" * 60, b"a" * 60, b"c"
     )
     assert (await client.read_segment(segments[1], 0, 1 << 20)).data == framed(b"b")
-    assert client.appends._open_bytes == 0
+    assert client.appends.open_bytes == 0
     await client.close()
 
 
@@ -327,7 +327,7 @@ async def test_block_limits_hold_for_events_of_one_size_and_of_mixed_sizes(
         assert (await client.read_segment(segment, 0, 1 << 20)).data == framed(*events)
         ack = await (await client.append_block(writer, b"next"))
         assert ack.event_number == len(events) + 1  # numbering went on across the blocks
-    assert client.appends._open_bytes == 0
+    assert client.appends.open_bytes == 0
     await client.close()
 
 

@@ -3,7 +3,8 @@
 * ``segment_store.SegmentStoreClient``: one connection and what runs on it, as parts: the
   connection itself (``connection``: the asyncio protocol, its send queue, congestion and reply
   matching), its request/reply calls (``calls``) and its writers' append sessions (``appends``,
-  with ``append_many`` over many writers at once and the blocks of ``append_blocks``);
+  with ``append_many`` over many writers at once, the blocks of ``append_blocks``, when each
+  block is sent (``send_timing``) and the order blocks and calls complete in (``completion``));
 * ``pool``: one shared connection per segment store node; ``probe``: a bare keep-alive;
 * ``io_loop``: the event loop thread that runs the client for blocking code, and
   ``sync.SyncSegmentStoreClient``, a connection used from blocking code through it.

@@ -1,12 +1,12 @@
 """``append_many``: several writers' events in one call, completed in the order of the calls.
 
-Responsibility: ``AppendMany`` adds ``append_many`` to the append sessions of
-``millrace.client.transport.appends`` (it extends them: adding a pair touches a writer's session
-and the completion order directly, on the path each event takes): a call's ``(writer, events)``
-pairs are checked (nothing is queued unless all pass), put in their writers' open blocks (in one
-pass while they take the common path, ``_add_at_once``), and completed by one future once every
-block opened before the call returned is answered, with no coroutine, future or callback per
-writer. Calls add their events one at a time, in turn, so a writer gets them in the order of the
+Responsibility: ``AppendMany`` serves ``append_many`` over the append sessions of one
+connection (``millrace.client.transport.appends``; adding a pair touches a writer's session
+directly, on the path each event takes): a call's ``(writer, events)`` pairs are checked
+(nothing is queued unless all pass), put in their writers' open blocks (in one pass while they
+take the common path, ``_add_at_once``), and completed by one future once every block opened
+before the call returned is answered (``completion``), with no coroutine, future or callback
+per writer. Calls add their events one at a time, in turn, so a writer gets them in the order of the
 calls; a failed writer fails the calls that had events in its unacknowledged blocks.
 """
 
@@ -19,40 +19,25 @@ import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any
 
-from millrace.client.errors import InvalidArgumentError, SegmentStoreError
-from millrace.client.transport.append_blocks import (
-    BLOCK_CALL,
-    EVENT_HEADER_BYTES,
-    AppendLimits,
-    Session,
-    WriterHandle,
-)
+from millrace.client.errors import InvalidArgumentError
+from millrace.client.transport.append_blocks import EVENT_HEADER_BYTES, Session, WriterHandle
 from millrace.client.transport.appends import AppendSessions
-from millrace.client.transport.calls import SegmentCalls
 
 __all__ = ["AppendMany"]
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-class AppendMany(AppendSessions):
-    """Append sessions with ``append_many`` (see the module's docstring)."""
+class AppendMany:
+    """``append_many`` over the append sessions of one connection (see the module's
+    docstring)."""
 
-    def __init__(self, calls: SegmentCalls, *, limits: AppendLimits | None = None) -> None:
-        super().__init__(calls, limits=limits)
-        #: ``append_many`` calls to complete: (blocks opened when the call returned, call
-        #: number), in the order they returned; each call's future and writers by number
-        #: (the writers as a list of sessions: the caller's thousands of pairs kept until the
-        #: acks would make the garbage collector's passes cost a third of the producer).
-        self._calls: collections.deque[tuple[int, int]] = collections.deque()
-        self._call_futures: dict[int, asyncio.Future[None]] = {}
-        self._call_writers: dict[int, list[Session]] = {}
+    def __init__(self, appends: AppendSessions) -> None:
+        self._appends = appends
+        self._completion = appends.completion
         #: Set while an ``append_many`` call adds its events; the calls waiting for their turn.
         self._many_busy = False
         self._many_gate: collections.deque[asyncio.Future[None]] = collections.deque()
-        #: Writers failed since the calls were last checked, by ``id`` of session: (the first
-        #: call that can have an unacknowledged event of theirs, the error); see ``_fail_calls``.
-        self._call_failures: dict[int, tuple[int, SegmentStoreError]] = {}
 
     async def append_many(
         self, batches: Iterable[tuple[uuid.UUID | WriterHandle, bytes | Sequence[bytes]]]
@@ -66,10 +51,11 @@ class AppendMany(AppendSessions):
         call but its events, and calls complete in the order they were made. Nothing is
         queued if an event is too large or a writer is unknown or failed. (``batches`` may be
         any iterable: ``zip(writers, events)`` costs no tuple per pair.)"""
-        if not self._writable.is_set():
-            await self._writable.wait()
-        if self._conn.lost is not None:
-            raise self._conn.lost
+        appends = self._appends
+        if not appends.writable.is_set():
+            await appends.writable.wait()
+        if appends.connection.lost is not None:
+            raise appends.connection.lost
         if self._many_busy or self._many_gate:  # another call waits for room in flight
             pairs = list(batches)
             found = self._check_many(pairs, [])  # (nothing is queued unless all pass)
@@ -105,13 +91,14 @@ class AppendMany(AppendSessions):
     def _check_many(self, pairs: list[tuple[Any, Any]], found: list[Session]) -> list[Session]:
         """Check the writers and event sizes of ``pairs``, adding their sessions to ``found``;
         raises the first problem."""
-        sessions = self._sessions
-        limit = self.limits.event_bytes_max
+        appends = self._appends
+        sessions = appends.sessions
+        limit = appends.limits.event_bytes_max
         for writer, given in pairs:
             known = sessions.get(writer.int) if type(writer) is uuid.UUID else None
             session = known if known is not None and known.failure is None else None
             if session is None:
-                session = self._session(writer)  # (a handle, or raises the reason)
+                session = appends.session(writer)  # (a handle, or raises the reason)
             if type(given) is bytes or isinstance(given, _BYTES_LIKE):
                 if len(given) > limit:
                     raise InvalidArgumentError(f"event of {len(given)} bytes exceeds {limit}")
@@ -131,8 +118,9 @@ class AppendMany(AppendSessions):
         in ``found``; those whose block it opened, in ``opened`` too), their bytes, and the
         pairs left. Cheaper than a pass to check and one to add; ``_take_back`` undoes it when
         a later pair fails its check."""
-        sessions = self._sessions
-        limit = self.limits.event_bytes_max
+        appends = self._appends
+        sessions, open_block = appends.sessions, appends.open_block
+        limit = appends.limits.event_bytes_max
         size = 0
         try:
             for writer, share in pairs:
@@ -140,7 +128,7 @@ class AppendMany(AppendSessions):
                 if (
                     session is None
                     or session.failure is not None
-                    or session.client is not self
+                    or session.client is not appends
                     or type(share) is not bytes
                 ):
                     break
@@ -149,7 +137,7 @@ class AppendMany(AppendSessions):
                 if n == session.open_size and len(events) < session.open_cap:
                     events.append(share)
                 elif not events and n <= limit:  # the block opens
-                    self._open(session, False, n)
+                    open_block(session, False, n)
                     opened.append(session)
                     events.append(share)
                 else:
@@ -170,8 +158,9 @@ class AppendMany(AppendSessions):
             session.open_events.pop()
             if not session.open_events:
                 session.open_size = -1
+        order = self._completion.order
         for _ in opened:
-            self._order.pop()
+            order.pop()
         opened.clear()
 
     async def _many_turn(self) -> None:
@@ -209,10 +198,9 @@ class AppendMany(AppendSessions):
         ``found[start:]``; ``start`` pairs before them were added by ``_add_at_once``, with
         ``added_bytes`` and the blocks they ``opened``), go into their writers' open blocks
         through ``_fill_open`` and ``_fill_all`` (which may wait for room)."""
+        appends, completion = self._appends, self._completion
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        number = self._call_floor
-        self._call_futures[number] = future  # (a writer failing meanwhile fails it)
-        self._call_writers[number] = found
+        number = completion.begin_call(future, found)  # (a writer failing meanwhile fails it)
         added = False
         try:
             for session, (_, share) in zip(
@@ -224,76 +212,27 @@ class AppendMany(AppendSessions):
                 if not many:
                     continue
                 before = session.block_bytes()
-                put = self._fill_open(session, many, False, 0)  # (no coroutine if it fits)
+                put = appends.fill_open(session, many, False, 0)  # (no coroutine if it fits)
                 added_bytes += session.block_bytes() - before
                 if put < len(many):
                     waited = True
-                    await self._fill_all(session, many[put:])
+                    await appends.fill_all(session, many[put:])
                 opened.append(session)  # (_schedule: its last block is not sent yet)
                 added = True
         except BaseException:
-            self._call_futures.pop(number, None)
-            self._call_writers.pop(number, None)
+            completion.drop_call(number)
             raise
         finally:
-            self._call_floor = number + 1
-            self._open_bytes += added_bytes
-            self._limit_open()
+            completion.call_added(number)
+            appends.open_bytes += added_bytes
+            appends.limit_open()
+            schedule = appends.timing.schedule
             for session in opened:
-                self._schedule(session)
-        self._window.events += start + len(pairs)
+                schedule(session)
+        appends.timing.window.events += start + len(pairs)
         if added or start:
-            self._calls.append((len(self._order) + self._order_done, number))
-            if not self._order:
-                self._advance()
+            completion.call_returned(number)
         else:
-            del self._call_futures[number], self._call_writers[number]
+            completion.drop_call(number)
             future.set_result(None)
         return future
-
-    # -- completion ---------------------------------------------------------------------------
-
-    def _advance(self) -> None:
-        """Fail the calls that failed writers had events of, let answered blocks leave the
-        front of the completion order, then complete the calls that no block still open or
-        in flight can hold events of."""
-        if self._call_failures:
-            self._fail_calls()
-        super()._advance()
-        done = self._order_done
-        calls, futures = self._calls, self._call_futures
-        while calls and calls[0][0] <= done:
-            number = calls.popleft()[1]
-            self._call_writers.pop(number, None)
-            future = futures.pop(number, None)
-            if future is not None and not future.done():
-                future.set_result(None)
-
-    def _fail_calls(self) -> None:
-        """Fail each pending ``append_many`` call that gave a writer failed since the last
-        check an event it has not had acknowledged: a call numbered from the first that can
-        have one in the writer's oldest unacknowledged block (events of a writer are numbered
-        in the order of the calls). One pass over the pending calls' writers for all those
-        that failed together (a lost connection fails them all)."""
-        failures, self._call_failures = self._call_failures, {}
-        first = min(call for call, _ in failures.values())
-        for number, writers in self._call_writers.items():
-            future = self._call_futures.get(number)
-            if number < first or future is None or future.done():
-                continue
-            for session in writers:
-                failure = failures.get(id(session))
-                if failure is not None and number >= failure[0]:
-                    future.set_exception(failure[1])
-                    break
-
-    def _pending_calls(self) -> Iterable[asyncio.Future[None]]:
-        return self._call_futures.values()
-
-    def _writer_failed(self, session: Session) -> None:
-        """The calls that can have unacknowledged events of this writer: from the first that
-        can have events in its oldest block unacknowledged (checked at the next ``_advance``)."""
-        if (session.in_flight or session.open_events) and self._call_futures:
-            oldest = session.in_flight[0][BLOCK_CALL] if session.in_flight else session.open_call
-            assert session.failure is not None
-            self._call_failures[id(session)] = (oldest, session.failure)

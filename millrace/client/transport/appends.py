@@ -9,19 +9,18 @@ call of the client's ``SegmentCalls``.
 ``linger_ms``, or on ``flush``), keeps up to ``blocks_in_flight_max`` blocks in flight and
 returns a future completed by the DataAppended acknowledgement; ``conditional_append`` sends one
 ConditionalBlockEnd (the byte-stream write). It holds blocks back while the connection is
-congested, lingers on a busy connection, and keeps the completion order of blocks that
-``append_many`` (``millrace.client.transport.append_many``) completes its calls by. A lost
+congested; when a block is due is ``send_timing``'s (linger, next turn, busy), and the order
+blocks complete in, which ``append_many`` (``millrace.client.transport.append_many``) completes
+its calls by, ``completion``'s. The methods ``append_many`` adds events through (``session``,
+``open_block``, ``fill_open``, ``fill_all``, ``limit_open``) are public for it. A lost
 connection fails every pending append with ``AppendsLostError`` listing the unacked events.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
-import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from millrace.client.errors import (
@@ -43,41 +42,16 @@ from millrace.client.transport.append_blocks import (
     uniform_cap,
 )
 from millrace.client.transport.calls import SegmentCalls
+from millrace.client.transport.completion import CompletionOrder
 from millrace.client.transport.connection import SEND_BUFFER_BYTES
+from millrace.client.transport.send_timing import SendTiming
 from millrace.kernel import wire
 
-__all__ = ["BUSY_SWEEP_S", "BUSY_WINDOW_S", "OPEN_BYTES_MAX", "AppendSessions"]
+__all__ = ["OPEN_BYTES_MAX", "AppendSessions"]
 
 #: transport is congested.
 OPEN_BYTES_MAX = 64 * 1024 * 1024
-#: How often a connection judges whether it is busy (``AppendLimits.busy_blocks``).
-BUSY_WINDOW_S = 0.1
-#: How often a busy connection sends the blocks whose linger ended.
-BUSY_SWEEP_S = 0.02
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-
-
-@dataclasses.dataclass(slots=True)
-class BusyWindow:
-    """Whether a connection is busy (``AppendLimits.busy_blocks``), judged each BUSY_WINDOW_S
-    from the events handed to it in the window (not those sent: lingering blocks go in
-    bursts)."""
-
-    busy: bool = False
-    start: float = 0.0
-    events: int = 0
-
-    def judge(self, limits: AppendLimits, blocks_unanswered: int) -> bool:
-        now = time.monotonic()
-        if now - self.start >= BUSY_WINDOW_S:
-            rate = self.events / (now - self.start)
-            self.busy = (
-                limits.busy_linger_ms > 0
-                and rate >= limits.busy_events_per_s
-                and blocks_unanswered >= limits.busy_blocks
-            )
-            self.start, self.events = now, 0
-        return self.busy
 
 
 class AppendSessions:
@@ -87,12 +61,12 @@ class AppendSessions:
         self.limits = limits or AppendLimits()
         #: The client's request/reply calls (``setup_append`` is one).
         self._requests = calls
-        self._conn = calls.connection
-        self._conn.listen(self)
+        self.connection = calls.connection
+        self.connection.listen(self)
         #: The connection's request ids (blocks take theirs from the same count).
-        self._request_ids = self._conn.request_ids
+        self._request_ids = self.connection.request_ids
         #: Append sessions by ``writer_id.int`` (an int hashes in C; a UUID in Python).
-        self._sessions: dict[int, Session] = {}
+        self.sessions: dict[int, Session] = {}
         #: Request id of a block in flight -> its writer's ``writer_id.int``.
         self._blocks: dict[int, int] = {}
         #: Append blocks sent on this connection (diagnostics: events per block).
@@ -101,48 +75,30 @@ class AppendSessions:
         #: ``writer_id.int``; sent in that order when the transport drains.
         self._held: dict[int, Session] = {}
         #: Bytes in open blocks over all writers.
-        self._open_bytes = 0
-        #: Writers whose open block goes on the next loop turn (``linger_ms`` 0).
-        self._next_turn: list[Session] = []
-        #: Whether the connection is busy, judged each BUSY_WINDOW_S.
-        self._window = BusyWindow()
-        #: Writers whose block lingers because the connection is busy, in the order their
-        #: lingers end, and the timer of the next ``_sweep``.
-        self._lingering: collections.deque[Session] = collections.deque()
-        self._sweeper: asyncio.TimerHandle | None = None
+        self.open_bytes = 0
+        #: The completion order of blocks (and ``append_many`` calls: ``append_many``).
+        self.completion = CompletionOrder()
+        #: When each writer's open block is sent (linger, next turn, busy).
+        self.timing = SendTiming(self.limits, self.completion, self._pump)
         #: Clear while appends must wait: congested with OPEN_BYTES_MAX in open blocks.
-        self._writable = asyncio.Event()
-        self._writable.set()
-        # The completion order: every block gets a place in the order blocks are opened (an
-        # ``append_many`` call is done once every block opened before it returned is answered:
-        # those hold all its events).
-        #: Request ids of the blocks not yet answered, oldest opened first (answered ones
-        #: leave once they reach the front) ...
-        self._order: collections.deque[int] = collections.deque()
-        #: ... the answered (or failed) ones still in it ...
-        self._resolved: set[int] = set()
-        #: ... and how many have left it (so blocks opened so far: this + len(_order)).
-        self._order_done = 0
-        #: The number of the ``append_many`` call running, or of the next one: no event added
-        #: from now on belongs to an earlier call (calls add theirs one at a time). A block
-        #: records it when it opens (0 while ``append_many`` is not used).
-        self._call_floor = 0
+        self.writable = asyncio.Event()
+        self.writable.set()
 
     # -- what the connection tells ----------------------------------------------------------------
 
     def replies_read(self) -> None:
-        if self._resolved:
-            self._advance()
+        if self.completion.resolved:
+            self.completion.advance()
 
     def drained(self) -> None:
-        if self._held or not self._writable.is_set():
+        if self._held or not self.writable.is_set():
             self._release_held()  # (which lets waiting appends go on)
 
     def lost(self) -> None:
-        self._writable.set()
-        for session in list(self._sessions.values()):
+        self.writable.set()
+        for session in list(self.sessions.values()):
             self._fail_session(session, None)
-        self._advance()
+        self.completion.advance()
 
     def block_reply(self, request_id: int, reply: Any) -> bool:
         if request_id not in self._blocks:
@@ -158,13 +114,13 @@ class AppendSessions:
         budget = SEND_BUFFER_BYTES
         held = self._held
         for key in list(held):  # (a snapshot: popping the first again and again is quadratic)
-            if budget <= 0 or self._conn.congested or self._conn.lost is not None:
+            if budget <= 0 or self.connection.congested or self.connection.lost is not None:
                 break
             session = held.pop(key)
             budget -= session.block_bytes()
             self._pump(session)
-        if not self._conn.congested or self._open_bytes <= OPEN_BYTES_MAX:
-            self._writable.set()
+        if not self.connection.congested or self.open_bytes <= OPEN_BYTES_MAX:
+            self.writable.set()
 
     async def setup_append(
         self, segment: str, writer_id: uuid.UUID, *, token: str | None = None
@@ -175,7 +131,7 @@ class AppendSessions:
         def make(rid: int) -> Any:
             return wire.SetupAppend(rid, writer_id, segment, self._requests.token(token))
 
-        old = self._sessions.get(writer_id.int)
+        old = self.sessions.get(writer_id.int)
         if old is not None and (old.call_lasts or old.in_flight or old.open_events):
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._requests.call(make, wire.AppendSetup)).last_event_number
@@ -186,12 +142,12 @@ class AppendSessions:
             open_first=max(last, 0) + 1,
             acked=last,
         )
-        old = self._sessions.get(writer_id.int)
+        old = self.sessions.get(writer_id.int)
         if old is not None and old.failure is None:  # its handles are stale from now on
             old.failure = InvalidArgumentError(
                 f"writer handle of {writer_id} is stale: setup_append was called again"
             )
-        self._sessions[writer_id.int] = session
+        self.sessions[writer_id.int] = session
         return last
 
     def acked_event_number(self, writer_id: uuid.UUID) -> int:
@@ -199,7 +155,7 @@ class AppendSessions:
         connection (its last persisted one at ``setup_append`` if none since), also after the
         session failed: a writer whose segment was sealed in the middle of a call re-routes
         only the events after it (the others are stored in the sealed segment)."""
-        session = self._sessions.get(writer_id.int)
+        session = self.sessions.get(writer_id.int)
         if session is None:
             raise InvalidArgumentError(f"no setup_append for writer {writer_id}")
         return session.acked
@@ -207,7 +163,7 @@ class AppendSessions:
     def writer_handle(self, writer_id: uuid.UUID) -> WriterHandle:
         """The writer's handle on this connection (after ``setup_append``): taken wherever a
         writer id is, it saves looking the writer up by id for every event."""
-        return self._session(writer_id)
+        return self.session(writer_id)
 
     async def append_block(
         self,
@@ -219,23 +175,23 @@ class AppendSessions:
         """Queue events (one ``bytes`` or a sequence) for the writer; returns a future completed
         when all of them are acknowledged. Waits while ``blocks_in_flight_max`` blocks are out.
         ``raw``: the bytes are appended as they are, without event headers."""
-        if not self._writable.is_set():
-            await self._writable.wait()
-        session = self._session(writer_id)
+        if not self.writable.is_set():
+            await self.writable.wait()
+        session = self.session(writer_id)
         batch: Sequence[bytes | bytearray | memoryview]
         batch = [events] if isinstance(events, _BYTES_LIKE) else events
-        await self._fill_all(session, batch, raw)
-        self._window.events += len(batch)
+        await self.fill_all(session, batch, raw)
+        self.timing.window.events += len(batch)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         last = session.next_event_number - 1
         if batch or session.call_lasts:
             session.add_call(last, future)
-            self._schedule(session)
+            self.timing.schedule(session)
         else:
             future.set_result(AppendAck(last, -1, -1))
         return future
 
-    async def _fill_all(
+    async def fill_all(
         self,
         session: Session,
         events: Sequence[bytes | bytearray | memoryview],
@@ -244,21 +200,21 @@ class AppendSessions:
         """Put all ``events`` in the session's open blocks, sending full ones on the way."""
         before = session.block_bytes()
         try:
-            added = self._fill_open(session, events, raw, 0)
+            added = self.fill_open(session, events, raw, 0)
             while added < len(events):  # the open block is full: send it, then go on
-                self._open_bytes += session.block_bytes() - before
+                self.open_bytes += session.block_bytes() - before
                 await self._drain_open(session)
                 before = session.block_bytes()
-                added = self._fill_open(session, events, raw, added)
+                added = self.fill_open(session, events, raw, added)
         finally:
-            self._open_bytes += session.block_bytes() - before
-            self._limit_open()
+            self.open_bytes += session.block_bytes() - before
+            self.limit_open()
 
-    def _limit_open(self) -> None:
+    def limit_open(self) -> None:
         """While congested with OPEN_BYTES_MAX in open blocks, the next append waits for the
         transport to drain (``_release_held`` lets it go on)."""
-        if self._conn.congested and self._open_bytes > OPEN_BYTES_MAX:
-            self._writable.clear()
+        if self.connection.congested and self.open_bytes > OPEN_BYTES_MAX:
+            self.writable.clear()
 
     async def append_event(
         self, writer_id: uuid.UUID | WriterHandle, event: bytes
@@ -270,15 +226,15 @@ class AppendSessions:
         """Send every open block now and wait until all appends are acknowledged (of the
         writer, if one is given; raises its failure, or that of a call waited for)."""
         if writer_id is not None:
-            sessions = [self._session(writer_id)]
+            sessions = [self.session(writer_id)]
         else:
-            sessions = [s for s in self._sessions.values() if s.failure is None]
+            sessions = [s for s in self.sessions.values() if s.failure is None]
         waits: set[asyncio.Future[Any]] = set()
         for session in sessions:
             await self._drain_open(session)
             waits.update(session.call_waiters)
         if writer_id is None:
-            waits.update(self._pending_calls())
+            waits.update(self.completion.pending_calls())
         if waits:
             await asyncio.gather(*waits)
         for session in sessions:  # (its events handed by append_many)
@@ -297,25 +253,25 @@ class AppendSessions:
     ) -> AppendAck:
         """Append ``data`` only if the segment length is ``expected_offset`` (ConditionalBlockEnd);
         raises BadOffsetError otherwise. ``raw=False`` wraps it in an event header."""
-        session = self._session(writer_id)
+        session = self.session(writer_id)
         await self._drain_open(session)
         payload = bytes(data) if raw else wire.EVENT_HEADER.pack(0, len(data)) + bytes(data)
         number = session.open_first  # (no block open: drained)
         session.open_first += 1
         request_id = next(self._request_ids)
-        self._order.append(request_id)
+        call = self.completion.open(request_id)
         future: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         session.add_call(number, future)
         self._send_block(
             session,
-            (request_id, number, number, (bytes(data),), self._call_floor),
+            (request_id, number, number, (bytes(data),), call),
             wire.ConditionalBlockEnd(
                 session.writer_id, number, expected_offset, payload, request_id
             ),
         )
         return await future
 
-    def _session(self, writer: uuid.UUID | WriterHandle) -> Session:
+    def session(self, writer: uuid.UUID | WriterHandle) -> Session:
         """The writer's session, given its id or its handle; raises why it takes no appends."""
         if type(writer) is Session:
             if writer.client is not self:
@@ -324,18 +280,18 @@ class AppendSessions:
                 )
             session: Session | None = writer
         elif isinstance(writer, uuid.UUID):
-            session = self._sessions.get(writer.int)
+            session = self.sessions.get(writer.int)
         else:
             raise InvalidArgumentError(f"not a writer id or handle: {writer!r}")
         if session is None:
             raise InvalidArgumentError(f"no setup_append for writer {writer}")
         if session.failure is not None:
             raise session.failure
-        if self._conn.lost is not None:
-            raise self._conn.lost
+        if self.connection.lost is not None:
+            raise self.connection.lost
         return session
 
-    def _fill_open(
+    def fill_open(
         self,
         session: Session,
         events: Sequence[bytes | bytearray | memoryview],
@@ -356,7 +312,7 @@ class AppendSessions:
             if n > limits.event_bytes_max:
                 raise InvalidArgumentError(f"event of {n} bytes exceeds {limits.event_bytes_max}")
             if not opened:
-                self._open(session, raw, n)
+                self.open_block(session, raw, n)
             elif n == session.open_size and not raw:  # (of one size: open_cap says if it fits)
                 if len(opened) >= session.open_cap:
                     return index
@@ -374,38 +330,19 @@ class AppendSessions:
             opened.append(event)
         return len(events)
 
-    def _open(self, session: Session, raw: bool, size: int) -> None:
+    def open_block(self, session: Session, raw: bool, size: int) -> None:
         """The session's block opens for its first event, of ``size`` bytes: it takes its
         request id and its place in the completion order, and counts by events of that size
         (``open_cap``) or, if ``raw``, by bytes."""
         rid = next(self._request_ids)
         session.open_rid = rid
-        session.open_call = self._call_floor
+        session.open_call = self.completion.open(rid)
         session.open_raw = raw
         if raw:
             session.open_size, session.open_bytes = -1, size
             session.open_cap = self.limits.block_events_max
         else:
             session.open_size, session.open_cap = size, uniform_cap(self.limits, size)
-        self._order.append(rid)
-
-    def _advance(self) -> None:
-        """Let answered blocks leave the front of the completion order."""
-        order, resolved = self._order, self._resolved
-        left = 0
-        while order and order[0] in resolved:
-            resolved.remove(order.popleft())
-            left += 1
-        self._order_done += left
-
-    def _pending_calls(self) -> Iterable[asyncio.Future[None]]:
-        """The futures of calls made over several writers, still pending (``flush`` waits for
-        them): none here (see ``AppendMany``)."""
-        return ()
-
-    def _writer_failed(self, session: Session) -> None:
-        """The session fails, its blocks in flight and open still in it (``AppendMany`` fails
-        the calls that had events in them)."""
 
     async def _drain_open(self, session: Session) -> None:
         """Send the open block now, waiting for room in flight when needed."""
@@ -417,66 +354,11 @@ class AppendSessions:
             if session.failure is not None:
                 raise session.failure
 
-    def _schedule(self, session: Session) -> None:
-        limits = self.limits
-        if session.open_full(limits):
-            session.send_due = True
-            self._pump(session)
-            return
-        busy = self._window.judge(limits, len(self._order))
-        if busy and session.open_events and not (session.linger or session.busy_until):
-            session.send_due = True  # (an ack meanwhile does not send it, see _pump)
-            session.busy_until = time.monotonic() + limits.busy_linger_ms / 1000
-            self._lingering.append(session)
-            if self._sweeper is None:
-                loop = asyncio.get_running_loop()
-                self._sweeper = loop.call_later(BUSY_SWEEP_S, self._sweep)
-            return
-        if session.in_flight and session.block_bytes() < limits.small_block_bytes:
-            session.send_due = True  # held: the next ack sends it (see ``_pump``)
-        elif session.linger is None and not session.next_turn and session.open_events:
-            loop = asyncio.get_running_loop()
-            delay = limits.linger_ms / 1000
-            if delay > 0:
-                session.linger = loop.call_later(delay, self._linger_expired, session)
-            else:  # the next loop turn: one callback for all the writers queued in this one
-                session.next_turn = True
-                self._next_turn.append(session)
-                if len(self._next_turn) == 1:
-                    loop.call_soon(self._send_next_turn)
-
-    def _send_next_turn(self) -> None:
-        queued, self._next_turn = self._next_turn, []
-        for session in queued:
-            if session.next_turn:  # (not sent meanwhile)
-                self._linger_expired(session)
-
-    def _sweep(self) -> None:
-        """Send the blocks whose busy linger ended (they are in that order), and come again
-        while any is left."""
-        self._sweeper = None
-        lingering = self._lingering
-        now = time.monotonic()
-        while lingering and lingering[0].busy_until <= now:
-            session = lingering.popleft()
-            if session.busy_until:  # (else: sent meanwhile)
-                session.busy_until = 0.0
-                session.send_due = True
-                self._pump(session)
-        if lingering:
-            self._sweeper = asyncio.get_running_loop().call_later(BUSY_SWEEP_S, self._sweep)
-
-    def _linger_expired(self, session: Session) -> None:
-        session.linger = None
-        session.next_turn = False
-        session.send_due = True
-        self._pump(session)
-
     def _pump(self, session: Session, *, hold_small: bool = True) -> None:
         """Send the open block if it is due and there is room in flight. A block that is not
         full waits (``hold_small``) while the transport is congested (in ``_held``, until it
         drains), and a small one while its writer has a block in flight."""
-        if session.failure is not None or self._conn.lost is not None:
+        if session.failure is not None or self.connection.lost is not None:
             return
         if not (session.open_events and session.send_due):
             return
@@ -485,9 +367,9 @@ class AppendSessions:
         if in_flight >= limits.blocks_in_flight_max:
             return
         if hold_small and not session.open_full(limits):
-            if session.busy_until and self._window.busy:
+            if session.busy_until and self.timing.window.busy:
                 return  # (its linger sends it)
-            if self._conn.congested:
+            if self.connection.congested:
                 self._held.setdefault(session.writer_id.int, session)
                 return
             if in_flight and session.block_bytes() < limits.small_block_bytes:
@@ -497,7 +379,7 @@ class AppendSessions:
         data = block_data(events, session.open_size, session.open_raw)
         session.open_events.clear()
         session.open_first = first + len(events)
-        self._open_bytes -= len(data)  # (= block_bytes(): headers, unless raw)
+        self.open_bytes -= len(data)  # (= block_bytes(): headers, unless raw)
         session.open_bytes = 0
         session.open_size = -1
         session.send_due = False
@@ -515,16 +397,16 @@ class AppendSessions:
         self.blocks_sent += 1
         session.in_flight.append(block)
         self._blocks[block[BLOCK_RID]] = session.writer_id.int
-        self._conn.send(cmd)
+        self.connection.send(cmd)
 
     def data_appended(self, writer: int, number: int, previous: int, offset: int) -> None:
         """An ack for the writer whose ``writer_id.int`` is ``writer``."""
-        session = self._sessions.get(writer)
+        session = self.sessions.get(writer)
         if session is None:
             return
         if number > session.acked:
             session.acked = number
-        in_flight, blocks, resolved = session.in_flight, self._blocks, self._resolved
+        in_flight, blocks, resolved = session.in_flight, self._blocks, self.completion.resolved
         while in_flight and in_flight[0][BLOCK_LAST] <= number:
             rid = in_flight.popleft()[BLOCK_RID]
             blocks.pop(rid, None)
@@ -535,7 +417,7 @@ class AppendSessions:
         self._pump(session)
 
     def _on_block_error(self, request_id: int, reply: Any) -> None:
-        session = self._sessions.get(self._blocks.pop(request_id))
+        session = self.sessions.get(self._blocks.pop(request_id))
         if session is None:
             return
         error = error_from_reply(reply)
@@ -543,15 +425,15 @@ class AppendSessions:
             self._fail_conditional(session, request_id, error)
         else:
             self._fail_session(session, error)
-            self._advance()
+            self.completion.advance()
 
     def _fail_conditional(self, session: Session, request_id: int, error: Exception) -> None:
         block = next((b for b in session.in_flight if b[BLOCK_RID] == request_id), None)
         if block is None:
             return
         session.in_flight.remove(block)
-        self._resolved.add(request_id)
-        self._advance()
+        self.completion.resolved.add(request_id)
+        self.completion.advance()
         session.fail_calls(error, block[BLOCK_LAST])
         session.wake()
         self._pump(session)  # a block held for this one's answer goes now
@@ -559,18 +441,19 @@ class AppendSessions:
     def _fail_session(self, session: Session, error: SegmentStoreError | None) -> None:
         """Fail every pending append of the session (``None``: the connection was lost)."""
         if error is None:
-            error = session.lost_error(self._conn.lost)
+            error = session.lost_error(self.connection.lost)
         session.failure = session.failure or error
-        self._writer_failed(session)
+        self.completion.writer_failed(session)
+        resolved = self.completion.resolved
         for block in session.in_flight:
             self._blocks.pop(block[BLOCK_RID], None)
-            self._resolved.add(block[BLOCK_RID])
+            resolved.add(block[BLOCK_RID])
         session.in_flight.clear()
         session.fail_calls(error)
-        self._open_bytes -= session.block_bytes()
+        self.open_bytes -= session.block_bytes()
         self._held.pop(session.writer_id.int, None)
         if session.open_events:
-            self._resolved.add(session.open_rid)
+            resolved.add(session.open_rid)
         session.open_first += len(session.open_events)
         session.open_events.clear()
         session.open_bytes = 0

@@ -8,9 +8,9 @@ connects and says Hello. It is made of four parts, each with a small interface:
   queue, congestion, reply matching;
 * ``calls`` (``millrace.client.transport.calls.SegmentCalls``): request/response calls (create,
   info, read, seal, truncate, delete, merge, attributes), any number outstanding at once;
-* ``appends`` (``millrace.client.transport.append_many.AppendMany``): the writers' append
-  sessions: ``setup_append``, ``append_block``, ``flush``, ``conditional_append`` and
-  ``append_many`` over many writers at once;
+* ``appends`` (``millrace.client.transport.appends.AppendSessions``): the writers' append
+  sessions: ``setup_append``, ``append_block``, ``flush`` and ``conditional_append``, with
+  ``append_many`` over many writers at once (``millrace.client.transport.append_many``);
 * ``tables`` (``millrace.client.transport.table_calls.TableCalls``): the table-segment calls
   (key-value tables), reached as ``client.tables``;
 
@@ -51,6 +51,7 @@ from millrace.client.errors import (
 )
 from millrace.client.transport.append_blocks import AppendAck, AppendLimits, WriterHandle
 from millrace.client.transport.append_many import AppendMany
+from millrace.client.transport.appends import AppendSessions
 from millrace.client.transport.calls import (
     NULL_ATTRIBUTE_VALUE,
     READ_BYTES_DEFAULT,
@@ -112,7 +113,7 @@ class SegmentStoreClient:
         self.calls = SegmentCalls(
             self.connection, delegation_token=delegation_token, token_refresh=token_refresh
         )
-        self.appends = AppendMany(self.calls, limits=limits)
+        self.appends = AppendSessions(self.calls, limits=limits)
         #: Table-segment calls (``TableCalls``).
         self.tables = TableCalls(self.calls)
         # The append path's methods, bound once: no call in between on the path of each event.
@@ -122,7 +123,7 @@ class SegmentStoreClient:
         self.writer_handle = appends.writer_handle
         self.append_block = appends.append_block
         self.append_event = appends.append_event
-        self.append_many = appends.append_many
+        self.append_many = AppendMany(appends).append_many
         self.flush = appends.flush
         self.conditional_append = appends.conditional_append
 
