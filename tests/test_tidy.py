@@ -1,7 +1,9 @@
 """Tidy: the tree keeps the limits it already keeps (as TigerBeetle's ``tidy`` does).
 
 * no function over ``FUNCTION_LINES_MAX`` lines, no class over ``CLASS_LINES_MAX`` (the code's
-  own packages and the benchmarks; migrations and protobuf stubs are generated);
+  own packages and the benchmarks; migrations and protobuf stubs are generated), a class
+  counted with the concrete classes of its package it extends (a limit met by stacking code
+  in a subclass is not met);
 * one spelling of each fact that once had several homes: the qualified segment-name format
   (``millrace.kernel.naming``), the token resource of a stream (``claims.stream_resource``),
   the event header (``millrace.kernel.wire.event_frame``), the Celery task names
@@ -60,6 +62,54 @@ def test_no_function_or_class_is_too_long() -> None:
             if lines > limit:
                 too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines}")
     assert not too_long, "over the limit (lines):\n" + "\n".join(too_long)
+
+
+#: Classes that gather the areas they extend on purpose, and why.
+GATHERING = {
+    "controller_app/grpc/service.py:ControllerService": "a gRPC servicer is one object with "
+    "every rpc; its areas (one module each) are its bases",
+}
+
+
+def _classes(package: str) -> dict[str, tuple[str, ast.ClassDef]]:
+    """The top-level classes of ``package`` by name (``test_no_two_classes_of_one_name...``
+    keeps the names unique)."""
+    found = {}
+    for path in sources(package):
+        for node in parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found[node.name] = (str(path.relative_to(ROOT)), node)
+    return found
+
+
+def _is_abstract(node: ast.ClassDef) -> bool:
+    """A contract whose implementations are each a class (``abc.ABC``, ``Protocol``)."""
+    spelled = {ast.unparse(base) for base in node.bases}
+    return bool(spelled & {"abc.ABC", "ABC", "Protocol", "typing.Protocol"})
+
+
+def _lines(node: ast.ClassDef) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def test_no_class_is_too_long_with_what_it_extends() -> None:
+    too_long = []
+    for package in PACKAGES:
+        classes = _classes(package)
+        for name, (path, node) in classes.items():
+            if f"{path}:{name}" in GATHERING:
+                continue
+            total, seen, bases = _lines(node), {name}, [ast.unparse(b) for b in node.bases]
+            while bases:
+                base = classes.get(bases.pop())
+                if base is None or base[1].name in seen or _is_abstract(base[1]):
+                    continue
+                seen.add(base[1].name)
+                total += _lines(base[1])
+                bases += [ast.unparse(b) for b in base[1].bases]
+            if total > CLASS_LINES_MAX and len(seen) > 1:
+                too_long.append(f"{path} {name} with {sorted(seen - {name})}: {total}")
+    assert not too_long, "over the limit with their bases (lines):\n" + "\n".join(too_long)
 
 
 def _task_names() -> list[str]:
