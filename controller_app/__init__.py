@@ -23,6 +23,7 @@ Its other modules:
 * ``ports``: the controller's port to the segment store, as the workflows see it
 * ``reader_group_state``: the live state of a reader group, and every change to it, as plain
   Python (no database)
+* ``registry``: the schema registry (Confluent's Schema Registry API, its formats and rules)
 * ``roles``: who may do what (viewer, operator, admin), for every face
 * ``segment_client``: the controller's port to the segment store over the wire client
   (``ports.SegmentStorePort``)

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
+from controller_app.api import is_api_path
 from controller_app.models import AuditEntry
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 REFUSALS = (401, 403, 429)
 #: The URL parameters that name the object of a change, in the order they nest.
 OBJECT_PARTS = (
-    "scope", "stream", "reader_group", "kvtable", "txn_id", "checkpoint", "reader", "key"
+    "scope", "stream", "reader_group", "kvtable", "txn_id", "checkpoint", "reader", "key",
+    "subject", "version",
 )  # fmt: skip
 
 
@@ -89,13 +91,13 @@ def _detail(response: HttpResponse) -> str:
         except ValueError:
             data = None
     if isinstance(data, dict) and "message" in data:
-        return f"{data.get('code', '')}: {data['message']}"
+        return f"{data.get('code', data.get('error_code', ''))}: {data['message']}"
     return str(getattr(response, "audit_detail", "") or f"HTTP {response.status_code}")
 
 
 def source_of(request: HttpRequest) -> str:
     """Who made the request: the console, the CLI (its user agent) or a REST client."""
-    if not request.path.startswith("/v1/"):
+    if not is_api_path(request.path):
         return AuditEntry.Source.CONSOLE
     if str(request.META.get("HTTP_USER_AGENT", "")).startswith("millrace-cli"):
         return AuditEntry.Source.CLI

@@ -19,6 +19,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from controller_app.api import is_api_path
 from controller_app.audit import client_address, record, source_of
 from controller_app.models import AuditEntry
 
@@ -65,7 +66,7 @@ def locked_out(
 ) -> HttpResponse:
     """Axes' answer to a sign-in of a user and address over the failure limit."""
     message, seconds = lockout(request)
-    if request.path.startswith("/v1/"):
+    if is_api_path(request.path):
         response: HttpResponse = JsonResponse(
             {"code": "too-many-sign-ins", "message": message}, status=429
         )

@@ -14,4 +14,13 @@ Its other modules:
 * ``kvtables``: REST views of key-value tables (Millrace's addition
 * ``permissions``: the REST API's permission
 * ``reader_groups``: REST views of reader groups
+* ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under
+  ``/registry/``)
 """
+
+#: The paths of the APIs programs call (REST answers in JSON; the rest is the console's).
+API_PATH_PREFIXES = ("/v1/", "/api/", "/registry/")
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PATH_PREFIXES)

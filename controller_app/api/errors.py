@@ -28,6 +28,7 @@ from rest_framework.response import Response
 
 from controller_app import errors as ce
 from controller_app import outages
+from controller_app.api import is_api_path
 from controller_app.api.authentication import TooManySignInsError
 from controller_app.api.fields import BodyTooLargeError, body_limit_message
 from controller_app.outcomes import INTERNAL, outcome_of
@@ -105,7 +106,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 
 
 def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith(("/v1/", "/api/"))
+    return is_api_path(request.path)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

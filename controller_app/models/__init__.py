@@ -12,6 +12,7 @@ Its modules:
 * ``kvt``: key-value table
 * ``reader_group``: reader groups as the controller knows them, and their subscriptions to
   streams
+* ``registry``: the schema registry (schemas, subjects' versions, settings)
 * ``retention``: the head of a stream and its retention set
 * ``scope``: scope
 * ``stream``: stream aggregate root
@@ -34,6 +35,7 @@ from controller_app.models.host import (
 )
 from controller_app.models.kvt import KeyValueTable
 from controller_app.models.reader_group import ReaderGroup, Subscriber
+from controller_app.models.registry import RegistrySchema, RegistrySetting, SubjectVersion
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
 from controller_app.models.stream import BucketLease, Stream, StreamBucket, StreamTag
@@ -54,6 +56,8 @@ __all__ = [
     "Node",
     "ProcessHeartbeat",
     "ReaderGroup",
+    "RegistrySchema",
+    "RegistrySetting",
     "Scope",
     "SegmentRecord",
     "StatefulModel",
@@ -61,6 +65,7 @@ __all__ = [
     "StreamBucket",
     "StreamCutRecord",
     "StreamTag",
+    "SubjectVersion",
     "Subscriber",
     "TaskCount",
     "Transaction",

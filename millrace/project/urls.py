@@ -22,6 +22,7 @@ urlpatterns = [
     path("", include("controller_app.api.health_urls")),
     path("v1/", include("controller_app.api.health_urls")),
     path("v1/", include("controller_app.api.urls")),
+    path("registry/", include("controller_app.api.registry")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),

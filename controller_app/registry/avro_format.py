@@ -1,0 +1,53 @@
+"""Avro schemas, by Apache Avro's own parser and its reader/writer compatibility checker.
+
+Referenced schemas (Confluent's references: named types defined in another subject) are parsed
+first into the same names, so the schema can use their full names. The text is stored as
+compact JSON (as given, or with keys sorted when normalizing).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import avro.errors
+import avro.name
+import avro.schema
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+from controller_app.registry.formats import InvalidSchemaError, Reference, compact_json
+
+__all__ = ["incompatibilities", "parse"]
+
+
+def _define(references: tuple[Reference, ...], names: avro.name.Names) -> None:
+    for ref in references:
+        if ref.schema_type != "AVRO":
+            raise InvalidSchemaError(f"reference {ref.name!r} is {ref.schema_type}, not AVRO")
+        _define(ref.references, names)
+        if names.has_name(ref.name, None):
+            continue
+        avro.schema.make_avsc_object(json.loads(ref.text), names)
+
+
+def parse(
+    text: str, references: tuple[Reference, ...], *, normalize: bool
+) -> tuple[avro.schema.Schema, str, str]:
+    stored = compact_json(text, sort_keys=normalize)
+    names = avro.name.Names()
+    try:
+        _define(references, names)
+        schema = avro.schema.make_avsc_object(json.loads(stored), names)
+    except (avro.errors.AvroException, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InvalidSchemaError(f"invalid Avro schema: {exc}") from None
+    return schema, stored, stored
+
+
+def incompatibilities(reader: Any, writer: Any) -> list[str]:
+    result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+    if result.compatibility is SchemaCompatibilityType.compatible:
+        return []
+    kinds = sorted(kind.value for kind in result.incompatibilities)
+    where = ", ".join(sorted(result.locations)) or "/"
+    what = ", ".join(sorted(str(m) for m in result.messages))
+    return [f"{', '.join(kinds)} at {where}" + (f" ({what})" if what else "")]

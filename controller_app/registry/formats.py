@@ -1,0 +1,104 @@
+"""Schema formats: parse a schema (with its references), and judge what one can read of another.
+
+Responsibility: one interface over the three formats the registry takes, each done by its
+well-kept library (``avro_format``: Apache Avro's parser and its reader/writer compatibility
+checker; ``json_format``: ``jsonschema``; ``protobuf_format``: ``protoc`` from grpcio-tools and
+protobuf's descriptors). ``parse`` gives a ``Parsed`` (the text as stored, a fingerprint that
+makes two registrations of the same schema one, the library's model) or raises
+``InvalidSchemaError`` saying why; ``incompatibilities(reader, writer)`` lists why data written
+with ``writer`` cannot be read with ``reader`` (empty: it can). Parsed schemas are cached by
+fingerprint: a check against every version of a subject parses each once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from typing import Any
+
+__all__ = ["TYPES", "InvalidSchemaError", "Parsed", "Reference", "incompatibilities", "parse"]
+
+#: The schema types, as Confluent names them (``GET /schemas/types``).
+TYPES = ("AVRO", "JSON", "PROTOBUF")
+
+
+class InvalidSchemaError(ValueError):
+    """The schema does not parse (Confluent's 42201), with the library's reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A schema a schema refers to: the name it is imported or referred by, and its text and
+    own references (resolved)."""
+
+    name: str
+    schema_type: str
+    text: str
+    references: tuple[Reference, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Parsed:
+    schema_type: str
+    #: The text as stored and answered.
+    text: str
+    fingerprint: str
+    #: The library's model: an Avro ``Schema``, a JSON Schema document (with a validator of its
+    #: references), a protobuf ``FileDescriptorSet``.
+    model: Any
+
+
+def _fingerprint(schema_type: str, normal: str, references: tuple[Reference, ...]) -> str:
+    digest = hashlib.sha256(f"{schema_type}\n{normal}\n".encode())
+    for ref in references:
+        digest.update(f"{ref.name}\n{_fingerprint(ref.schema_type, ref.text, ref.references)}\n"
+                      .encode())  # fmt: skip
+    return digest.hexdigest()
+
+
+def parse(
+    schema_type: str, text: str, references: tuple[Reference, ...] = (), *, normalize: bool = False
+) -> Parsed:
+    """Parse ``text`` as a schema of ``schema_type`` (one of ``TYPES``); ``normalize``: store
+    its normal form (keys sorted, spacing dropped) so that equivalent spellings are one."""
+    if schema_type not in TYPES:
+        raise InvalidSchemaError(f"unknown schema type {schema_type!r}: one of {', '.join(TYPES)}")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidSchemaError("the schema is empty")
+    return _parse_cached(schema_type, text, references, normalize)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(
+    schema_type: str, text: str, references: tuple[Reference, ...], normalize: bool
+) -> Parsed:
+    from controller_app.registry import avro_format, json_format, protobuf_format
+
+    module: Any = {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[
+        schema_type
+    ]
+    model, stored, normal = module.parse(text, references, normalize=normalize)
+    return Parsed(schema_type, stored, _fingerprint(schema_type, normal, references), model)
+
+
+def incompatibilities(reader: Parsed, writer: Parsed) -> list[str]:
+    """Why data written with ``writer`` cannot be read with ``reader`` (empty: it can)."""
+    if reader.schema_type != writer.schema_type:
+        return [f"the schema type changed from {writer.schema_type} to {reader.schema_type}"]
+    from controller_app.registry import avro_format, json_format, protobuf_format
+
+    module: Any = {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[
+        reader.schema_type
+    ]
+    found: list[str] = module.incompatibilities(reader.model, writer.model)
+    return found
+
+
+def compact_json(text: str, *, sort_keys: bool = False) -> str:
+    """``text`` as compact JSON (``InvalidSchemaError`` if it is not JSON)."""
+    try:
+        return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=sort_keys)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidSchemaError(f"the schema is not JSON: {exc}") from None
