@@ -3,8 +3,9 @@
     python -m controller_app.grpc.regenerate          # write them
     python -m controller_app.grpc.regenerate --check  # exit 1 if the committed ones differ
 
-grpcio-tools (a dev dependency) compiles the proto from the repository's root, so that the
-generated modules import each other as ``controller_app.grpc.controller_pb2``.
+grpcio-tools (a server dependency: the schema registry runs its protoc too) compiles the proto
+from the repository's root, so that the generated modules import each other as
+``controller_app.grpc.controller_pb2``.
 """
 
 from __future__ import annotations
