@@ -138,10 +138,11 @@ class AsyncControllerClient:
 
     async def call(
         self, method: str, path: str, body: Any = None, *, changes: bool | None = None,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None, api: str = "/v1",
     ) -> Any:  # fmt: skip
         """One REST call; rides through a controller restart and a 503 for ``PATIENCE_SECONDS``,
-        moving to the next controller (if it was given several) after each failed try.
+        moving to the next controller (if it was given several) after each failed try. ``api``:
+        the API's path (``/registry``: the schema registry's; its errors' codes are numbers).
 
         A call whose connection was never made is retried whatever its method; one cut after it
         was sent only if it changes nothing (``changes``: default, whether it is not a
@@ -150,7 +151,7 @@ class AsyncControllerClient:
         delay, deadline = RETRY_DELAY_SECONDS, loop.time() + PATIENCE_SECONDS
         tried = 0  # controllers tried since the last pause
         while True:
-            url = f"{self.urls[self._current]}/v1{path}"
+            url = f"{self.urls[self._current]}{api}{path}"
             try:
                 response = await self._http.request(method, url, json=body, headers=headers)
             except httpx.TransportError as exc:
@@ -177,8 +178,8 @@ class AsyncControllerClient:
         if response.status_code >= 400:
             try:
                 error = response.json()
-                code, message = error["code"], error["message"]
-            except (ValueError, KeyError, TypeError):
+                code, message = str(error.get("code", error.get("error_code"))), error["message"]
+            except (ValueError, KeyError, TypeError, AttributeError):
                 code, message = "http-error", response.text[:200]
             raise ControllerError(response.status_code, code, message)
         return response.json() if response.content else None

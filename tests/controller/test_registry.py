@@ -350,3 +350,36 @@ def test_protobuf_serializer_with_a_generated_class(
     deserializer = ProtobufDeserializer(order_pb2.Order, {"use.deprecated.format": False})
     got = _round_trip(manager, serializer, deserializer, [message])
     assert got == [message]
+
+
+def test_the_cli(live_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from millrace.ops.cli import main
+
+    user = get_user_model().objects.create_user(f"cli{uuid.uuid4().hex[:6]}")
+    grant(user, "admin")
+    remote = ["--url", live_server.url, "--token", token_for(user)]
+    subject = _subject()
+    (tmp_path / "v1.avsc").write_text(V1)
+    (tmp_path / "v3.avsc").write_text(V3_NO_DEFAULT)
+    (tmp_path / "note.txt").write_text(V1)
+
+    def run(*argv: str) -> tuple[int, str]:
+        code = main(["schema", *argv, *remote])
+        return code, capsys.readouterr().out.strip()
+
+    code, made = run("register", subject, str(tmp_path / "v1.avsc"))
+    assert code == 0 and made.isdigit()
+    assert run("list", "--prefix", subject[:5]) == (0, subject)
+    code, shown = run("show", subject)
+    assert f"{subject} version 1: schema {made} (AVRO)" in shown
+    with pytest.raises(SystemExit) as refused:
+        run("check", subject, str(tmp_path / "v3.avsc"))
+    assert refused.value.code == 1 and "qty" in capsys.readouterr().out
+    assert run("config", subject) == (0, f"{subject}: BACKWARD")
+    assert run("config", subject, "--level", "none") == (0, f"{subject}: NONE")
+    assert run("check", subject, str(tmp_path / "v3.avsc")) == (0, "compatible")
+    assert main(["schema", "register", subject, str(tmp_path / "note.txt"), *remote]) != 0
+    assert "--type" in capsys.readouterr().err
+    assert main(["schema", "delete", subject, "--permanent", *remote]) != 0
+    assert "40405" in capsys.readouterr().err
+    assert run("delete", subject) == (0, f"deleted {subject} version(s) 1")

@@ -16,6 +16,7 @@ Its other modules:
 * ``cluster``: ``millrace cluster status``
 * ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
 * ``remote``: what the client's commands share
+* ``schemas``: ``millrace schema register|list|show|check|delete|config``
 * ``tls``: ``millrace tls dev-cert``
 """
 
@@ -34,6 +35,7 @@ from millrace.ops.cli import (
     kvtables,
     node,
     readergroups,
+    schemas,
     scopes,
     spark,
     status,
@@ -55,7 +57,7 @@ __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
 GROUPS: tuple[Any, ...] = (
-    node, users, tls, status, cluster, scopes, streams, readergroups, kvtables, spark
+    node, users, tls, status, cluster, scopes, streams, readergroups, kvtables, schemas, spark
 )  # fmt: skip
 
 

@@ -95,7 +95,7 @@ def split(name: str) -> tuple[str, str]:
 
 def call(
     args: argparse.Namespace, method: str, path: str, body: Any = None,
-    headers: dict[str, str] | None = None, *, exists_ok: bool = False,
+    headers: dict[str, str] | None = None, *, exists_ok: bool = False, api: str = "/v1",
 ) -> Any:  # fmt: skip
     """One REST call through the Python client's controller calls: a controller restarting
     or a service it needs that is away (503) is waited for, within the client's patience
@@ -112,7 +112,7 @@ def call(
             url(args), token(args), timeout=90, user_agent=CLI_AGENT, tls_ca=ca(args)
         )
         try:
-            return await client.call(method, path, body, headers=headers)
+            return await client.call(method, path, body, headers=headers, api=api)
         finally:
             await client.close()
 
