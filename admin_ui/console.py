@@ -30,6 +30,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from controller_app.api.errors import exception_handler
+from controller_app.registry.errors import RegistryError
 from controller_app.roles import Need, may, refusal, role_of
 
 View = Callable[..., HttpResponse]
@@ -59,6 +60,8 @@ def page(view: View) -> View:
 
 def error_words(exc: Exception) -> tuple[int, str, str] | None:
     """``(status, code, message)`` as the REST API answers ``exc``; None for a bug."""
+    if isinstance(exc, RegistryError):  # (the schema registry's: Confluent's numeric codes)
+        return exc.status, str(exc.code), exc.message
     response = exception_handler(exc, {})
     if response is None or (response.status_code >= 500 and response.status_code != 503):
         return None

@@ -7,6 +7,7 @@ from django.urls import path
 
 from admin_ui import actions as a
 from admin_ui import kvtables as kv
+from admin_ui import schemas as sr
 from admin_ui import security as sec
 from admin_ui import views as v
 
@@ -53,6 +54,12 @@ urlpatterns = [
     path(f"{KVT}/delete", kv.kvtable_delete, name="kvtable-delete"),
     path(f"{KVT}/entries/put", kv.entry_put, name="kvtable-put"),
     path(f"{KVT}/entries/remove", kv.entry_remove, name="kvtable-remove"),
+    path("schemas/", sr.subjects, name="schemas"),
+    path("schemas/register", sr.schema_register, name="schema-register"),
+    path("schemas/config", sr.schema_config, name="schema-config"),
+    path("schemas/<str:subject>/", sr.subject, name="schema"),
+    path("schemas/<str:subject>/test", sr.schema_test, name="schema-test"),
+    path("schemas/<str:subject>/delete", sr.schema_delete, name="schema-delete"),
     path("audit/", v.audit, name="audit"),
     path("security/", sec.security, name="security"),
     path("security/token-secret/rotate", sec.secret_rotate, name="secret-rotate"),

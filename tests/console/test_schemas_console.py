@@ -1,0 +1,81 @@
+"""The schema registry in the console, in headless Chromium against a real standalone node: a
+program registers two versions with Confluent's client, and an admin finds the subject, reads a
+version and the diff between two, tests a schema that breaks compatibility (told why) and one
+that does not, changes the subject's level, is told why a bad schema is refused, registers a
+version, and soft-deletes one; the changes are in the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from playwright.sync_api import expect
+
+from tests.acceptance.standalone_node import Standalone
+from tests.console.conftest import message, screenshot, sign_in
+
+pytestmark = pytest.mark.slow
+
+V1 = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": "string", "default": ""}]}
+BREAKS = {**V1, "fields": [*V1["fields"], {"name": "qty", "type": "int"}]}
+
+
+def test_an_admin_reads_diffs_tests_and_changes_schemas(chromium: Any, node: Standalone) -> None:
+    password = (node.data_dir / "admin-password").read_text().strip()
+    client = SchemaRegistryClient(
+        {"url": f"{node.base}/registry", "basic.auth.user.info": f"admin:{password}"}
+    )
+    page = sign_in(chromium, node, "admin", password)
+    page.click("nav >> text=Schemas")
+    expect(page.locator(".empty")).to_contain_text("No schemas yet")
+    client.register_schema("shop.orders-value", Schema(json.dumps(V1), "AVRO"))
+    second = client.register_schema("shop.orders-value", Schema(json.dumps(V2), "AVRO"))
+    page.reload()
+    row = page.locator("#subjects tr[data-subject='shop.orders-value']")
+    expect(row.locator("td").nth(1)).to_have_text("2")
+    expect(row.locator("td").nth(2)).to_have_text(str(second))
+    expect(row.locator("td").nth(4)).to_have_text("BACKWARD")
+
+    row.locator("a").click()
+    expect(page.locator("#versions tbody tr")).to_have_count(2)
+    expect(page.locator("#schema-text")).to_contain_text('"note"')
+    page.locator("tr[data-version='1'] a.diff-link").click()
+    expect(page.locator("#diff .added")).to_contain_text(['"name": "note"'])
+    screenshot(page, "schema-diff")
+
+    page.fill("#schema-test textarea[name=schema]", json.dumps(BREAKS))
+    page.click("#schema-test button")
+    expect(page.locator("#verdict")).to_have_text("Not compatible:")
+    expect(page.locator("#problems")).to_contain_text("qty")
+    page.fill("#schema-test textarea[name=schema]", json.dumps(V2))
+    page.click("#schema-test button")
+    expect(page.locator("#verdict")).to_have_text("Compatible: it may be registered.")
+
+    page.select_option("#subject-config select", "NONE")
+    page.click("#subject-config button")
+    expect(message(page)).to_have_text("shop.orders-value compatibility: NONE")
+    expect(page.locator("#level")).to_have_text("NONE")
+
+    register = page.locator("form[action$='/schemas/register']").last
+    register.locator("textarea").fill('{"type": "record"}')
+    register.locator("button").click()
+    expect(page.locator(".messages .message.error").first).to_contain_text("42201")
+    register = page.locator("form[action$='/schemas/register']").last
+    register.locator("textarea").fill(json.dumps(BREAKS))
+    register.locator("button").click()
+    expect(message(page)).to_contain_text("shop.orders-value: version 3")
+    assert client.get_latest_version("shop.orders-value").version == 3
+
+    version_one = page.locator("tr[data-version='1']")
+    version_one.locator("summary").click()
+    version_one.locator("input[name=confirm]").check()
+    version_one.locator("button:has-text('Delete')").click()
+    expect(message(page)).to_have_text("shop.orders-value version 1 deleted")
+    assert client.get_versions("shop.orders-value") == [2, 3]
+
+    page.goto(node.base + "/audit/")
+    for action in ("schema.register", "schema.config", "schema.delete-version"):
+        expect(page.locator("body")).to_contain_text(action)
