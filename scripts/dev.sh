@@ -75,13 +75,14 @@ run_tests() {
   done
   # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
   # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
-  # to whichever worker is free (--dist load); each worker has a data directory of its own
-  # (MILLRACE_DATA_DIR), so that the embedded broker and database of one are never the
-  # other's (a Celery worker one test starts would take the other's tasks).
+  # to whichever worker is free (--dist loadgroup: the tests of a module marked xdist_group
+  # keep to one worker, so test_query_budgets builds its long stream once); each worker has a
+  # data directory of its own (MILLRACE_DATA_DIR), so that the embedded broker and database
+  # of one are never the other's (a Celery worker one test starts would take the other's tasks).
   local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n
   if [ "$workers" -gt 0 ]; then
     scratch=$(mktemp -d -t millrace-tests-XXXXXX)
-    spread=(--dist load)
+    spread=(--dist loadgroup)
     for ((n = 0; n < workers; n++)); do
       mkdir -p "$scratch/gw$n"
       spread+=(--tx "popen//env:MILLRACE_DATA_DIR=$scratch/gw$n")

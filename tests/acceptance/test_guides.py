@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet
 import pytest
 
 from tests.acceptance.executed_docs import (
@@ -176,8 +177,12 @@ def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> Non
     [(language, bulk), (_, tuning)] = rest
     for _ in range(2):
         shown = run_block(where, language, bulk, env, substitutions)
-        assert "spark-submit" in shown and "ingested into demo/bulk: 3 events" in shown, shown
-    assert list((where / "bulk-export").glob("*.parquet"))
+        assert "ingested into demo/bulk: 3 events" in shown, shown
+        assert "exported demo/bulk to" in shown
+        line = shown[shown.index("spark-submit ") :].splitlines()[0]
+        assert "spark_bridge/jobs/ingest.py" in line and '"$MILLRACE_TOKEN"' in line, line
+        assert node.token not in line  # (a cluster's line names the variable, never the token)
+    assert pyarrow.parquet.read_table(where / "bulk-export").num_rows == 3
     assert "maxBytesPerBatch" in tuning  # (a setting for one's own session: not run alone)
     manager.close()
 

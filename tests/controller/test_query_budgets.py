@@ -23,6 +23,9 @@ from controller_app.models import Scope, Stream
 from tests.controller import factories as f
 from tests.controller.history import START_TIME, STEP_MS, History, churn
 
+#: The module's tests on one worker: its 100,000-epoch stream is built once, not per worker.
+pytestmark = pytest.mark.xdist_group("query-budgets")
+
 LONG = 100_000
 SHORT = 2
 CONTAINERS = 4
