@@ -383,3 +383,23 @@ def test_the_cli(live_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["schema", "delete", subject, "--permanent", *remote]) != 0
     assert "40405" in capsys.readouterr().err
     assert run("delete", subject) == (0, f"deleted {subject} version(s) 1")
+
+
+def test_a_remembered_basic_credential_ends_with_its_password_or_its_user(
+    registry_url: str,
+) -> None:
+    """Basic credentials are remembered once verified (Confluent's clients send them with every
+    request); a new password, or the user disabled, ends that at once."""
+    name = _user("viewer")
+    old = (name, PASSWORD)
+    for _ in range(2):  # verified, then remembered
+        assert httpx.get(f"{registry_url}/subjects", auth=old).status_code == 200
+    user = get_user_model().objects.get(username=name)
+    user.set_password("another-long-password-8")
+    user.save()
+    assert httpx.get(f"{registry_url}/subjects", auth=old).status_code == 401
+    new = (name, "another-long-password-8")
+    assert httpx.get(f"{registry_url}/subjects", auth=new).status_code == 200
+    user.is_active = False
+    user.save()
+    assert httpx.get(f"{registry_url}/subjects", auth=new).status_code == 401
