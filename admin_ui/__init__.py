@@ -1,13 +1,15 @@
-"""The browser admin console (views here, HTML in ``templates/``).
-
-Not built yet: this is the empty Django app that the console will fill.
+"""The browser admin console (views here, HTML in ``templates/``): the dashboard, the cluster,
+scopes and streams, events, transactions, reader groups, key-value tables, schemas, the audit
+log and the Security page, signed in with the node's users and their roles
+(``docs/components/console.md``).
 
 Its other modules:
 
 * ``actions``: the console's changes (POST)
-* ``apps``: Django app of the browser admin console (empty shell for now)
+* ``apps``: Django app of the browser admin console
 * ``charts``: geometry of the console's server-drawn SVG figures
 * ``kvtables``: the console's key-value tables
+* ``schemas``: the console's Schemas pages (the schema registry)
 * ``security``: the console's Security page
 * ``templatetags``: the console's template filters and tags
 * ``urls``: paths of the console (mounted at the site root by ``millrace.project.urls``)

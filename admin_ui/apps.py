@@ -1,4 +1,4 @@
-"""Django app of the browser admin console (empty shell for now)."""
+"""Django app of the browser admin console."""
 
 from django.apps import AppConfig
 
