@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("text", models.TextField()),
-                ("references", models.JSONField(default=list)),
+                ("references", models.JSONField(blank=True, default=list)),
                 ("fingerprint", models.CharField(max_length=64, unique=True)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
             ],

@@ -27,7 +27,7 @@ class RegistrySchema(models.Model):
     schema_type = models.CharField(max_length=16, choices=Type.choices)
     text = models.TextField()
     #: ``[{"name": ..., "subject": ..., "version": n}, ...]`` as registered.
-    references = models.JSONField(default=list)
+    references = models.JSONField(default=list, blank=True)
     #: What makes two registrations the same schema: a hash of its type, normal form and
     #: references.
     fingerprint = models.CharField(max_length=64, unique=True)

@@ -175,14 +175,15 @@ def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> Non
     copied = {bytes(e.data) for e in iter(lambda: reader.read_next(timeout=5), None)}
     assert copied == {f"ORDER {i}".encode() for i in range(20)}
     [(language, bulk), (_, tuning)] = rest
-    for _ in range(2):
+    for attempt in (1, 2):
         shown = run_block(where, language, bulk, env, substitutions)
         assert "ingested into demo/bulk: 3 events" in shown, shown
         assert "exported demo/bulk to" in shown
         line = shown[shown.index("spark-submit ") :].splitlines()[0]
         assert "spark_bridge/jobs/ingest.py" in line and '"$MILLRACE_TOKEN"' in line, line
         assert node.token not in line  # (a cluster's line names the variable, never the token)
-    assert pyarrow.parquet.read_table(where / "bulk-export").num_rows == 3
+        # each run appends its 3 events; the export (--overwrite) holds every one so far
+        assert pyarrow.parquet.read_table(where / "bulk-export").num_rows == 3 * attempt
     assert "maxBytesPerBatch" in tuning  # (a setting for one's own session: not run alone)
     manager.close()
 

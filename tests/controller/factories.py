@@ -288,6 +288,32 @@ class ContainerMoveFactory(DjangoModelFactory):
     reason = "new"
 
 
+class RegistrySchemaFactory(DjangoModelFactory):
+    class Meta:
+        model = models.RegistrySchema
+
+    schema_type = "AVRO"
+    text = factory.Sequence(lambda n: f'{{"type":"record","name":"R{n}","fields":[]}}')
+    fingerprint = factory.Sequence(lambda n: f"{n:064x}")
+
+
+class SubjectVersionFactory(DjangoModelFactory):
+    class Meta:
+        model = models.SubjectVersion
+
+    subject = factory.Sequence(lambda n: f"s{n}-value")
+    version = 1
+    schema = factory.SubFactory(RegistrySchemaFactory)
+
+
+class RegistrySettingFactory(DjangoModelFactory):
+    class Meta:
+        model = models.RegistrySetting
+
+    subject = factory.Sequence(lambda n: f"s{n}-value")
+    compatibility = "FULL"
+
+
 ALL_FACTORIES = [
     AuditEntryFactory,
     ClusterLeaseFactory,
@@ -307,6 +333,9 @@ ALL_FACTORIES = [
     CompletedTransactionFactory,
     ReaderGroupFactory,
     KeyValueTableFactory,
+    RegistrySchemaFactory,
+    SubjectVersionFactory,
+    RegistrySettingFactory,
     SubscriberFactory,
     WriterMarkFactory,
     WatermarkFactory,
