@@ -2,7 +2,8 @@
 words them, pagination, and URLs that keep a page's browsing state.
 
 * ``page``: a GET page; signed-in users only (else to ``/login/``), the viewer role at least
-  (else a 403 page saying which role is missing).
+  (else a 403 page saying which role is missing); ``reading_post`` the same for a POST that
+  only reads (a form answered on its own page).
 * ``change(action, need)``: a POST that changes something; the operator role at least, or the
   admin role when ``need`` says so (else 403,
   which the audit middleware writes down as refused). A controller error becomes a message
@@ -45,8 +46,16 @@ def refused(request: HttpRequest, need: Need) -> HttpResponse:
 
 def page(view: View) -> View:
     """A page (GET): signed in, with the viewer role at least."""
+    return require_GET(_reading(view))
 
-    @require_GET
+
+def reading_post(view: View) -> View:
+    """A POST that only reads (a form answered on its own page, not audited): signed in, with
+    the viewer role at least."""
+    return require_POST(_reading(view))
+
+
+def _reading(view: View) -> View:
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:

@@ -6,17 +6,14 @@ does (``controller_app.registry.service``, audited under the same names)."""
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
-from admin_ui.console import View, change, context, done, page, refused
+from admin_ui.console import change, context, done, page, reading_post
 from controller_app import audit
 from controller_app.registry import formats
 from controller_app.registry import service as registry
@@ -103,22 +100,7 @@ def _version_of(
     return max(live) if live else versions[-1]
 
 
-def reads(view: View) -> View:
-    """A POST that only reads (the test form): signed in, the viewer role; not audited."""
-
-    @require_POST
-    @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not may(request.user, "read"):
-            return refused(request, "read")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-@reads
+@reading_post
 def schema_test(request: HttpRequest, subject: str) -> HttpResponse:
     """Whether the form's schema may be registered next under ``subject``, and why not."""
     tested = {"schema": request.POST.get("schema", ""), "type": request.POST.get("schemaType")}

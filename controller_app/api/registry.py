@@ -12,6 +12,7 @@ change is in the audit log. The semantics are ``controller_app.registry.service`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -101,8 +102,6 @@ class SchemaTextView(RegistryView):
 
 def _raw(answer: dict[str, Any]) -> Any:
     """``/schema`` endpoints answer the schema itself: JSON for Avro and JSON Schema."""
-    import json
-
     text = answer["schema"]
     if answer.get("schemaType", "AVRO") == "PROTOBUF":
         return text
