@@ -111,7 +111,8 @@ def txn(base: str, token: str, scope: str, out: str, stopfile: str) -> None:
     while not Path(stopfile).exists():
         try:
             txn = writer.begin_txn(lease_ms=60_000)
-        except Exception:
+        except Exception as exc:
+            print(f"{time.strftime('%H:%M:%S')} begin failed: {exc!r}", file=sys.stderr, flush=True)
             time.sleep(0.2)
             continue
         try:
@@ -123,7 +124,8 @@ def txn(base: str, token: str, scope: str, out: str, stopfile: str) -> None:
             else:
                 txn.commit()
                 outcome = "C"
-        except Exception:
+        except Exception as exc:
+            print(f"{time.strftime('%H:%M:%S')} {n} failed: {exc!r}", file=sys.stderr, flush=True)
             outcome = "F"
             with contextlib.suppress(Exception):  # best effort: do not leave it open
                 txn.abort()

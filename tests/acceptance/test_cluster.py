@@ -147,6 +147,19 @@ class Run:
                 total += int((self.where / f"w{i}.json.progress").read_text() or 0)
         return total
 
+    def committed(self) -> int:
+        """Transactions the transaction writer has committed so far."""
+        with contextlib.suppress(OSError):
+            return (self.where / "txn.log").read_text().split().count("C")
+        return 0
+
+    def wait_committed(self, count: int, timeout: float) -> None:
+        """Until the transaction writer has committed ``count`` transactions."""
+        try:
+            eventually(lambda: self.committed() >= count, timeout, f"{count} commits")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.stderr('txn')}") from None
+
     def wait_written(self, fraction: float, timeout: float = 300) -> None:
         def far_enough() -> bool:
             for name, proc in self.procs.items():
@@ -491,7 +504,8 @@ def test_a_database_outage_moves_no_container_and_appends_go_on(
 ) -> None:
     """PostgreSQL stopped for 20 s (four session timeouts): nobody can renew, and nobody is
     judged gone; the writers' appends are acknowledged throughout; once it is back, the leader
-    watches a whole timeout before it would call anyone gone, and every node renews meanwhile."""
+    watches a whole timeout before it would call anyone gone, every node renews meanwhile, and
+    transactions (which need the database) commit again."""
     _, other = _leader_and_follower(cluster)
     owners, moves = cluster.owners(other), len(cluster.status(other)["moves"])
     run = Run(cluster, cluster.base(other), tmp_path)
@@ -509,6 +523,7 @@ def test_a_database_outage_moves_no_container_and_appends_go_on(
         assert eventually(lambda: _status_or_none(cluster, other), 60, "REST answering again")
         assert cluster.owners(other) == owners
         assert len(cluster.status(other)["moves"]) == moves
+        run.wait_committed(run.committed() + 3, 120)  # transactions go on with the database back
         run.finish()
     finally:
         run.kill_all()
