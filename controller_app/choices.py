@@ -128,6 +128,14 @@ class ScalingPolicyType(models.TextChoices):
     BY_RATE_IN_EVENTS_PER_SEC = "BY_RATE_IN_EVENTS_PER_SEC", "by rate in events/s"
 
 
+class SchemaEnforcement(models.TextChoices):
+    """How a stream's appends are held to its value subject (``millrace.kernel.schema_policy``)."""
+
+    NONE = "none", "none: appends are not looked at"
+    HEADER = "header", "header: every event starts with a schema id of the subject"
+    VALIDATE = "validate", "validate: and decodes with that schema"
+
+
 class RetentionPolicyType(models.TextChoices):
     """Pravega ``RetentionPolicy.RetentionPolicyType``: none, by time (ms) or by size (bytes)."""
 

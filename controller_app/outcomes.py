@@ -78,6 +78,8 @@ OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
         ssc.SegmentSealedError,
         Outcome(412, "stream-sealed", "FAILED_PRECONDITION", message="the stream is sealed: {}"),
     ),
+    # An event the stream's schema enforcement refused (the message names it and why)
+    (ssc.SchemaRefusedError, Outcome(400, "schema-refused", "INVALID_ARGUMENT")),
     (TimeoutError, _away("segment-store-timeout", "the segment store did not answer in time")),
     (ssc.SegmentStoreError, _away("segment-store-unavailable", "the segment store failed: {}")),
     (OSError, _away("segment-store-unavailable", "the segment store failed: {}")),

@@ -105,7 +105,7 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Replace ``segment_app.server.node`` with a stub whose ``serve`` records the settings."""
     calls: list[Any] = []
     module = types.ModuleType("segment_app.server.node")
-    module.serve = lambda settings, log, membership, tls: calls.append(settings) or 0  # type: ignore[attr-defined]
+    module.serve = lambda settings, log, membership, tls, policies: calls.append(settings) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "segment_app.server.node", module)
     return calls
 
@@ -183,7 +183,9 @@ def test_exit_status_of_the_command_is_returned(
     env_data_dir: Path, fake_node: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        sys.modules["segment_app.server.node"], "serve", lambda settings, log, membership, tls: 3
+        sys.modules["segment_app.server.node"],
+        "serve",
+        lambda settings, log, membership, tls, policies: 3,
     )
     assert cli.main(["segmentstore"]) == 3
 

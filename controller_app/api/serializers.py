@@ -18,6 +18,7 @@ from controller_app.models import Stream
 from controller_app.models.stream import RETENTION_MAX_DEFAULT
 from controller_app.workflows.config import TAG_LENGTH_MAX, StreamConfig
 from controller_app.workflows.transactions import LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN
+from millrace.kernel.schema_policy import MODES
 
 MIB = 1024 * 1024
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
@@ -85,8 +86,18 @@ class StreamUpdateSerializer(serializers.Serializer):
         return StreamConfig(**fields)
 
 
+class StreamSchemaSerializer(serializers.Serializer):
+    """A stream's schema binding: its value subject ('': the default) and enforcement."""
+
+    subject = fields.CharField(max_length=255, required=False, allow_blank=True)
+    enforcement = serializers.ChoiceField(choices=MODES, required=False)
+    defaultSubject = serializers.BooleanField(read_only=True)
+
+
 class StreamCreateSerializer(StreamUpdateSerializer):
     streamName = fields.CharField(max_length=250)
+    #: (Millrace's own: the value subject and enforcement, ``/schema`` later.)
+    schema = StreamSchemaSerializer(required=False)
 
 
 def _duration_ms(value: dict[str, int] | None) -> int:

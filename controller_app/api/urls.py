@@ -41,6 +41,7 @@ urlpatterns = [
     path("scopes/<str:scope>/streams", v.StreamsView.as_view()),
     path(STREAM, v.StreamView.as_view()),
     path(f"{STREAM}/state", v.StreamStateView.as_view()),
+    path(f"{STREAM}/schema", v.StreamSchemaView.as_view()),
     path(f"{STREAM}/scaling-events", v.ScalingEventsView.as_view()),
     path("scopes/<str:scope>/readergroups", rg.ReaderGroupsView.as_view()),
     path(RG, rg.ReaderGroupView.as_view()),

@@ -25,6 +25,7 @@ from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream
+from controller_app.registry import policies
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
 from controller_app.tokens import stream_token_for
@@ -138,6 +139,9 @@ class StreamsView(APIView):
         stream = streams.create_stream(
             segment_store(), scope, serializer.validated_data["streamName"], serializer.to_config()
         )
+        binding = serializer.validated_data.get("schema")
+        if binding:
+            policies.bind(stream, **binding)
         return Response(_property(stream), status=201)
 
 
@@ -163,6 +167,26 @@ class StreamView(APIView):
     def delete(self, request: Request, scope: str, stream: str) -> Response:
         streams.delete_stream(scope, stream, wait=FACE_WAIT_SECONDS)
         return Response(status=204)
+
+
+class StreamSchemaView(APIView):
+    """The stream's value subject in the schema registry and how its appends are held to it."""
+
+    audit_actions = {"PUT": "stream.schema"}
+
+    @extend_schema(operation_id="getStreamSchema", responses=s.StreamSchemaSerializer)
+    def get(self, request: Request, scope: str, stream: str) -> Response:
+        return Response(policies.binding(get_stream(scope, stream)))
+
+    @extend_schema(
+        operation_id="updateStreamSchema",
+        request=s.StreamSchemaSerializer,
+        responses=s.StreamSchemaSerializer,
+    )
+    def put(self, request: Request, scope: str, stream: str) -> Response:
+        row = get_stream(scope, stream)
+        serializer = _valid(s.StreamSchemaSerializer, request.data)
+        return Response(policies.binding(policies.bind(row, **serializer.validated_data)))
 
 
 class StreamStateView(APIView):

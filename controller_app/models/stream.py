@@ -1,9 +1,10 @@
 """Stream aggregate root: configuration, lifecycle state, current epoch; tags; buckets.
 
 The configuration columns follow Pravega's ``StreamConfiguration`` (scaling policy, retention
-policy, timestamp aggregation timeout, rollover size). Tags live one per row in ``StreamTag``
-so that "streams of a scope with tag T" is an index range. ``current_epoch`` points at the
-tail epoch (during a scale the newest epoch may not be current yet).
+policy, timestamp aggregation timeout, rollover size); the value subject and schema
+enforcement are Millrace's own (``controller_app.registry.policies``). Tags live one per row in
+``StreamTag`` so that "streams of a scope with tag T" is an index range. ``current_epoch``
+points at the tail epoch (during a scale the newest epoch may not be current yet).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from controller_app.choices import (
     BucketService,
     RetentionPolicyType,
     ScalingPolicyType,
+    SchemaEnforcement,
     StreamState,
 )
 from controller_app.models.base import StatefulModel
 from controller_app.models.scope import Scope
+from millrace.kernel.schema_policy import default_subject
 
 #: Pravega's default ``retentionMax`` (no upper bound).
 RETENTION_MAX_DEFAULT = 2**63 - 1
@@ -57,6 +60,13 @@ class Stream(StatefulModel):
     timestamp_aggregation_timeout = models.BigIntegerField(default=0, help_text="ms")
     rollover_size_bytes = models.BigIntegerField(default=0)
 
+    #: The schema registry subject its events' values are written with ('': the default,
+    #: ``<scope>.<stream>-value``), and how its appends are held to it.
+    value_subject = models.CharField(max_length=255, blank=True, default="")
+    schema_enforcement = models.CharField(
+        max_length=8, choices=SchemaEnforcement.choices, default=SchemaEnforcement.NONE
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -84,6 +94,11 @@ class Stream(StatefulModel):
     @property
     def scoped_name(self) -> str:
         return f"{self.scope.name}/{self.name}"
+
+    @property
+    def subject(self) -> str:
+        """The value subject it names, or the default one."""
+        return self.value_subject or default_subject(self.scope.name, self.name)
 
 
 class StreamTag(models.Model):

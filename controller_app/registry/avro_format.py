@@ -2,22 +2,30 @@
 
 Referenced schemas (Confluent's references: named types defined in another subject) are parsed
 first into the same names, so the schema can use their full names. The text is stored as
-compact JSON (as given, or with keys sorted when normalizing).
+compact JSON (as given, or with keys sorted when normalizing). ``decode`` reads a value with
+Avro's own datum reader, and refuses bytes left over after it.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import avro.errors
+import avro.io
 import avro.name
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from controller_app.registry.formats import InvalidSchemaError, Reference, compact_json
+from controller_app.registry.formats import (
+    InvalidSchemaError,
+    Reference,
+    UndecodableError,
+    compact_json,
+)
 
-__all__ = ["incompatibilities", "parse"]
+__all__ = ["decode", "incompatibilities", "parse"]
 
 
 def _define(references: tuple[Reference, ...], names: avro.name.Names) -> None:
@@ -51,3 +59,16 @@ def incompatibilities(reader: Any, writer: Any) -> list[str]:
     where = ", ".join(sorted(result.locations)) or "/"
     what = ", ".join(sorted(str(m) for m in result.messages))
     return [f"{', '.join(kinds)} at {where}" + (f" ({what})" if what else "")]
+
+
+def decode(schema: avro.schema.Schema, body: bytes) -> Any:
+    stream = io.BytesIO(body)
+    try:
+        value = avro.io.DatumReader(schema).read(avro.io.BinaryDecoder(stream))
+    except Exception as exc:  # (Avro's reader raises whatever bad bytes lead it to)
+        raise UndecodableError(f"not Avro of its schema: {type(exc).__name__}: {exc}") from None
+    if stream.tell() != len(body):
+        raise UndecodableError(
+            f"not Avro of its schema: {len(body) - stream.tell()} bytes left over after the value"
+        )
+    return value

@@ -7,7 +7,9 @@ protobuf's descriptors). ``parse`` gives a ``Parsed`` (the text as stored, a fin
 makes two registrations of the same schema one, the library's model) or raises
 ``InvalidSchemaError`` saying why; ``incompatibilities(reader, writer)`` lists why data written
 with ``writer`` cannot be read with ``reader`` (empty: it can). Parsed schemas are cached by
-fingerprint: a check against every version of a subject parses each once.
+fingerprint: a check against every version of a subject parses each once. ``decode(parsed,
+body)`` reads an event's body (after its 5-byte header) as the value that schema wrote, or raises
+``UndecodableError`` saying why.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["TYPES", "InvalidSchemaError", "Parsed", "Reference", "incompatibilities", "parse"]
+__all__ = [
+    "TYPES",
+    "InvalidSchemaError",
+    "Parsed",
+    "Reference",
+    "UndecodableError",
+    "decode",
+    "incompatibilities",
+    "parse",
+]
 
 #: The schema types, as Confluent names them (``GET /schemas/types``).
 TYPES = ("AVRO", "JSON", "PROTOBUF")
@@ -26,6 +37,10 @@ TYPES = ("AVRO", "JSON", "PROTOBUF")
 
 class InvalidSchemaError(ValueError):
     """The schema does not parse (Confluent's 42201), with the library's reason."""
+
+
+class UndecodableError(ValueError):
+    """An event's body does not decode with its schema, with the library's reason."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +89,7 @@ def parse(
 def _parse_cached(
     schema_type: str, text: str, references: tuple[Reference, ...], normalize: bool
 ) -> Parsed:
-    from controller_app.registry import avro_format, json_format, protobuf_format
-
-    module: Any = {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[
-        schema_type
-    ]
-    model, stored, normal = module.parse(text, references, normalize=normalize)
+    model, stored, normal = _module(schema_type).parse(text, references, normalize=normalize)
     return Parsed(schema_type, stored, _fingerprint(schema_type, normal, references), model)
 
 
@@ -87,13 +97,21 @@ def incompatibilities(reader: Parsed, writer: Parsed) -> list[str]:
     """Why data written with ``writer`` cannot be read with ``reader`` (empty: it can)."""
     if reader.schema_type != writer.schema_type:
         return [f"the schema type changed from {writer.schema_type} to {reader.schema_type}"]
+    found: list[str] = _module(reader.schema_type).incompatibilities(reader.model, writer.model)
+    return found
+
+
+def decode(parsed: Parsed, body: bytes) -> Any:
+    """The value ``body`` (an event after its 5-byte header) holds, read with ``parsed``: Avro
+    as Python values, JSON as the document (validated), Protobuf as the message's fields (its
+    message indexes first, as Confluent writes them). ``UndecodableError`` says why not."""
+    return _module(parsed.schema_type).decode(parsed.model, bytes(body))
+
+
+def _module(schema_type: str) -> Any:
     from controller_app.registry import avro_format, json_format, protobuf_format
 
-    module: Any = {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[
-        reader.schema_type
-    ]
-    found: list[str] = module.incompatibilities(reader.model, writer.model)
-    return found
+    return {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[schema_type]
 
 
 def compact_json(text: str, *, sort_keys: bool = False) -> str:

@@ -15,6 +15,7 @@ The rules (Confluent's, for its open and closed content models), each reported w
   is reported, not analysed.
 
 References name other registered schemas; the reference's name is what ``$ref`` points to.
+``decode`` reads an event's body as JSON and validates it against the schema.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from typing import Any
 import jsonschema
 import referencing
 import referencing.jsonschema
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, best_match
 
-from controller_app.registry.formats import InvalidSchemaError, Reference, compact_json
+from controller_app.registry.formats import (
+    InvalidSchemaError,
+    Reference,
+    UndecodableError,
+    compact_json,
+)
 
-__all__ = ["JsonModel", "incompatibilities", "parse"]
+__all__ = ["JsonModel", "decode", "incompatibilities", "parse"]
 
 _UPPER = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
 _LOWER = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
@@ -203,3 +209,15 @@ def _issues(reader: Any, writer: Any) -> list[str]:
     found: list[str] = []
     _compare(reader, writer, "#", found)
     return found
+
+
+def decode(model: JsonModel, body: bytes) -> Any:
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise UndecodableError(f"not JSON: {exc}") from None
+    error = best_match(model.validator.iter_errors(value))
+    if error is not None:
+        where = error.json_path
+        raise UndecodableError(f"does not match its JSON schema at {where}: {error.message}")
+    return value

@@ -9,12 +9,17 @@ given another wire type (``int32``/``int64``/``uint32``/``uint64``/``bool``/enum
 ``sint32``/``sint64``, ``fixed32``/``sfixed32``, ``fixed64``/``sfixed64``, ``string``/``bytes``),
 no field turned repeated or single, no field moved into a oneof that already has fields;
 a message field's type followed in turn. Fields added or removed are compatible.
+
+``decode`` reads an event's body as Confluent writes it: the message indexes (zigzag varints:
+their count, then the path from the file's messages to the nested one; a lone 0 means the
+first message), then the message, parsed by a class made from the schema's descriptors.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import re
 import subprocess
@@ -22,12 +27,12 @@ import sys
 import tempfile
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 
-from controller_app.registry.formats import InvalidSchemaError, Reference
+from controller_app.registry.formats import InvalidSchemaError, Reference, UndecodableError
 
-__all__ = ["ProtobufModel", "incompatibilities", "parse", "serialized"]
+__all__ = ["ProtobufModel", "decode", "incompatibilities", "parse", "serialized"]
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]+")
 #: The file name a schema's own text is compiled under.
@@ -51,6 +56,9 @@ class ProtobufModel:
     def __init__(self, main: descriptor_pb2.FileDescriptorProto, files: dict[str, Any]) -> None:
         self.main = main
         self.files = files
+        #: The pool of the schema's files and message classes by full name (``decode``'s).
+        self._pool: descriptor_pool.DescriptorPool | None = None
+        self._classes: dict[str, Any] = {}
         #: Every message of every file, by full name (``.package.Outer.Inner``).
         self.messages: dict[str, descriptor_pb2.DescriptorProto] = {}
         for proto in [*files.values(), main]:
@@ -77,6 +85,23 @@ class ProtobufModel:
         for message in self.main.message_type:
             walk(prefix, message)
         return names
+
+    def message_class(self, indexes: list[int]) -> Any:
+        """The class of the message at ``indexes`` (top-level message, then nested ones)."""
+        found: Any = self.main
+        name = self.main.package
+        for index in indexes:
+            nested = found.message_type if found is self.main else found.nested_type
+            if not 0 <= index < len(nested):
+                raise UndecodableError(f"no message at index path {indexes} of the schema")
+            found = nested[index]
+            name = f"{name}.{found.name}" if name else found.name
+        if name not in self._classes:
+            if self._pool is None:
+                self._pool = _pool_of(self.main, self.files)
+            descriptor = self._pool.FindMessageTypeByName(name)
+            self._classes[name] = message_factory.GetMessageClass(descriptor)
+        return self._classes[name]
 
 
 def _decode(text: str) -> descriptor_pb2.FileDescriptorProto | None:
@@ -160,19 +185,28 @@ def parse(
 
 def _check_pool(main: descriptor_pb2.FileDescriptorProto, imports: dict[str, Any]) -> None:
     """A serialized descriptor must make sense with its imports (as a reader's pool loads it)."""
-    pool = descriptor_pool.DescriptorPool()
-    default = _well_known_pool()
     try:
-        for dependency in main.dependency:
-            if dependency in imports:
-                continue
-            found = default.FindFileByName(dependency)
-            pool.AddSerializedFile(found.serialized_pb)
-        for proto in imports.values():
-            pool.Add(proto)
-        pool.Add(main)
+        _pool_of(main, imports)
     except (TypeError, KeyError) as exc:
         raise InvalidSchemaError(f"invalid Protobuf schema: {exc}") from None
+
+
+def _pool_of(
+    main: descriptor_pb2.FileDescriptorProto, imports: dict[str, Any]
+) -> descriptor_pool.DescriptorPool:
+    """A pool of the schema's file, its imports and the well-known types it uses."""
+    pool = descriptor_pool.DescriptorPool()
+    default = _well_known_pool()
+    for proto in [main, *imports.values()]:
+        for dependency in proto.dependency:
+            if dependency not in imports:
+                with_name = default.FindFileByName(dependency)
+                with contextlib.suppress(TypeError):  # (added already)
+                    pool.AddSerializedFile(with_name.serialized_pb)
+    for proto in imports.values():
+        pool.Add(proto)
+    pool.Add(main)
+    return pool
 
 
 def _well_known_pool() -> descriptor_pool.DescriptorPool:
@@ -242,3 +276,34 @@ def _oneof_sizes(message: descriptor_pb2.DescriptorProto) -> dict[str, int]:
             name = _oneof_name(message, field)
             sizes[name] = sizes.get(name, 0) + 1
     return sizes
+
+
+def _varints(body: bytes, at: int, count: int) -> tuple[list[int], int]:
+    """``count`` zigzag varints of ``body`` from ``at``, and where they end."""
+    values = []
+    for _ in range(count):
+        value = shift = 0
+        while True:
+            if at >= len(body) or shift > 63:
+                raise UndecodableError("the message indexes are cut short")
+            byte = body[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        values.append((value >> 1) ^ -(value & 1))
+    return values, at
+
+
+def decode(model: ProtobufModel, body: bytes) -> Any:
+    (count,), at = _varints(body, 0, 1)
+    if not 0 <= count <= 64:
+        raise UndecodableError(f"{count} message indexes")
+    indexes, at = _varints(body, at, count) if count else ([0], at)
+    message = model.message_class(indexes)()
+    try:
+        message.ParseFromString(body[at:])
+    except DecodeError as exc:
+        raise UndecodableError(f"not Protobuf of its schema: {exc}") from None
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)

@@ -43,6 +43,7 @@ __all__ = [
     "list_subjects",
     "list_versions",
     "lookup",
+    "parsed_schema",
     "referenced_by",
     "register",
     "schema_by_id",
@@ -83,7 +84,7 @@ def _text_as(row: RegistrySchema, fmt: str | None) -> str:
     if fmt == "serialized" and row.schema_type == RegistrySchema.Type.PROTOBUF:
         from controller_app.registry.protobuf_format import serialized
 
-        return serialized(_parsed(row).model)
+        return serialized(parsed_schema(row).model)
     return row.text
 
 
@@ -223,7 +224,7 @@ def _resolve(references: Iterable[dict[str, Any]], depth: int = 0) -> tuple[form
     return tuple(resolved)
 
 
-def _parsed(row: RegistrySchema) -> formats.Parsed:
+def parsed_schema(row: RegistrySchema) -> formats.Parsed:
     try:
         return formats.parse(row.schema_type, row.text, _resolve(row.references))
     except formats.InvalidSchemaError as exc:  # (a reference deleted for good since)
@@ -279,9 +280,9 @@ def check_compatibility(
     new, _ = _parse(schema, normalize=normalize)
     level = effective_compatibility(subject)
     if version is None:
-        return _problems(level, new, [_parsed(r.schema) for r in _live_rows(subject)])
+        return _problems(level, new, [parsed_schema(r.schema) for r in _live_rows(subject)])
     row = _version_row(subject, version)
-    return _problems(level.replace("_TRANSITIVE", ""), new, [_parsed(row.schema)])
+    return _problems(level.replace("_TRANSITIVE", ""), new, [parsed_schema(row.schema)])
 
 
 # -- registering ---------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ def _register(subject: str, parsed: formats.Parsed, references: list[Any]) -> di
         if row.schema.fingerprint == parsed.fingerprint:
             return {"id": row.schema_id, "version": row.version}
     problems = _problems(
-        effective_compatibility(subject), parsed, [_parsed(r.schema) for r in live]
+        effective_compatibility(subject), parsed, [parsed_schema(r.schema) for r in live]
     )
     if problems:
         raise RegistryError.incompatible(subject, problems)

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from millrace.kernel import wire
+from millrace.kernel.schema_policy import REFUSAL_MARK
 
 __all__ = [
     "AppendsLostError",
@@ -22,6 +23,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "InvalidArgumentError",
     "OperationUnsupportedError",
+    "SchemaRefusedError",
     "SegmentExistsError",
     "SegmentNotFoundError",
     "SegmentSealedError",
@@ -87,6 +89,11 @@ class ContainerOfflineError(SegmentStoreError):
 
 class InvalidArgumentError(SegmentStoreError):
     """ErrorMessage with errorCode 0 (illegal argument)."""
+
+
+class SchemaRefusedError(InvalidArgumentError):
+    """A block of events refused by its stream's schema enforcement: the message names the
+    event and why. Those events fail; the writer goes on with the next ones."""
 
 
 class ServerError(SegmentStoreError):
@@ -179,6 +186,8 @@ def error_from_reply(reply: Any) -> SegmentStoreError:
         case wire.OperationUnsupported():
             return OperationUnsupportedError(f"{name}: {reply.operation_name}", request_id=rid)
         case wire.ErrorMessage(error_code=wire.ERROR_ILLEGAL_ARGUMENT):
+            if REFUSAL_MARK in reply.message:
+                return SchemaRefusedError(f"{name}: {reply.message}", **kw)
             return InvalidArgumentError(f"{name}: {reply.message}", **kw)
         case wire.ErrorMessage():
             return ServerError(f"{name}: {reply.message}", **kw)

@@ -555,7 +555,7 @@ def build_children(
     segmentstore = Child(
         "segmentstore",
         cli_argv("segmentstore", "--data-dir", str(data_dir), "--host", store.host,
-             "--port", str(store.port)),
+             "--port", str(store.port), "--schemas"),
         port_open(wire_host, store.port),
         wire_answers(wire_host, store.port, tls),
     )  # fmt: skip

@@ -42,6 +42,12 @@ from segment_app.engine.errors import (
     InvalidArgumentError,
 )
 from segment_app.server.replies import reply_for_error
+from segment_app.server.schema_guard import (
+    UNKNOWN_SCHEMA,
+    SchemaRefusedError,
+    judge,
+    stream_of,
+)
 
 if TYPE_CHECKING:
     from segment_app.server.connection import WireConnection
@@ -81,6 +87,11 @@ class _Writer:
     )
     last_event_number: int = wire.NO_EVENT_NUMBER
     failure: BaseException | None = None
+    #: The stream whose schema policy judges its blocks (None: not guarded).
+    stream: tuple[str, str] | None = None
+    #: Blocks waiting, in order, for the stream's policy to be read again (one of them named a
+    #: schema id the cached policy does not know).
+    held: list[_PendingAppend] | None = None
 
 
 class AppendPath:
@@ -101,6 +112,7 @@ class AppendPath:
         #: Appends of the buffer being decoded, handed to the store together at its end.
         self.batch: list[_PendingAppend] = []
         self._traffic = server.traffic.record if self.config.traffic_monitor else None
+        self._guard = server.schema_guard
 
     # -- append sessions ------------------------------------------------------------------------
 
@@ -110,11 +122,14 @@ class AppendPath:
             self._check_writer_room(cmd.writer_id, cmd.segment)
             await self.requests.tables.refuse_table(cmd.segment)
             last = await self.store.last_event_number(cmd.segment, cmd.writer_id)
+            stream = stream_of(cmd.segment) if self._guard is not None else None
+            if stream is not None:
+                await self._guard.ready(stream)  # type: ignore[union-attr]
         except Exception as exc:
             reply = reply_for_error(exc, request_id=cmd.request_id, segment=cmd.segment)
             self.connection.send(reply)
             return
-        writer = _Writer(cmd.segment, cmd.writer_id, cmd.writer_id.bytes)
+        writer = _Writer(cmd.segment, cmd.writer_id, cmd.writer_id.bytes, stream=stream)
         self.writers[cmd.writer_id] = writer
         self._writers_by_raw[writer.raw] = writer
         self.connection.send(wire.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last))
@@ -235,11 +250,66 @@ class AppendPath:
         self._queue(writer, pending)
 
     def _queue(self, writer: _Writer, pending: _PendingAppend) -> None:
-        """Count an append in flight and put it in the batch handed to the store."""
+        """Count an append in flight and put it in the batch handed to the store, once its
+        stream's schema policy passes it."""
         writer.pending.append(pending)
         self.in_flight += 1
         self.bytes_in_flight += pending.size
+        if writer.stream is not None:
+            if writer.held is not None:  # behind a block waiting for the policy
+                writer.held.append(pending)
+                return
+            policy = self._guard.policy(writer.stream)  # type: ignore[union-attr]
+            refusal = UNKNOWN_SCHEMA if policy is None else judge(policy, pending.data)
+            if refusal is UNKNOWN_SCHEMA:  # (or the policy is too old): read it again first
+                writer.held = [pending]
+                task = asyncio.ensure_future(self._judge_held(writer))
+                self.connection.tasks.add(task)
+                task.add_done_callback(self.connection.tasks.discard)
+                return
+            if refusal is not None:
+                assert policy is not None
+                self._refuse(writer, pending, refusal.error(writer.segment, policy,
+                                                            pending.event_number))  # fmt: skip
+                return
         self.batch.append(pending)
+
+    async def _judge_held(self, writer: _Writer) -> None:
+        """Read the stream's policy again, then judge the held blocks with it, in order (a
+        schema id still unknown is refused); those that pass go to the store. (A reload that
+        fails gives the cached policy, however old.)"""
+        assert writer.stream is not None and self._guard is not None
+        failure: BaseException | None = None
+        try:
+            policy = await self._guard.reload(writer.stream)
+        except ContainerOfflineError as exc:
+            policy, failure = None, exc
+        while writer.held:
+            held, writer.held = writer.held, []
+            for pending in held:
+                if policy is None or writer.failure is not None:
+                    refused = writer.failure or failure
+                    assert refused is not None
+                    self._refuse(writer, pending, refused)
+                    continue
+                refusal = judge(policy, pending.data, final=True)
+                if refusal is None:
+                    self.batch.append(pending)
+                else:
+                    error = refusal.error(writer.segment, policy, pending.event_number)
+                    self._refuse(writer, pending, error)
+        writer.held = None
+        if self.batch and not self.connection.closed:
+            self.submit_batch()
+
+    def _refuse(self, writer: _Writer, pending: _PendingAppend, exc: BaseException) -> None:
+        """Answer a counted append with ``exc``; unless it is a schema refusal, the writer's
+        later blocks get it too."""
+        pending.error = exc
+        pending.done = True
+        if _is_gap_failure(pending):
+            writer.failure = writer.failure or exc
+        self._send_replies(writer)
 
     def _enqueue_failed(
         self,
@@ -373,9 +443,10 @@ def _exception_of(future: asyncio.Future[object]) -> BaseException | None:
 
 
 def _is_gap_failure(pending: _PendingAppend) -> bool:
-    """A failed append after which later ones of the writer must not be applied."""
+    """A failed append after which later ones of the writer must not be applied (the writer
+    will send it again: not one refused for good by the schema enforcement)."""
     exc = pending.error
-    if exc is None:
+    if exc is None or isinstance(exc, SchemaRefusedError):
         return False
     return not (pending.conditional and isinstance(exc, BadOffsetError))
 

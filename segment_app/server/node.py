@@ -26,6 +26,7 @@ from millrace.kernel import logs
 from millrace.kernel.config import LogSettings, SegmentStoreSettings, TlsSettings
 from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
+from millrace.kernel.schema_policy import SchemaPolicies
 from millrace.kernel.status_files import node_status_path, write_status
 from millrace.kernel.tls import CertificateReloader, server_context
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store, tier2_options
@@ -40,6 +41,7 @@ from segment_app.engine.errors import EngineError
 from segment_app.engine.store import SegmentStore
 from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
+from segment_app.server.schema_guard import SchemaGuard
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
 
@@ -138,12 +140,13 @@ async def run_node(
     on_ready: Callable[[SegmentStoreServer], None] | None = None,
     membership: Membership | None = None,
     tls: TlsSettings | None = None,
+    schema_policies: SchemaPolicies | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server.
     With ``config.advertise``, the node joins the cluster through ``membership`` and serves
     the containers its leader assigns; without, it serves every container. With ``tls``
     enabled, the wire and metrics ports serve TLS with a certificate re-read when its files
-    change."""
+    change. With ``schema_policies``, appends are held to their streams' schemas."""
     stop = stop or asyncio.Event()
     if config.advertise is not None and membership is None:
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
@@ -154,6 +157,8 @@ async def run_node(
     reloader = CertificateReloader(context, tls).start() if context and tls else None
     server = SegmentStoreServer(store, server_config(config), tls=context)  # checks the config
     server.tables.check_versions = "no-table-versions" not in config.unsafe  # (TEST-ONLY switch)
+    if schema_policies is not None:
+        server.schema_guard = SchemaGuard(schema_policies)
     await store.start()
     try:
         await server.start()
@@ -363,6 +368,7 @@ def serve(
     log: LogSettings | None = None,
     membership: Membership | None = None,
     tls: TlsSettings | None = None,
+    schema_policies: SchemaPolicies | None = None,
 ) -> int:
     """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
     as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
@@ -376,7 +382,8 @@ def serve(
         logs.configure(log)
     keep_freed_memory()
     try:
-        asyncio.run(run_node(settings, membership=membership, tls=tls))
+        asyncio.run(run_node(settings, membership=membership, tls=tls,
+                             schema_policies=schema_policies))  # fmt: skip
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

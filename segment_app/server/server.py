@@ -26,6 +26,7 @@ from segment_app.engine.tables import TableSegments
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
 from segment_app.server.requests import RequestHandlers, RequestSettings
+from segment_app.server.schema_guard import SchemaGuard
 from segment_app.server.traffic import TrafficMonitor
 
 __all__ = ["READ_TAIL_WAIT_SECONDS_MAX", "SegmentStoreServer", "ServerConfig"]
@@ -118,6 +119,8 @@ class SegmentStoreServer:
         self.requests = RequestHandlers(store, self.authorizer, settings, self.tables)
         self.connections: set[WireConnection] = set()
         self.traffic = TrafficMonitor(self.config.autoscale_window_s)
+        #: Holds appends to their streams' schemas (None: not at all, no metadata to read).
+        self.schema_guard: SchemaGuard | None = None
         self._server: asyncio.Server | None = None
 
     @property

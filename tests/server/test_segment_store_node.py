@@ -53,7 +53,7 @@ def test_settings_from_environment_and_options(tmp_path, monkeypatch) -> None:
     """The node's settings are read once: the environment, then the command line over it."""
     seen: list[SegmentStoreSettings] = []
     monkeypatch.setattr(
-        node, "serve", lambda settings, log, membership, tls: seen.append(settings) or 0
+        node, "serve", lambda settings, log, membership, tls, policies: seen.append(settings) or 0
     )
     env = {
         "MILLRACE_DATA_DIR": str(tmp_path / "env"),

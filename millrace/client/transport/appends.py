@@ -25,6 +25,7 @@ from typing import Any
 
 from millrace.client.errors import (
     InvalidArgumentError,
+    SchemaRefusedError,
     SegmentStoreError,
     error_from_reply,
 )
@@ -421,13 +422,15 @@ class AppendSessions:
         if session is None:
             return
         error = error_from_reply(reply)
-        if isinstance(reply, wire.ConditionalCheckFailed):
-            self._fail_conditional(session, request_id, error)
+        if isinstance(reply, wire.ConditionalCheckFailed) or isinstance(error, SchemaRefusedError):
+            self._fail_block(session, request_id, error)
         else:
             self._fail_session(session, error)
             self.completion.advance()
 
-    def _fail_conditional(self, session: Session, request_id: int, error: Exception) -> None:
+    def _fail_block(self, session: Session, request_id: int, error: Exception) -> None:
+        """Fail one block (its condition did not hold, or its stream's schemas refused it);
+        the session goes on."""
         block = next((b for b in session.in_flight if b[BLOCK_RID] == request_id), None)
         if block is None:
             return

@@ -97,6 +97,11 @@ def register(commands: Any, parents: Parents) -> None:
         "--node-id", metavar="NAME", help="the node's name in the cluster (default: its address)"
     )
     store.add_argument(
+        "--schemas", action="store_true",
+        help="hold appends to their streams' schemas, read from the controller's metadata "
+        "database (DATABASE_URL, else the data directory's); on with --advertise",
+    )  # fmt: skip
+    store.add_argument(
         "--read-tail-wait", type=float, metavar="SECONDS",
         help="how long a read at the tail waits for data (default 5)",
     )  # fmt: skip
@@ -169,7 +174,17 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     )
     log = LogSettings.from_env()
     node = needs("segment_app.server.node", "the segment store")
-    return int(node.serve(settings, log, _membership(settings), TlsSettings.from_env()))
+    membership = _membership(settings)
+    policies = _schema_policies() if args.schemas or membership is not None else None
+    return int(node.serve(settings, log, membership, TlsSettings.from_env(), policies))
+
+
+def _schema_policies() -> Any:
+    """Streams' schema policies, from the controller's metadata database."""
+    needs("django", "--schemas")
+    setup_django()
+    policies = needs("controller_app.registry.policies", "--schemas")
+    return policies.DatabaseSchemaPolicies()
 
 
 def _membership(settings: SegmentStoreSettings) -> Any:

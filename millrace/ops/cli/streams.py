@@ -1,4 +1,6 @@
-"""``millrace stream create|list|info|seal|delete|scale|truncate|append|read``.
+"""``millrace stream create|list|info|schema|seal|delete|scale|truncate|append|read``.
+
+``stream schema`` shows a stream's value subject and schema enforcement, or sets them.
 
 ``stream append`` writes its arguments, or one event per line of standard input (with a
 progress bar), through the Python client; ``stream read`` follows the stream over the WebSocket
@@ -16,6 +18,7 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
+from millrace.kernel.schema_policy import MODES
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -42,6 +45,16 @@ def register(commands: Any, parents: Parents) -> None:
         add(verbs, verb, remote.handler(handler), summary, parents=parents_).add_argument(
             "name", metavar="SCOPE/STREAM"
         )
+    schema = add(verbs, "schema", remote.handler(stream_schema),
+                 "Show or set the stream's value subject and schema enforcement.",
+                 parents=parents_)  # fmt: skip
+    schema.add_argument("name", metavar="SCOPE/STREAM")
+    schema.add_argument("--subject", help="its value subject ('': <scope>.<stream>-value)")
+    schema.add_argument(
+        "--enforcement", choices=MODES,
+        help="none: appends are not looked at; header: each event starts with the id of a "
+        "schema of the subject; validate: and decodes with it",
+    )  # fmt: skip
     scale = add(
         verbs, "scale", remote.handler(stream_scale), "Split or merge segments.", parents=parents_
     )
@@ -102,6 +115,16 @@ def stream_info(args: argparse.Namespace) -> None:
         for s in segments
     ]
     remote.out(args, info, "\n".join(lines))
+
+
+def stream_schema(args: argparse.Namespace) -> None:
+    scope, stream = remote.split(args.name)
+    path = f"/scopes/{scope}/streams/{stream}/schema"
+    change = {k: v for k, v in (("subject", args.subject), ("enforcement", args.enforcement))
+              if v is not None}  # fmt: skip
+    binding = remote.call(args, "PUT", path, change) if change else remote.call(args, "GET", path)
+    said = f"{args.name}: subject {binding['subject']}, enforcement {binding['enforcement']}"
+    remote.out(args, binding, said)
 
 
 def stream_seal(args: argparse.Namespace) -> None:

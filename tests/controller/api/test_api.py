@@ -267,3 +267,28 @@ def test_delegation_token_lives_as_configured(
     claims = jwt.decode(answer["token"], options={"verify_signature": False})
     assert claims["exp"] - claims["iat"] == 45
     assert claims["resource"] == f"{sc}/st/"
+
+
+# -- schema binding --------------------------------------------------------------------------
+
+
+def test_a_streams_schema_binding_is_set_checked_and_audited(
+    api: APIClient, stream: Stream, sc: str
+) -> None:
+    path = f"/v1/scopes/{sc}/streams/st/schema"
+    assert api.get(path).json() == {
+        "subject": f"{sc}.st-value", "defaultSubject": True, "enforcement": "none"}  # fmt: skip
+    answer = api.put(path, {"subject": "orders-value", "enforcement": "header"}, format="json")
+    assert answer.json() == {
+        "subject": "orders-value", "defaultSubject": False, "enforcement": "header"}  # fmt: skip
+    # naming the default subject is the default again
+    answer = api.put(path, {"subject": f"{sc}.st-value"}, format="json")
+    assert answer.json()["defaultSubject"] is True and answer.json()["enforcement"] == "header"
+    _error(api.put(path, {"enforcement": "strict"}, format="json"), 400, "invalid-argument")
+    _error(api.put(path, {"subject": "x" * 256}, format="json"), 400, "invalid-argument")
+    _error(api.get(f"/v1/scopes/{sc}/streams/nosuch/schema"), 404, "stream-not-found")
+    actions = AuditEntry.objects.filter(action="stream.schema").order_by("pk")
+    assert list(actions.values_list("result", flat=True))[-4:] == ["ok", "ok", "failed", "failed"]
+    body = {"streamName": "typed", "schema": {"enforcement": "validate"}}
+    assert api.post(f"/v1/scopes/{sc}/streams", body, format="json").status_code == 201
+    assert api.get(f"/v1/scopes/{sc}/streams/typed/schema").json()["enforcement"] == "validate"

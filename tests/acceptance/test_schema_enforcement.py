@@ -1,0 +1,234 @@
+"""Streams bound to schema subjects, their appends held to them, on a ``millrace standalone``
+node: Confluent's serializers (unchanged) produce what a stream in ``header`` or ``validate``
+mode takes; bytes that are not refused on every face (Millrace's Python client and its
+transactions, ``pravega_compat``, the REST API) with an error naming the event and why, and
+the same bad events are stored when the enforcement is off (the guard is what refuses them)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+import millrace.client.pravega_compat as compat
+from millrace.client.errors import SchemaRefusedError
+from millrace.client.manager import StreamManager
+from tests.acceptance.standalone_node import Standalone, request
+
+ID = {"name": "id", "type": "long"}
+NOTE = {"name": "note", "type": "string", "default": ""}
+ORDER_V1 = json.dumps({"type": "record", "name": "Order", "fields": [ID]})
+ORDER_V2 = json.dumps({"type": "record", "name": "Order", "fields": [ID, NOTE]})
+NOT_FRAMED = b"plain bytes, no schema header"
+#: (``segment_app.server.schema_guard.MAX_AGE_SECONDS``)
+POLICY_MAX_AGE_SECONDS = 1.0
+
+
+@pytest.fixture
+def registry(standalone: Standalone) -> SchemaRegistryClient:
+    password = (standalone.data_dir / "admin-password").read_text().strip()
+    return SchemaRegistryClient(
+        {"url": f"{standalone.base}/registry", "basic.auth.user.info": f"admin:{password}"}
+    )
+
+
+@pytest.fixture
+def bound(standalone: Standalone) -> Iterator[tuple[StreamManager, str]]:
+    """A new scope with stream ``st`` (one segment) created in ``header`` mode."""
+    scope = f"e{uuid.uuid4().hex[:10]}"
+    manager = StreamManager(standalone.base, token=standalone.token)
+    try:
+        manager.create_scope(scope)
+        body = {
+            "streamName": "st",
+            "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1},
+            "schema": {"enforcement": "header"},
+        }
+        path = f"/v1/scopes/{scope}/streams"
+        status, answer = request(standalone.base, "POST", path, standalone.token, body)
+        assert status == 201, answer
+        yield manager, scope
+    finally:
+        manager.close()
+
+
+def _serializer(registry: SchemaRegistryClient, schema: str) -> AvroSerializer:
+    return AvroSerializer(registry, schema)
+
+
+def _context(scope: str) -> SerializationContext:
+    """What a Confluent producer names the stream's values by (the topic name strategy)."""
+    return SerializationContext(f"{scope}.st", MessageField.VALUE)
+
+
+def _set(node: Standalone, scope: str, **binding: str) -> dict[str, Any]:
+    """Change the binding, and wait until every node holds appends to it (a node reads it
+    again when what it read is 1 s old)."""
+    status, answer = request(node.base, "PUT", f"/v1/scopes/{scope}/streams/st/schema",
+                             node.token, binding)  # fmt: skip
+    assert status == 200, answer
+    time.sleep(POLICY_MAX_AGE_SECONDS)
+    return dict(answer)
+
+
+def _stored(node: Standalone, scope: str) -> list[bytes]:
+    status, answer = request(node.base, "GET", f"/v1/scopes/{scope}/streams/st/events?limit=1000",
+                             node.token)  # fmt: skip
+    assert status == 200, answer
+    return [base64.b64decode(e["dataBase64"]) for e in answer["events"]]
+
+
+def test_a_stream_is_bound_to_its_subject(
+    standalone: Standalone, bound: tuple[StreamManager, str]
+) -> None:
+    _, scope = bound
+    status, answer = request(standalone.base, "GET", f"/v1/scopes/{scope}/streams/st/schema",
+                             standalone.token)  # fmt: skip
+    assert status == 200
+    assert answer == {"subject": f"{scope}.st-value", "defaultSubject": True,
+                      "enforcement": "header"}  # fmt: skip
+    assert _set(standalone, scope, subject="orders-value", enforcement="validate") == {
+        "subject": "orders-value", "defaultSubject": False, "enforcement": "validate"}  # fmt: skip
+    status, refused = request(standalone.base, "PUT", f"/v1/scopes/{scope}/streams/st/schema",
+                              standalone.token, {"enforcement": "strict"})  # fmt: skip
+    assert status == 400 and "enforcement" in json.dumps(refused)
+
+
+def test_header_mode_takes_confluent_bytes_and_refuses_others_on_the_python_client(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    manager, scope = bound
+    with manager.create_writer(scope, "st") as writer:
+        # The serializer registers v1 under <scope>.st-value now, after the writer was set up,
+        # and appends with its id at once: the node learns of it then.
+        first = _serializer(registry, ORDER_V1)({"id": 1}, _context(scope))
+        writer.write_event(first, routing_key="k")
+        writer.flush()
+        writer.write_event(NOT_FRAMED, routing_key="k")
+        with pytest.raises(SchemaRefusedError) as refused:
+            writer.flush()
+        message = str(refused.value)
+        assert "does not start with a schema header" in message
+        assert f"subject '{scope}.st-value'" in message and NOT_FRAMED[:8].hex(" ") in message
+        unknown = b"\x00" + (987_654).to_bytes(4, "big") + b"\x02"
+        writer.write_event(unknown, routing_key="k")
+        with pytest.raises(SchemaRefusedError, match="schema id 987654 is not registered"):
+            writer.flush()
+        # the writer goes on: the next good event is taken
+        second = _serializer(registry, ORDER_V2)({"id": 2, "note": "x"}, _context(scope))
+        writer.write_event(second, routing_key="k")
+        writer.flush()
+    assert _stored(standalone, scope) == [first, second]
+
+
+def test_validate_mode_decodes_each_event_with_its_schema(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    manager, scope = bound
+    _set(standalone, scope, enforcement="validate")
+    good = _serializer(registry, ORDER_V1)({"id": 7}, _context(scope))
+    schema_id = int.from_bytes(good[1:5], "big")
+    truncated = good[:5]  # the header of a registered schema, and no value after it
+    with manager.create_writer(scope, "st") as writer:
+        writer.write_event(good, routing_key="k")
+        writer.flush()
+        writer.write_event(truncated, routing_key="k")
+        with pytest.raises(SchemaRefusedError, match=f"does not decode with schema {schema_id}"):
+            writer.flush()
+    _set(standalone, scope, enforcement="header")  # the header alone is then enough
+    with manager.create_writer(scope, "st") as writer:
+        writer.write_event(truncated, routing_key="k")
+        writer.flush()
+    assert _stored(standalone, scope) == [good, truncated]
+
+
+def test_every_face_refuses_and_stores_when_enforcement_is_off(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    """Transactions, ``pravega_compat`` and REST appends are held to the subject too; with the
+    enforcement off, the same bytes are stored (so the guard is what refused them)."""
+    manager, scope = bound
+    good = _serializer(registry, ORDER_V1)({"id": 3}, _context(scope))
+    for enforcement in ("header", "none"):
+        _set(standalone, scope, enforcement=enforcement)
+        outcomes = _faces(standalone, manager, scope, good)
+        if enforcement == "header":
+            assert all(o.startswith("refused") for o in outcomes.values()), outcomes
+            assert "does not start with a schema header" in outcomes["rest"], outcomes
+        else:
+            assert set(outcomes.values()) == {"stored"}, outcomes
+    stored = _stored(standalone, scope)
+    assert stored.count(good) == 2 * 3 and stored.count(NOT_FRAMED) == 3, stored
+
+
+def _faces(node: Standalone, manager: StreamManager, scope: str, good: bytes) -> dict[str, str]:
+    """Each face writes a good event and a bad one; what became of the bad one."""
+    outcomes = {}
+    with manager.create_transaction_writer(scope, "st") as txns:
+        txn = txns.begin_txn()
+        txn.write_event(good, routing_key="t")
+        try:
+            txn.write_event(NOT_FRAMED, routing_key="t")
+            txn.commit()
+            outcomes["transaction"] = "stored"
+        except Exception as exc:
+            outcomes["transaction"] = f"refused: {exc}"
+            txn.abort()
+            with txns.begin_txn() as again:  # the good event alone commits
+                again.write_event(good, routing_key="t")
+    os.environ[compat.TOKEN_VARIABLE] = node.token
+    compat_manager = compat.StreamManager(node.base, auth_enabled=True)
+    writer = compat_manager.create_writer(scope, "st")
+    writer.write_event_bytes(good, "c")
+    writer.flush()
+    try:
+        writer.write_event_bytes(NOT_FRAMED, "c")
+        writer.flush()
+        outcomes["pravega_compat"] = "stored"
+    except Exception as exc:
+        outcomes["pravega_compat"] = f"refused: {exc}"
+    path = f"/v1/scopes/{scope}/streams/st/events"
+    status, answer = request(node.base, "POST", path, node.token, _events(good))
+    assert status == 201, answer
+    status, answer = request(node.base, "POST", path, node.token, _events(NOT_FRAMED))
+    if status == 201:
+        outcomes["rest"] = "stored"
+    else:
+        assert (status, answer["code"]) == (400, "schema-refused"), answer
+        outcomes["rest"] = f"refused: {answer['message']}"
+    return outcomes
+
+
+def _events(data: bytes) -> dict[str, Any]:
+    return {"events": [{"dataBase64": base64.b64encode(data).decode()}]}
+
+
+def test_the_cli_sets_and_shows_the_binding(
+    standalone: Standalone, bound: tuple[StreamManager, str]
+) -> None:
+    _, scope = bound
+    env = os.environ | {"MILLRACE_URL": standalone.base, "MILLRACE_TOKEN": standalone.token}
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "stream", "schema", f"{scope}/st",
+         "--enforcement", "validate", "--subject", "orders-value"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "orders-value" in done.stdout and "validate" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "stream", "schema", f"{scope}/st",
+         "--enforcement", "strict"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "strict" in done.stderr
