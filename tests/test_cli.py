@@ -160,7 +160,7 @@ def test_log_level_option_reaches_the_environment(
 def test_configuration_error_inside_a_command_exits_2(
     env_data_dir: Path, fake_node: list, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    def failing(settings: Any, log: Any, membership: Any, tls: Any) -> None:
+    def failing(settings: Any, log: Any, membership: Any, tls: Any, policies: Any) -> None:
         raise ConfigError("MILLRACE_TIER1='x': unknown tier-1 backend")
 
     monkeypatch.setattr(sys.modules["segment_app.server.node"], "serve", failing)

@@ -3,7 +3,8 @@
 The wire codec (``wire``), segment names and ids (``naming``), delegation-token claims and
 the token-secret keyring (``claims``), typed settings read from the environment (``config``),
 logging with redaction (``logs``), TLS contexts (``tls``), the cluster membership contract
-(``membership``), key-value table keys and placement (``kvt``), status files
+(``membership``), the schema policy a segment store holds streams' appends to
+(``schema_policy``), key-value table keys and placement (``kvt``), status files
 (``status_files``) and the allocator tuning of bulk-data processes (``memory``). It imports no
 Django and no role: the standard library, small codecs (``crc32c``, ``mmh3``, ``pyjwt``),
 numpy (the wire's receive buffers), ``tiers`` (for the names of backends), and uvicorn only

@@ -12,5 +12,6 @@ Its other modules:
 * ``membership``: a node's membership of a cluster
 * ``metrics``: the segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``,
   9092)
+* ``schema_guard``: appends held to their streams' schemas (``--schemas``)
 * ``traffic``: the traffic monitor
 """

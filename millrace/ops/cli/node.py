@@ -75,6 +75,37 @@ def register(commands: Any, parents: Parents) -> None:
         "Run a segment store node (the wire-protocol server and its containers).",
         variables=_STORE + _LOG + _TLS, parents=both,
     )  # fmt: skip
+    _segmentstore_options(store)
+    controller = command(
+        commands, "controller", run_controller,
+        "Run the controller's ASGI app (REST API, console, WebSockets) under uvicorn.",
+        variables=_WEB + _LOG + _TLS, parents=both,
+    )  # fmt: skip
+    _http_options(controller)
+    controller.add_argument(
+        "--no-assign", action="store_true",
+        help="never lead the cluster (default: with DATABASE_URL set, each controller may take "
+        "the lease that assigns containers to segment store nodes; $MILLRACE_ASSIGN=0 too)",
+    )  # fmt: skip
+    worker = command(
+        commands, "worker", run_worker, "Run a Celery worker for the controller's workflows.",
+        passthrough="celery worker", variables=_WEB + _LOG + _TLS, parents=both,
+    )  # fmt: skip
+    worker.add_argument("--concurrency", type=int, default=2, metavar="N")
+    command(
+        commands, "beat", run_beat,
+        "Run Celery beat (the periodic jobs). With DATABASE_URL set, run one or more: only the"
+        " holder of the beat lease sends jobs, the others take over when it stops.",
+        passthrough="celery beat", variables=_WEB + _LOG + _TLS, parents=both,
+    )  # fmt: skip
+    migrate_ = command(
+        commands, "migrate", run_migrate, "Create or update the metadata database's tables.",
+        variables=_WEB, parents=[parents.data_dir],
+    )  # fmt: skip
+    migrate_.add_argument("-v", "--verbosity", type=int, choices=range(4), default=1)
+
+
+def _segmentstore_options(store: Any) -> None:
     store.add_argument(
         "--host", help="interface to listen on (default $MILLRACE_SEGMENTSTORE_HOST)"
     )
@@ -105,33 +136,6 @@ def register(commands: Any, parents: Parents) -> None:
         "--read-tail-wait", type=float, metavar="SECONDS",
         help="how long a read at the tail waits for data (default 5)",
     )  # fmt: skip
-    controller = command(
-        commands, "controller", run_controller,
-        "Run the controller's ASGI app (REST API, console, WebSockets) under uvicorn.",
-        variables=_WEB + _LOG + _TLS, parents=both,
-    )  # fmt: skip
-    _http_options(controller)
-    controller.add_argument(
-        "--no-assign", action="store_true",
-        help="never lead the cluster (default: with DATABASE_URL set, each controller may take "
-        "the lease that assigns containers to segment store nodes; $MILLRACE_ASSIGN=0 too)",
-    )  # fmt: skip
-    worker = command(
-        commands, "worker", run_worker, "Run a Celery worker for the controller's workflows.",
-        passthrough="celery worker", variables=_WEB + _LOG + _TLS, parents=both,
-    )  # fmt: skip
-    worker.add_argument("--concurrency", type=int, default=2, metavar="N")
-    command(
-        commands, "beat", run_beat,
-        "Run Celery beat (the periodic jobs). With DATABASE_URL set, run one or more: only the"
-        " holder of the beat lease sends jobs, the others take over when it stops.",
-        passthrough="celery beat", variables=_WEB + _LOG + _TLS, parents=both,
-    )  # fmt: skip
-    migrate_ = command(
-        commands, "migrate", run_migrate, "Create or update the metadata database's tables.",
-        variables=_WEB, parents=[parents.data_dir],
-    )  # fmt: skip
-    migrate_.add_argument("-v", "--verbosity", type=int, choices=range(4), default=1)
 
 
 def _unique(found: list[Any]) -> list[Any]:
