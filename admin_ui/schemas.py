@@ -1,7 +1,8 @@
 """The console's schema registry: subjects (with their latest version and level, the global
 level), one subject's versions (a version's schema, a diff between two, its level), a "test a
 schema" form answering compatible or why not, and registering and deleting as the REST API
-does (``controller_app.registry.service``, audited under the same names)."""
+does (``controller_app.registry.service``, audited under the same names); a stream's binding to
+its value subject (``controller_app.registry.policies``), set from the stream's page."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from django.urls import reverse
 
 from admin_ui.console import change, context, done, page, reading_post
 from controller_app import audit
-from controller_app.registry import formats
+from controller_app.registry import formats, policies
 from controller_app.registry import service as registry
 from controller_app.registry.errors import RegistryError
 from controller_app.roles import may
+from controller_app.workflows.common import get_stream
 
 
 def _pretty(answer: dict[str, Any]) -> str:
@@ -144,3 +146,13 @@ def schema_config(request: HttpRequest) -> HttpResponse:
     set_to = registry.set_config(name, request.POST.get("level", ""))
     audit.name_object(request, name or "(global)")
     return done(request, f"{name or 'global'} compatibility: {set_to['compatibility']}")
+
+
+@change("stream.schema")
+def stream_schema(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
+    """The stream page's form: its value subject ('' : the default) and enforcement."""
+    row = get_stream(scope, stream)
+    policies.bind(row, subject=request.POST.get("subject", ""),
+                  enforcement=request.POST.get("enforcement", ""))  # fmt: skip
+    text = f"{scope}/{stream}: subject {row.subject}, enforcement {row.schema_enforcement}"
+    return done(request, text, reverse("console:stream", args=[scope, stream]))

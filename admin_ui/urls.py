@@ -36,6 +36,7 @@ urlpatterns = [
     path(f"{STREAM}/edit", v.stream_edit, name="stream-edit"),
     path(f"{STREAM}/update", a.stream_update, name="stream-update"),
     path(f"{STREAM}/seal", a.stream_seal, name="stream-seal"),
+    path(f"{STREAM}/schema", sr.stream_schema, name="stream-schema"),
     path(f"{STREAM}/delete", a.stream_delete, name="stream-delete"),
     path(f"{STREAM}/scale", a.stream_scale, name="stream-scale"),
     path(f"{STREAM}/truncate", a.stream_truncate, name="stream-truncate"),

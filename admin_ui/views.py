@@ -25,6 +25,7 @@ from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
 from controller_app import selectors as sel
 from controller_app.api.serializers import StreamPropertySerializer
+from controller_app.choices import SchemaEnforcement
 from controller_app.cluster.status import cluster_status, moves_over_time
 from controller_app.errors import ControllerError, NoWatermarkError
 from controller_app.health import node_health
@@ -305,6 +306,7 @@ def stream_detail(request: HttpRequest, scope: str, stream: str) -> HttpResponse
             if epochs and epochs[-1].epoch < row.current_epoch
             else None,
             head=head_text,
+            enforcement_choices=SchemaEnforcement.choices,
             controller=request.build_absolute_uri("/").rstrip("/"),
             retention=sel.retention_set(row),
             watermark=watermark,
