@@ -108,6 +108,7 @@ def decode(parsed: Parsed, body: bytes) -> Any:
     return _module(parsed.schema_type).decode(parsed.model, bytes(body))
 
 
+@functools.cache
 def _module(schema_type: str) -> Any:
     from controller_app.registry import avro_format, json_format, protobuf_format
 

@@ -1,0 +1,134 @@
+"""Appends held to a stream's schema against the same appends unguarded (issue 46's target:
+with ``header`` enforcement at least 0.95x the blocking writer without; ``validate``: its cost
+stated).
+
+One ``millrace standalone`` node (embedded defaults). Three streams of 4 segments: enforcement
+``none``, ``header`` and ``validate``, each bound to its subject, where the schema is registered
+with Confluent's client. The events are what Confluent's ``AvroSerializer`` makes of a record
+(a long and a string), 100 B each with the 5-byte header. Each run is the README's blocking loop
+in a process of its own: ``write_event`` of ``--events`` events over 64 routing keys, one
+``flush``; the three modes alternate run by run and the median of ``--runs`` is compared.
+
+    .venv/bin/python bench/typed_appends.py [--events 300000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.services import standalone_node  # noqa: E402
+
+MODES = ("none", "header", "validate")
+SCHEMA = json.dumps({"type": "record", "name": "Reading", "namespace": "bench", "fields": [
+    {"name": "id", "type": "long"}, {"name": "note", "type": "string"}]})  # fmt: skip
+EVENT_BYTES = 100
+TARGET_RATIO = 0.95
+
+
+def _event(base: str, token: str, subject: str) -> bytes:
+    """One event as Confluent's serializer writes it (registering the schema), 100 B."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": f"{base}/registry",
+                                   "bearer.auth.credentials.source": "STATIC_TOKEN",
+                                   "bearer.auth.token": token,
+                                   "bearer.auth.logical.cluster": "-",
+                                   "bearer.auth.identity.pool.id": "-"})  # fmt: skip
+    serializer = AvroSerializer(client, SCHEMA)
+    topic = subject.removesuffix("-value")
+    probe = serializer({"id": 1, "note": ""}, SerializationContext(topic, MessageField.VALUE))
+    note = "n" * (EVENT_BYTES - len(probe) - 1)  # (the string's length takes one byte)
+    event = serializer({"id": 1, "note": note}, SerializationContext(topic, MessageField.VALUE))
+    assert len(event) == EVENT_BYTES, len(event)
+    return event
+
+
+def role_writer(spec: dict[str, Any]) -> dict[str, Any]:
+    """The README's blocking loop over 64 keys, one flush; events/s."""
+    from millrace.client.manager import StreamManager
+
+    manager = StreamManager(spec["base"], token=spec["token"])
+    writer = manager.create_writer(spec["scope"], spec["stream"])
+    payload = bytes.fromhex(spec["event"])
+    keys = [f"key-{i}" for i in range(64)]
+    writer.write_event(payload, keys[0])  # connect before the clock starts
+    writer.flush()
+    write = writer.write_event
+    count = spec["events"]
+    started = time.perf_counter()
+    for i in range(count):
+        write(payload, keys[i & 63])
+    writer.flush()
+    elapsed = time.perf_counter() - started
+    writer.close()
+    manager.close()
+    return {"events_per_s": count / elapsed}
+
+
+def _role(spec: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(HERE), "--role", json.dumps(spec)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"writer failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        print(json.dumps(role_writer(json.loads(args.role))))
+        return
+    with tempfile.TemporaryDirectory() as work, standalone_node(Path(work)) as (base, token, _):
+        headers = {"Authorization": f"Token {token}"}
+        rest = httpx.Client(base_url=f"{base}/v1", headers=headers, timeout=60)
+        rest.post("/scopes", json={"scopeName": "bench"}).raise_for_status()
+        events = {}
+        for mode in MODES:
+            body = {"streamName": mode,
+                    "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 4},
+                    "schema": {"enforcement": mode}}  # fmt: skip
+            rest.post("/scopes/bench/streams", json=body).raise_for_status()
+            events[mode] = _event(base, token, f"bench.{mode}-value").hex()
+        runs: dict[str, list[float]] = {mode: [] for mode in MODES}
+        for run in range(args.runs):
+            for mode in MODES:
+                spec = {"base": base, "token": token, "scope": "bench", "stream": mode,
+                        "events": args.events, "event": events[mode]}  # fmt: skip
+                runs[mode].append(_role(spec)["events_per_s"])
+            print(f"  run {run + 1}: " + ", ".join(f"{m} {runs[m][-1]:,.0f}/s" for m in MODES),
+                  file=sys.stderr)  # fmt: skip
+    medians = {mode: statistics.median(runs[mode]) for mode in MODES}
+    header, validate = (medians[m] / medians["none"] for m in ("header", "validate"))
+    result = {"events_per_s": medians, "header_ratio": header, "validate_ratio": validate,
+              "runs": runs, "met": header >= TARGET_RATIO}  # fmt: skip
+    print(json.dumps(result))
+    print(f"blocking writer, {EVENT_BYTES} B events, median of {args.runs} runs: "
+          f"none {medians['none']:,.0f}/s, header {medians['header']:,.0f}/s ({header:.2f}x, "
+          f"target {TARGET_RATIO}x: {'met' if result['met'] else 'NOT MET'}), "
+          f"validate {medians['validate']:,.0f}/s ({validate:.2f}x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
