@@ -33,7 +33,7 @@ SECTIONS = {
     "Streams over REST": 1,
     "Writing and reading": 3,
     "Key-value tables": 1,
-    "Schemas": 1,
+    "Schemas": 3,
 }
 
 
