@@ -2,10 +2,12 @@
 with ``header`` enforcement at least 0.95x the blocking writer without; ``validate``: its cost
 stated).
 
-One ``millrace standalone`` node (embedded defaults). Three streams of 4 segments: enforcement
+One ``millrace standalone`` node (embedded defaults). Four streams of 4 segments: enforcement
 ``none``, ``header`` and ``validate``, each bound to its subject, where the schema is registered
-with Confluent's client. The events are what Confluent's ``AvroSerializer`` makes of a record
-(a long and a string), 100 B each with the 5-byte header. Each run is the README's blocking loop
+with Confluent's client, and ``varied``: ``header`` again with events of 8 sizes (96 to 103 B:
+blocks the node walks event by event rather than judging at once). The events are what
+Confluent's ``AvroSerializer`` makes of a record (a long and a string), 100 B each with the
+5-byte header. Each run is the README's blocking loop
 in a process of its own: ``write_event`` of ``--events`` events over 64 routing keys, one
 ``flush``; the three modes alternate run by run and the median of ``--runs`` is compared.
 
@@ -32,15 +34,17 @@ sys.path.insert(0, str(ROOT))
 
 from bench.services import standalone_node  # noqa: E402
 
-MODES = ("none", "header", "validate")
+MODES = ("none", "header", "validate", "varied")
+#: Each stream's enforcement.
+ENFORCEMENT = {"none": "none", "header": "header", "validate": "validate", "varied": "header"}
 SCHEMA = json.dumps({"type": "record", "name": "Reading", "namespace": "bench", "fields": [
     {"name": "id", "type": "long"}, {"name": "note", "type": "string"}]})  # fmt: skip
 EVENT_BYTES = 100
 TARGET_RATIO = 0.95
 
 
-def _event(base: str, token: str, subject: str) -> bytes:
-    """One event as Confluent's serializer writes it (registering the schema), 100 B."""
+def _events(base: str, token: str, subject: str, sizes: range) -> list[bytes]:
+    """Events as Confluent's serializer writes them (registering the schema), one a size."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -52,11 +56,14 @@ def _event(base: str, token: str, subject: str) -> bytes:
                                    "bearer.auth.identity.pool.id": "-"})  # fmt: skip
     serializer = AvroSerializer(client, SCHEMA)
     topic = subject.removesuffix("-value")
-    probe = serializer({"id": 1, "note": ""}, SerializationContext(topic, MessageField.VALUE))
-    note = "n" * (EVENT_BYTES - len(probe) - 1)  # (the string's length takes one byte)
-    event = serializer({"id": 1, "note": note}, SerializationContext(topic, MessageField.VALUE))
-    assert len(event) == EVENT_BYTES, len(event)
-    return event
+    context = SerializationContext(topic, MessageField.VALUE)
+    probe = serializer({"id": 1, "note": ""}, context)
+    events = []
+    for size in sizes:
+        note = "n" * (size - len(probe) - 1)  # (the string's length takes one byte)
+        events.append(serializer({"id": 1, "note": note}, context))
+        assert len(events[-1]) == size, len(events[-1])
+    return events
 
 
 def role_writer(spec: dict[str, Any]) -> dict[str, Any]:
@@ -65,15 +72,16 @@ def role_writer(spec: dict[str, Any]) -> dict[str, Any]:
 
     manager = StreamManager(spec["base"], token=spec["token"])
     writer = manager.create_writer(spec["scope"], spec["stream"])
-    payload = bytes.fromhex(spec["event"])
+    payloads = [bytes.fromhex(event) for event in spec["events_hex"]]
+    payloads = [payloads[i % len(payloads)] for i in range(8)]
     keys = [f"key-{i}" for i in range(64)]
-    writer.write_event(payload, keys[0])  # connect before the clock starts
+    writer.write_event(payloads[0], keys[0])  # connect before the clock starts
     writer.flush()
     write = writer.write_event
     count = spec["events"]
     started = time.perf_counter()
     for i in range(count):
-        write(payload, keys[i & 63])
+        write(payloads[i & 7], keys[i & 63])
     writer.flush()
     elapsed = time.perf_counter() - started
     writer.close()
@@ -108,26 +116,28 @@ def main() -> None:
         for mode in MODES:
             body = {"streamName": mode,
                     "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 4},
-                    "schema": {"enforcement": mode}}  # fmt: skip
+                    "schema": {"enforcement": ENFORCEMENT[mode]}}  # fmt: skip
             rest.post("/scopes/bench/streams", json=body).raise_for_status()
-            events[mode] = _event(base, token, f"bench.{mode}-value").hex()
+            sizes = range(96, 104) if mode == "varied" else range(EVENT_BYTES, EVENT_BYTES + 1)
+            events[mode] = [e.hex() for e in _events(base, token, f"bench.{mode}-value", sizes)]
         runs: dict[str, list[float]] = {mode: [] for mode in MODES}
         for run in range(args.runs):
             for mode in MODES:
                 spec = {"base": base, "token": token, "scope": "bench", "stream": mode,
-                        "events": args.events, "event": events[mode]}  # fmt: skip
+                        "events": args.events, "events_hex": events[mode]}  # fmt: skip
                 runs[mode].append(_role(spec)["events_per_s"])
             print(f"  run {run + 1}: " + ", ".join(f"{m} {runs[m][-1]:,.0f}/s" for m in MODES),
                   file=sys.stderr)  # fmt: skip
     medians = {mode: statistics.median(runs[mode]) for mode in MODES}
-    header, validate = (medians[m] / medians["none"] for m in ("header", "validate"))
+    header, validate, varied = (medians[m] / medians["none"] for m in MODES[1:])
     result = {"events_per_s": medians, "header_ratio": header, "validate_ratio": validate,
-              "runs": runs, "met": header >= TARGET_RATIO}  # fmt: skip
+              "varied_ratio": varied, "runs": runs, "met": header >= TARGET_RATIO}  # fmt: skip
     print(json.dumps(result))
     print(f"blocking writer, {EVENT_BYTES} B events, median of {args.runs} runs: "
           f"none {medians['none']:,.0f}/s, header {medians['header']:,.0f}/s ({header:.2f}x, "
           f"target {TARGET_RATIO}x: {'met' if result['met'] else 'NOT MET'}), "
-          f"validate {medians['validate']:,.0f}/s ({validate:.2f}x)")  # fmt: skip
+          f"validate {medians['validate']:,.0f}/s ({validate:.2f}x), header with 8 sizes "
+          f"{medians['varied']:,.0f}/s ({varied:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":
