@@ -1,7 +1,8 @@
 """Streams bound to schema subjects, their appends held to them, on a ``millrace standalone``
 node: Confluent's serializers (unchanged) produce what a stream in ``header`` or ``validate``
 mode takes; bytes that are not refused on every face (Millrace's Python client and its
-transactions, ``pravega_compat``, the REST API) with an error naming the event and why, and
+transactions, ``pravega_compat``, the REST API, Pravega's own client) with an error naming the
+event and why (Pravega's own client excepted: its writer ignores the error and waits), and
 the same bad events are stored when the enforcement is off (the guard is what refuses them)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import millrace.client.pravega_compat as compat
 from millrace.client.errors import SchemaRefusedError
 from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone, request
+from tests.acceptance.test_pravega_client import run_program
 
 ID = {"name": "id", "type": "long"}
 NOTE = {"name": "note", "type": "string", "default": ""}
@@ -232,3 +234,22 @@ def test_the_cli_sets_and_shows_the_binding(
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "strict" in done.stderr
+
+
+def test_pravegas_own_client_is_refused_too(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    """Pravega's official client (Rust inside) over the wire protocol: its unframed event is
+    not stored under ``header`` (its writer ignores the refusal: the write waits), and is
+    with the enforcement off."""
+    _, scope = bound
+    good = _serializer(registry, ORDER_V1)({"id": 5}, _context(scope))
+    schema_id = str(int.from_bytes(good[1:5], "big"))
+    found = run_program(standalone, "typed", scope, schema_id, "5")
+    assert found == {"second_write_returned": False}
+    framed = b"\x00" + int(schema_id).to_bytes(4, "big") + b"\x02"
+    assert _stored(standalone, scope) == [framed]
+    _set(standalone, scope, enforcement="none")
+    found = run_program(standalone, "typed", scope, schema_id, "30")
+    assert found == {"second_write_returned": True}
+    assert _stored(standalone, scope) == [framed, framed, b"not framed"]
