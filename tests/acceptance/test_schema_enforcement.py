@@ -234,6 +234,15 @@ def test_the_cli_sets_and_shows_the_binding(
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "strict" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "stream", "create", f"{scope}/other",
+         "--enforcement", "header"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    status, answer = request(standalone.base, "GET", f"/v1/scopes/{scope}/streams/other/schema",
+                             standalone.token)  # fmt: skip
+    assert (status, answer["enforcement"]) == (200, "header"), answer
 
 
 def test_pravegas_own_client_is_refused_too(

@@ -327,3 +327,31 @@ def test_a_commit_finding_one_transaction_lapsed_commits_none(node: Standalone) 
         reader.close()
     assert open_transactions(node) == 0
     source.forget_task_writers(opts)
+
+
+def test_a_stream_in_header_mode_refuses_a_jobs_unframed_rows(spark: Any, node: Standalone) -> None:
+    """Spark writes are held to the stream's schema: a job with one row that has no schema
+    header fails saying why, and leaves nothing visible; with the enforcement off, the same
+    job writes every row."""
+    from pyspark.sql import Row
+
+    from tests.acceptance.standalone_node import request
+
+    request(node.base, "POST", "/v1/scopes", node.token, {"scopeName": "typed"})
+    body = {"streamName": "orders", "schema": {"enforcement": "header"}}
+    status, answer = request(node.base, "POST", "/v1/scopes/typed/streams", node.token, body)
+    assert status == 201, answer
+    framed = b"\x00" + (123_456).to_bytes(4, "big") + b"\x02"  # an id no subject has
+    frame = spark.createDataFrame(
+        [Row(event=framed, routing_key="a"), Row(event=b"not framed", routing_key="b")]
+    )
+    write = frame.write.format("millrace").options(**options(node, "orders", scope="typed"))
+    with pytest.raises(Exception, match="refused by the stream's schema enforcement"):
+        write.mode("append").save()
+    assert read_back(spark, node, "orders", scope="typed") == []
+    path = "/v1/scopes/typed/streams/orders/schema"
+    assert request(node.base, "PUT", path, node.token, {"enforcement": "none"})[0] == 200
+    time.sleep(1.0)  # (a node reads a stream's policy again when what it read is 1 s old)
+    write.mode("append").save()
+    events = sorted(bytes(row["event"]) for row in read_back(spark, node, "orders", scope="typed"))
+    assert events == sorted([framed, b"not framed"])

@@ -35,6 +35,7 @@ def register(commands: Any, parents: Parents) -> None:
     create.add_argument("name", metavar="SCOPE/STREAM")
     create.add_argument("--segments", type=int, default=1, help="initial segments (default 1)")
     create.add_argument("--tag", action="append", help="a tag (repeat for more)")
+    _schema_options(create)
     add(verbs, "list", remote.handler(stream_list), "List the streams of SCOPE.", parents=parents_
         ).add_argument("scope")  # fmt: skip
     for verb, handler, summary in (
@@ -49,12 +50,7 @@ def register(commands: Any, parents: Parents) -> None:
                  "Show or set the stream's value subject and schema enforcement.",
                  parents=parents_)  # fmt: skip
     schema.add_argument("name", metavar="SCOPE/STREAM")
-    schema.add_argument("--subject", help="its value subject ('': <scope>.<stream>-value)")
-    schema.add_argument(
-        "--enforcement", choices=MODES,
-        help="none: appends are not looked at; header: each event starts with the id of a "
-        "schema of the subject; validate: and decodes with it",
-    )  # fmt: skip
+    _schema_options(schema)
     scale = add(
         verbs, "scale", remote.handler(stream_scale), "Split or merge segments.", parents=parents_
     )
@@ -83,6 +79,20 @@ def register(commands: Any, parents: Parents) -> None:
     read.add_argument("--limit", type=int, default=0, help="stop after N events")
 
 
+def _schema_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--subject", help="its value subject ('': <scope>.<stream>-value)")
+    parser.add_argument(
+        "--enforcement", choices=MODES,
+        help="none: appends are not looked at; header: each event starts with the id of a "
+        "schema of the subject; validate: and decodes with it",
+    )  # fmt: skip
+
+
+def _schema_change(args: argparse.Namespace) -> dict[str, str]:
+    return {k: v for k, v in (("subject", args.subject), ("enforcement", args.enforcement))
+            if v is not None}  # fmt: skip
+
+
 def stream_create(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
     body = {
@@ -90,6 +100,8 @@ def stream_create(args: argparse.Namespace) -> None:
         "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": args.segments},
         "streamTags": args.tag or [],
     }
+    if _schema_change(args):
+        body["schema"] = _schema_change(args)
     made = remote.call(args, "POST", f"/scopes/{scope}/streams", body, exists_ok=True)
     if made is None:  # (as Pravega's createStream: false, not an error; its state is told)
         info = remote.call(args, "GET", f"/scopes/{scope}/streams/{stream}/info")
@@ -120,8 +132,7 @@ def stream_info(args: argparse.Namespace) -> None:
 def stream_schema(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
     path = f"/scopes/{scope}/streams/{stream}/schema"
-    change = {k: v for k, v in (("subject", args.subject), ("enforcement", args.enforcement))
-              if v is not None}  # fmt: skip
+    change = _schema_change(args)
     binding = remote.call(args, "PUT", path, change) if change else remote.call(args, "GET", path)
     said = f"{args.name}: subject {binding['subject']}, enforcement {binding['enforcement']}"
     remote.out(args, binding, said)
