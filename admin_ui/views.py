@@ -31,6 +31,7 @@ from controller_app.errors import ControllerError, NoWatermarkError
 from controller_app.health import node_health
 from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream
 from controller_app.reader_group_state import GroupState, split_key
+from controller_app.registry.decoding import EventDecoder
 from controller_app.segment_client import read_node_metrics, read_traffic, segment_store
 from controller_app.segments import Segment
 from controller_app.stream_reads import find_events, newest_events, start_cut
@@ -368,7 +369,13 @@ def _start(request: HttpRequest) -> str:
     return kind if kind in ("head", "tail") else "head"
 
 
-def _as(view: str, data: bytes) -> str:
+def _as(view: str, data: bytes, decoder: EventDecoder) -> str:
+    if view == "schema":
+        decoded = decoder.decoded(data)
+        if "value" not in decoded:
+            return f"(not decoded: {decoded['decodeError']})"
+        value = json.dumps(decoded["value"], indent=2, ensure_ascii=False)
+        return f"schema {decoded['schemaId']}: {value}"
     if view == "hex":
         return data.hex(" ")
     text = data.decode("utf-8", errors="replace")
@@ -402,9 +409,12 @@ def events(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
         if words is None:
             raise
         error = f"{words[1]}: {words[2]}"
+    decoder = EventDecoder()
+    if view == "schema" and found is not None:
+        decoder.load(e.data for _, e in found.events)
     rows = [
-        {"segment": sid, "offset": e.offset, "size": len(e.data), "shown": _as(view, e.data),
-         "data": e.data}
+        {"segment": sid, "offset": e.offset, "size": len(e.data),
+         "shown": _as(view, e.data, decoder), "data": e.data}
         for sid, e in (found.events if found else [])
     ]  # fmt: skip
     download = request.GET.get("download")
@@ -429,7 +439,7 @@ def events(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
             time=request.GET.get("time", ""),
             continuation=continuation,
             starts=EVENT_STARTS,
-            views=("text", "json", "hex"),
+            views=("text", "json", "hex", "schema"),
         ),
         status=400 if error else 200,
     )

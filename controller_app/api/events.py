@@ -35,6 +35,7 @@ from rest_framework.views import APIView
 from controller_app import selectors as sel
 from controller_app.api import fields
 from controller_app.errors import InvalidArgumentError, Tier1UnavailableError
+from controller_app.registry.decoding import DECODINGS, EventDecoder
 from controller_app.segment_client import segment_store
 from controller_app.stream_reads import read_page, start_cut
 from controller_app.tokens import delegation_token
@@ -217,7 +218,7 @@ def _payload(item: dict[str, Any]) -> bytes:
 READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 10_000
 
 
-def _event_json(segment_id: int, event: Any) -> dict[str, Any]:
+def _event_json(segment_id: int, event: Any, decoder: EventDecoder | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "segmentId": segment_id,
         "offset": event.offset,
@@ -225,6 +226,8 @@ def _event_json(segment_id: int, event: Any) -> dict[str, Any]:
     }
     with contextlib.suppress(UnicodeDecodeError):
         out["data"] = event.data.decode("utf-8")
+    if decoder is not None:
+        out.update(decoder.decoded(event.data))
     return out
 
 
@@ -239,6 +242,13 @@ class EventsView(APIView):
                 "continuation", str, description="the continuation of the previous page"
             ),
             OpenApiParameter("limit", int, description=f"events, 1 to {READ_LIMIT_MAX}"),
+            OpenApiParameter(
+                "decode",
+                str,
+                enum=list(DECODINGS),
+                description="json: each event also as schemaId and value (decoded by the "
+                "schema its header names) or decodeError",
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
@@ -255,11 +265,17 @@ class EventsView(APIView):
             or not (1 <= int(raw_limit) <= READ_LIMIT_MAX)
         ):
             raise InvalidArgumentError(f"limit must be an integer from 1 to {READ_LIMIT_MAX}")
+        decode = request.query_params.get("decode", "")
+        if decode and decode not in DECODINGS:
+            raise InvalidArgumentError(f"decode must be one of {', '.join(DECODINGS)}")
         store = segment_store()
         page = read_page(store, row, start_cut(store, row, where), int(raw_limit))
+        decoder = EventDecoder() if decode else None
+        if decoder is not None:
+            decoder.load(e.data for _, e in page.events)
         return Response(
             {
-                "events": [_event_json(sid, e) for sid, e in page.events],
+                "events": [_event_json(sid, e, decoder) for sid, e in page.events],
                 "continuation": StreamCut(scope, stream, page.position).to_text(),
                 "endOfStream": page.end_of_stream,
                 "truncatedSegments": page.truncated,

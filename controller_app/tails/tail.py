@@ -45,6 +45,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from controller_app.errors import NoNodeForSegmentError, StreamNotFoundError
+from controller_app.registry.decoding import DECODINGS, EventDecoder
 from controller_app.tails import streams
 from controller_app.tails.auth import CLOSE_TRY_AGAIN
 from controller_app.tokens import delegation_token
@@ -98,6 +99,8 @@ class TailConsumer(AsyncWebsocketConsumer):
     the controller about streams through ``controller_app.tails.streams``."""
 
     encoding = "base64"
+    #: Events also decoded by their schema ids (``decode=json``), else None.
+    decoder: EventDecoder | None = None
     #: A tail is sent nothing through the channel layer, so it takes none: an alias that is
     #: not configured gives none (``channels.layers.get_channel_layer``). With Redis as the
     #: layer, each consumer would otherwise hold a blocking pop on Redis for nothing, and
@@ -117,6 +120,10 @@ class TailConsumer(AsyncWebsocketConsumer):
             self.encoding = self.params.get("encoding", "base64")
             if self.encoding not in ("base64", "utf-8"):
                 raise SubscriptionError("bad-request", "encoding must be base64 or utf-8")
+            decode = self.params.get("decode", "")
+            if decode and decode not in DECODINGS:
+                raise SubscriptionError("bad-request", f"decode must be one of {DECODINGS}")
+            self.decoder = EventDecoder() if decode else None
             await self.subscribe()
         except SubscriptionError as exc:
             await self.fail(exc.code, str(exc), exc.close_code)
@@ -214,6 +221,8 @@ class TailConsumer(AsyncWebsocketConsumer):
 
     async def _emit_events(self, target: Target, events: list[Event], next_offset: int) -> None:
         self.reading[target.segment_id] = next_offset
+        if self.decoder is not None:  # the schemas of these events, looked up once
+            await database_sync_to_async(self.decoder.load)([e.data for e in events])
         for message in self._messages(target, events, next_offset):
             await self.emit(message)
 
@@ -262,6 +271,12 @@ class TailConsumer(AsyncWebsocketConsumer):
             yield self._events(target, [item], event.next_offset if last else event.offset)
 
     def _item(self, event: Event) -> dict[str, Any]:
+        item = self._plain_item(event)
+        if self.decoder is not None:
+            item.update(self.decoder.decoded(event.data))
+        return item
+
+    def _plain_item(self, event: Event) -> dict[str, Any]:
         if self.encoding == "utf-8":
             try:
                 return {"offset": event.offset, "text": event.data.decode("utf-8")}
@@ -283,7 +298,9 @@ class TailConsumer(AsyncWebsocketConsumer):
 def _encoded_size(item: dict[str, Any]) -> int:
     """About the bytes ``item`` takes in a message's JSON: exact for base64; for text, its
     length, or its escaped length where escaping may count (``MESSAGE_BYTES_MAX`` is kept
-    well below the clients' limit for the rest)."""
+    well below the clients' limit for the rest); a decoded one measured."""
+    if "schemaId" in item or "decodeError" in item:
+        return len(json.dumps(item)) + 32
     if "text" not in item:
         return len(item["data"]) + 32
     text = item["text"]

@@ -7,6 +7,7 @@ the same bad events are stored when the enforcement is off (the guard is what re
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import websockets
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -262,3 +264,51 @@ def test_pravegas_own_client_is_refused_too(
     found = run_program(standalone, "typed", scope, schema_id, "30")
     assert found == {"second_write_returned": True}
     assert _stored(standalone, scope) == [framed, framed, b"not framed"]
+
+
+def test_events_are_decoded_by_their_schemas_over_rest_websockets_and_the_cli(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    """``decode=json`` on a REST read and a WebSocket tail, and ``stream read --decode``:
+    each event as its schema id and value, versions mixed; one with no header says so."""
+    manager, scope = bound
+    first = _serializer(registry, ORDER_V1)({"id": 1}, _context(scope))
+    second = _serializer(registry, ORDER_V2)({"id": 2, "note": "hi"}, _context(scope))
+    with manager.create_writer(scope, "st") as writer:
+        for event in (first, second):
+            writer.write_event(event, routing_key="k")
+    ids = [int.from_bytes(e[1:5], "big") for e in (first, second)]
+    expected = [{"schemaId": ids[0], "value": {"id": 1}},
+                {"schemaId": ids[1], "value": {"id": 2, "note": "hi"}}]  # fmt: skip
+    path = f"/v1/scopes/{scope}/streams/st/events?decode=json"
+    status, answer = request(standalone.base, "GET", path, standalone.token)
+    assert status == 200, answer
+    assert [{k: e[k] for k in ("schemaId", "value")} for e in answer["events"]] == expected
+    status, refused = request(standalone.base, "GET", f"{path[:-4]}xml", standalone.token)
+    assert (status, refused["code"]) == (400, "invalid-argument"), refused
+
+    async def tail() -> list[dict[str, Any]]:
+        uri = standalone.base.replace("http", "ws", 1)
+        uri += f"/ws/streams/{scope}/st?from=head&decode=json&token={standalone.token}"
+        async with websockets.connect(uri) as ws:
+            found: list[dict[str, Any]] = []
+            while len(found) < 2:
+                message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                found += message.get("events", [])
+            return found
+
+    decoded = asyncio.run(tail())
+    assert [{k: e[k] for k in ("schemaId", "value")} for e in decoded] == expected
+    env = os.environ | {"MILLRACE_URL": standalone.base, "MILLRACE_TOKEN": standalone.token}
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "stream", "read", f"{scope}/st", "--decode",
+         "--limit", "2"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [e["value"] for e in expected]
+    _set(standalone, scope, enforcement="none")
+    with manager.create_writer(scope, "st") as writer:
+        writer.write_event(NOT_FRAMED, routing_key="k")
+    status, answer = request(standalone.base, "GET", path, standalone.token)
+    assert answer["events"][-1]["decodeError"].startswith("no schema header"), answer

@@ -22,6 +22,12 @@
       return "(an event of " + event.size.toLocaleString() + " bytes, too large for one message: " +
         "see it in the event browser)";
     }
+    if (view === "schema") {
+      if (event.value !== undefined) {
+        return "schema " + event.schemaId + ": " + JSON.stringify(event.value, null, 2);
+      }
+      return "(not decoded: " + event.decodeError + ")";
+    }
     if (event.text === undefined) return "(binary) " + event.data;
     if (view === "hex") {
       return Array.from(new TextEncoder().encode(event.text), function (b) {
@@ -79,7 +85,8 @@
   }
   function follow() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    ws = new WebSocket(scheme + location.host + script.dataset.url + "?from=tail&encoding=utf-8");
+    ws = new WebSocket(scheme + location.host + script.dataset.url + "?from=tail&encoding=utf-8" +
+      (view === "schema" ? "&decode=json" : ""));
     ws.onmessage = onMessage;
     ws.onclose = function (e) {
       if (status.textContent === "following" || status.textContent === "connecting") {

@@ -1,6 +1,7 @@
 """``millrace stream create|list|info|schema|seal|delete|scale|truncate|append|read``.
 
-``stream schema`` shows a stream's value subject and schema enforcement, or sets them.
+``stream schema`` shows a stream's value subject and schema enforcement, or sets them; ``stream
+read --decode`` prints events decoded by their schemas, as JSON.
 
 ``stream append`` writes its arguments, or one event per line of standard input (with a
 progress bar), through the Python client; ``stream read`` follows the stream over the WebSocket
@@ -77,6 +78,10 @@ def register(commands: Any, parents: Parents) -> None:
     read.add_argument("--from", dest="start", default="head",
                       help="head (default), tail, time:<ms> or cut:<id>=<offset>,...")  # fmt: skip
     read.add_argument("--limit", type=int, default=0, help="stop after N events")
+    read.add_argument(
+        "--decode", action="store_true",
+        help="print each event's value as JSON, decoded by the schema its header names",
+    )  # fmt: skip
 
 
 def _schema_options(parser: argparse.ArgumentParser) -> None:
@@ -250,7 +255,7 @@ async def _tail(args: argparse.Namespace, scope: str, stream: str) -> None:
     failures = []
     for base in remote.urls(args):
         ws_base = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-        query = f"from={quote(args.start)}&encoding=utf-8"
+        query = f"from={quote(args.start)}&encoding=utf-8" + ("&decode=json" if args.decode else "")
         uri = f"{ws_base}/ws/streams/{quote(scope)}/{quote(stream)}?{query}"
         try:
             await _follow(args, uri, base)
@@ -290,7 +295,10 @@ async def _follow(args: argparse.Namespace, uri: str, base: str) -> None:
                 return
             for event in message.get("events", ()):
                 text = event.get("text")
-                if text is None:
+                if args.decode:
+                    text = json.dumps(event["value"]) if "value" in event else (
+                        f"(undecodable: {event.get('decodeError')})")  # fmt: skip
+                elif text is None:
                     text = base64.b64decode(event["data"]).decode("utf-8", "replace")
                 if args.json:
                     print(json.dumps({"segment": message["segment"], **event}), flush=True)
