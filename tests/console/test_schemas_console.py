@@ -6,12 +6,15 @@ version, and soft-deletes one; the changes are in the audit log."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from playwright.sync_api import expect
 
 from tests.acceptance.standalone_node import Standalone, request
@@ -110,3 +113,26 @@ def test_an_operator_binds_a_stream_to_its_subject_from_its_page(
     assert (status, answer["code"]) == (400, "schema-refused"), answer
     page.goto(node.base + "/audit/")
     expect(page.locator("body")).to_contain_text("stream.schema")
+
+    # Events decoded by their schema ids: the event browser's and the live tail's "schema" view
+    client = SchemaRegistryClient(
+        {"url": f"{node.base}/registry", "basic.auth.user.info": f"admin:{password}"}
+    )
+    serialize = AvroSerializer(client, json.dumps(V2))
+    value = SerializationContext("bound.orders", MessageField.VALUE)
+    events = f"{node.base}/scopes/bound/streams/orders/events"
+    _append(node, serialize({"id": 7, "note": "first"}, value))
+    page.goto(events + "?view=schema")
+    expect(page.locator("pre.event").first).to_contain_text('"note": "first"')
+    page.goto(events + "?from=tail&live=1&view=schema")
+    expect(page.locator("#tail-status")).to_have_text("following")
+    _append(node, serialize({"id": 8, "note": "live"}, value))
+    expect(page.locator("#tail-rows")).to_contain_text('"note": "live"')
+    screenshot(page, "schema-tail")
+
+
+def _append(node: Standalone, data: bytes) -> None:
+    body = {"events": [{"dataBase64": base64.b64encode(data).decode()}]}
+    path = "/v1/scopes/bound/streams/orders/events"
+    status, answer = request(node.base, "POST", path, node.token, body)
+    assert status == 201, answer
