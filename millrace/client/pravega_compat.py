@@ -23,6 +23,13 @@ Pravega's credentials from the environment likewise). ``tls_enabled`` asks for a
 the system's); ``disable_cert_verification`` turns off the host-name check (Pravega's
 ``validateHostName=false``), never the check of the chain. Everything runs on Millrace's own
 client (``millrace.client``), so the speed and the guarantees are Millrace's.
+
+As Pravega's Java writers and readers are made with a ``Serializer``, ``create_writer``,
+``create_transaction_writer`` and ``create_reader_group`` take ``serializer=``: an object with
+``serialize(value) -> bytes`` and ``deserialize(bytes) -> value``. The writers' ``write_event``
+then takes any value, and the events a reader reads give it back with ``value()``.
+``ConfluentSerializer`` makes one of Confluent's serializer and deserializer (``confluent-kafka``'s
+``AvroSerializer`` ...), for a stream bound to its default subject.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from millrace.client.blocking_readers import GroupReader
 from millrace.client.events import EventRead
@@ -42,6 +49,8 @@ from millrace.client.transactions import TxnFailedError
 
 __all__ = [
     "ByteStream",
+    "ConfluentSerializer",
+    "Serializer",
     "StreamCuts",
     "StreamManager",
     "StreamReader",
@@ -57,6 +66,34 @@ __all__ = [
 
 #: Where the token comes from when ``auth_enabled`` and no ``token=`` is given.
 TOKEN_VARIABLE = "MILLRACE_TOKEN"
+
+
+class Serializer(Protocol):
+    """Pravega's ``Serializer``: a value to the bytes of an event, and back."""
+
+    def serialize(self, value: Any) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
+
+
+class ConfluentSerializer:
+    """Confluent's serializer and deserializer as a Pravega ``Serializer`` of one stream: values
+    in Confluent's wire format, under the stream's default subject (``<scope>.<stream>-value``,
+    what a stream's schema enforcement checks)."""
+
+    def __init__(
+        self, serializer: Any, deserializer: Any, scope_name: str, stream_name: str
+    ) -> None:
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        self._serializer, self._deserializer = serializer, deserializer
+        self._context = SerializationContext(f"{scope_name}.{stream_name}", MessageField.VALUE)
+
+    def serialize(self, value: Any) -> bytes:
+        return bytes(self._serializer(value, self._context))
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._deserializer(data, self._context)
 
 
 class _Shown:
@@ -269,16 +306,25 @@ class StreamManager(_Shown):
     # -- clients -----------------------------------------------------------------------------
 
     def create_writer(
-        self, scope_name: str, stream_name: str, max_inflight_events: int = 0
+        self,
+        scope_name: str,
+        stream_name: str,
+        max_inflight_events: int = 0,
+        serializer: Serializer | None = None,
     ) -> StreamWriter:
         options = {"pending_events_max": max_inflight_events} if max_inflight_events > 0 else {}
-        return StreamWriter(self, self._manager.create_writer(scope_name, stream_name, **options))
+        writer = self._manager.create_writer(scope_name, stream_name, **options)
+        return StreamWriter(self, writer, serializer)
 
     def create_transaction_writer(
-        self, scope_name: str, stream_name: str, writer_id: int
+        self,
+        scope_name: str,
+        stream_name: str,
+        writer_id: int,
+        serializer: Serializer | None = None,
     ) -> StreamTxnWriter:
         writer = self._manager.create_transaction_writer(scope_name, stream_name)
-        return StreamTxnWriter(self, scope_name, stream_name, writer, writer_id)
+        return StreamTxnWriter(self, scope_name, stream_name, writer, writer_id, serializer)
 
     def create_reader_group(
         self,
@@ -287,6 +333,7 @@ class StreamManager(_Shown):
         stream_name: str,
         read_from_tail: bool = False,
         stream_cut: StreamCuts | None = None,
+        serializer: Serializer | None = None,
     ) -> StreamReaderGroup:
         start: str | StreamCut = "tail" if read_from_tail else "head"
         if stream_cut is not None:
@@ -294,7 +341,7 @@ class StreamManager(_Shown):
         group = self._manager.create_reader_group(
             scope_name, reader_group_name, {f"{scope_name}/{stream_name}": start}
         )
-        return StreamReaderGroup(self, group, scope_name, stream_name)
+        return StreamReaderGroup(self, group, scope_name, stream_name, serializer)
 
     def create_reader_group_with_config(
         self, reader_group_name: str, scope_name: str, rg_config: StreamReaderGroupConfig
@@ -338,16 +385,20 @@ def _policies(
 class StreamWriter(_Shown):
     """Writes events to one stream; ``flush`` makes them durable."""
 
-    def __init__(self, manager: StreamManager, writer: Any) -> None:
+    def __init__(
+        self, manager: StreamManager, writer: Any, serializer: Serializer | None = None
+    ) -> None:
         self._manager, self._writer = manager, writer
+        self._serialize = serializer.serialize if serializer is not None else _as_is
 
-    def write_event(self, event: str, routing_key: str | None = None) -> None:
-        self._writer.write_event(event, routing_key)
+    def write_event(self, event: Any, routing_key: str | None = None) -> None:
+        """``event``: text, or with a serializer any value it takes."""
+        self._writer.write_event(self._serialize(event), routing_key)
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
         self._writer.write_event(event, routing_key)
 
-    def write_event_async(self, event: str, routing_key: str | None = None) -> asyncio.Future[None]:
+    def write_event_async(self, event: Any, routing_key: str | None = None) -> asyncio.Future[None]:
         """An awaitable of the caller's event loop, done once the event is durable."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -355,7 +406,7 @@ class StreamWriter(_Shown):
         def landed(error: BaseException | None) -> None:
             loop.call_soon_threadsafe(_settle, done, error)
 
-        self._writer.write_event(event, routing_key, callback=landed)
+        self._writer.write_event(self._serialize(event), routing_key, callback=landed)
         return done
 
     def flush(self) -> None:
@@ -363,6 +414,10 @@ class StreamWriter(_Shown):
 
     def to_str(self) -> str:
         return f"StreamWriter({self._writer._writer.scope}/{self._writer._writer.stream})"
+
+
+def _as_is(event: Any) -> Any:
+    return event
 
 
 def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
@@ -378,18 +433,25 @@ class StreamTxnWriter(_Shown):
     """Begins transactions on one stream."""
 
     def __init__(
-        self, manager: StreamManager, scope: str, stream: str, writer: Any, writer_id: int
+        self,
+        manager: StreamManager,
+        scope: str,
+        stream: str,
+        writer: Any,
+        writer_id: int,
+        serializer: Serializer | None = None,
     ) -> None:
         self._manager, self._writer = manager, writer
         self.scope, self.stream, self.writer_id = scope, stream, writer_id
+        self._serializer = serializer
 
     def begin_txn(self) -> StreamTransaction:
-        return StreamTransaction(self._writer.begin_txn())
+        return StreamTransaction(self._writer.begin_txn(), self._serializer)
 
     def get_txn(self, txn_id: int) -> StreamTransaction:
         """An open transaction by its id (``get_txn_id``), to write or end it."""
         txn = self._writer.get_txn(uuid.UUID(int=txn_id))
-        return StreamTransaction(txn)
+        return StreamTransaction(txn, self._serializer)
 
     def to_str(self) -> str:
         return f"StreamTxnWriter({self.scope}/{self.stream}, writer {self.writer_id})"
@@ -398,8 +460,9 @@ class StreamTxnWriter(_Shown):
 class StreamTransaction(_Shown):
     """One transaction: its events appear together on ``commit`` (never, on ``abort``)."""
 
-    def __init__(self, txn: Any) -> None:
+    def __init__(self, txn: Any, serializer: Serializer | None = None) -> None:
         self._txn = txn
+        self._serializer = serializer
 
     def get_txn_id(self) -> int:
         return int(self._txn.txn_id.int)
@@ -407,8 +470,12 @@ class StreamTransaction(_Shown):
     def is_open(self) -> bool:
         return str(self._txn.check_status()) == "OPEN"
 
-    def write_event(self, event: str, routing_key: str | None = None) -> None:
-        self.write_event_bytes(event.encode("utf-8"), routing_key)
+    def write_event(self, event: Any, routing_key: str | None = None) -> None:
+        """``event``: text, or with a serializer any value it takes."""
+        if self._serializer is not None:
+            self.write_event_bytes(self._serializer.serialize(event), routing_key)
+        else:
+            self.write_event_bytes(event.encode("utf-8"), routing_key)
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
         try:
@@ -438,13 +505,22 @@ class StreamTransaction(_Shown):
 class StreamReaderGroup(_Shown):
     """A reader group: readers sharing its streams."""
 
-    def __init__(self, manager: StreamManager, group: Any, scope: str, stream: str) -> None:
+    def __init__(
+        self,
+        manager: StreamManager,
+        group: Any,
+        scope: str,
+        stream: str,
+        serializer: Serializer | None = None,
+    ) -> None:
         self._manager, self._group = manager, group
         self.scope, self.stream = scope, stream
         self._readers: dict[str, StreamReader] = {}
+        self._serializer = serializer
 
     def create_reader(self, reader_name: str) -> StreamReader:
-        reader = StreamReader(self._manager, self._group.create_reader(reader_name))
+        made = self._group.create_reader(reader_name)
+        reader = StreamReader(self._manager, made, self._serializer)
         self._readers[reader_name] = reader
         return reader
 
@@ -473,15 +549,23 @@ class StreamReaderGroup(_Shown):
 
 
 class EventData:
-    """One event of a slice: ``data()`` and ``offset()`` (in its segment)."""
+    """One event of a slice: ``data()`` and ``offset()`` (in its segment); with the reader
+    group's serializer, ``value()``."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_serializer")
 
-    def __init__(self, event: EventRead) -> None:
+    def __init__(self, event: EventRead, serializer: Serializer | None = None) -> None:
         self._event = event
+        self._serializer = serializer
 
     def data(self) -> bytes:
         return self._event.data
+
+    def value(self) -> Any:
+        """The event as its serializer reads it (the reader group was given one)."""
+        if self._serializer is None:
+            raise ValueError("value() needs the reader group created with serializer=")
+        return self._serializer.deserialize(self._event.data)
 
     def offset(self) -> int:
         return self._event.offset
@@ -493,12 +577,13 @@ class EventData:
 class Slice:
     """Events of one segment; iterate it, then hand it to ``release_segment``."""
 
-    def __init__(self, piece: SegmentSlice) -> None:
+    def __init__(self, piece: SegmentSlice, serializer: Serializer | None = None) -> None:
         self.piece = piece
+        self._serializer = serializer
 
     def __iter__(self) -> Iterator[EventData]:
         for event in self.piece:
-            yield EventData(event)
+            yield EventData(event, self._serializer)
 
     def __repr__(self) -> str:
         return f"Slice({self.piece.segment}, {len(self.piece)} events)"
@@ -507,8 +592,11 @@ class Slice:
 class StreamReader(_Shown):
     """A reader of a reader group, reading segment slices."""
 
-    def __init__(self, manager: StreamManager, reader: GroupReader) -> None:
+    def __init__(
+        self, manager: StreamManager, reader: GroupReader, serializer: Serializer | None = None
+    ) -> None:
         self._manager, self._reader = manager, reader
+        self._serializer = serializer
 
     async def get_segment_slice_async(self) -> Slice:
         """The next slice of events (waits until there is one)."""
@@ -519,7 +607,7 @@ class StreamReader(_Shown):
             )
             piece = await asyncio.wrap_future(taken)
             if piece is not None:
-                return Slice(piece)
+                return Slice(piece, self._serializer)
             if self._reader.finished:
                 raise RuntimeError("every stream of the reader group is sealed and read")
 

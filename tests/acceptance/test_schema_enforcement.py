@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import websockets
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 import millrace.client.pravega_compat as compat
@@ -312,3 +312,39 @@ def test_events_are_decoded_by_their_schemas_over_rest_websockets_and_the_cli(
         writer.write_event(NOT_FRAMED, routing_key="k")
     status, answer = request(standalone.base, "GET", path, standalone.token)
     assert answer["events"][-1]["decodeError"].startswith("no schema header"), answer
+
+
+def test_pravega_compat_takes_a_serializer_as_pravegas_clients_do(
+    standalone: Standalone, registry: SchemaRegistryClient, bound: tuple[StreamManager, str]
+) -> None:
+    """A writer, a transaction writer and a reader group made with ``serializer=`` (Confluent's
+    Avro serializer and deserializer, adapted): values in, values out, and the stream in
+    ``validate`` mode takes them."""
+    _, scope = bound
+    _set(standalone, scope, enforcement="validate")
+    serializer = compat.ConfluentSerializer(
+        AvroSerializer(registry, ORDER_V2), AvroDeserializer(registry), scope, "st"
+    )
+    os.environ[compat.TOKEN_VARIABLE] = standalone.token
+    manager = compat.StreamManager(standalone.base, auth_enabled=True)
+    writer = manager.create_writer(scope, "st", serializer=serializer)
+    writer.write_event({"id": 1, "note": "plain"}, "k")
+    writer.flush()
+    txns = manager.create_transaction_writer(scope, "st", 1, serializer=serializer)
+    txn = txns.begin_txn()
+    txn.write_event({"id": 2, "note": "in a transaction"}, "k")
+    txn.commit()
+    group = manager.create_reader_group("typed", scope, "st", serializer=serializer)
+    reader = group.create_reader("r1")
+
+    async def read_two() -> list[Any]:
+        values: list[Any] = []
+        while len(values) < 2:
+            piece = await asyncio.wait_for(reader.get_segment_slice_async(), 30)
+            values += [event.value() for event in piece]
+            reader.release_segment(piece)
+        return values
+
+    assert asyncio.run(read_two()) == [{"id": 1, "note": "plain"},
+                                       {"id": 2, "note": "in a transaction"}]  # fmt: skip
+    reader.reader_offline()
