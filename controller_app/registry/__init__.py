@@ -8,6 +8,8 @@ codes. Its records are ``controller_app.models.registry``'s.
 Its other modules:
 
 * ``avro_format``: Avro schemas (Apache Avro's parser and compatibility checker)
+* ``decoding``: events decoded by their schema ids (REST and WebSocket ``decode=json``, the
+  console, ``stream read --decode``)
 * ``policies``: streams' schema policies (enforcement, subject, schema ids) for the segment
   stores
 * ``json_format``: JSON Schema schemas (``jsonschema``) and their compatibility rules
