@@ -15,9 +15,10 @@ subject may have a version registered since (Confluent's serializers register a 
 produce with its id at once), so the caller waits for ``reload`` and judges again, with
 ``final`` (an id still unknown then is refused).
 
-When the policies cannot be read (the metadata database is away), a cached policy is kept
-and used, however old (read again once per maximum age); a stream never read refuses its
-writers' SetupAppend as offline (the client asks again), never lets them in unguarded.
+When the policies cannot be read (the metadata database is away, or hangs), a block waits at
+most ``READ_WAIT_SECONDS``, then the cached policy is used, however old, for ``KEEP_SECONDS``
+before it is waited for again; a stream never read refuses its writers' SetupAppend as
+offline (the client asks again), never lets them in unguarded.
 Internal streams (names starting with ``_``: reader group states, watermarks, the system
 scope) are never guarded.
 """
@@ -45,8 +46,12 @@ __all__ = ["MAX_AGE_SECONDS", "UNKNOWN_SCHEMA", "Refusal", "SchemaGuard", "Schem
 
 log = logging.getLogger(__name__)
 
-#: A cached policy older than this is read again (in the background) when a block uses it.
+#: A cached policy older than this is read again before a block is judged with it.
 MAX_AGE_SECONDS = 1.0
+#: How long a block waits for a policy being read before the cached one is used.
+READ_WAIT_SECONDS = 1.0
+#: How long a cached policy is used without waiting once it could not be read.
+KEEP_SECONDS = 10.0
 #: The first bytes of a refused event shown in the error.
 _SHOWN_BYTES = 12
 
@@ -128,14 +133,17 @@ class SchemaGuard:
         return cached.policy if age <= self._max_age else None
 
     async def reload(self, stream: tuple[str, str]) -> SchemaPolicy:
-        """The policy read now (joining a read under way); the cached one, however old, if it
-        cannot be read; ``ContainerOfflineError`` if none is cached."""
+        """The policy read now (joining a read under way); if it cannot be read within
+        ``READ_WAIT_SECONDS``, the cached one, however old, kept for ``KEEP_SECONDS`` more
+        (a database that hangs holds appends for a moment now and then, never for good);
+        ``ContainerOfflineError`` if none is cached."""
         future = self._reading.get(stream) or self._start_read(stream)
         try:
-            return await asyncio.shield(future)
+            return await asyncio.wait_for(asyncio.shield(future), READ_WAIT_SECONDS)
         except Exception as exc:
             cached = self._cached.get(stream)
             if cached is not None:
+                self._keep(stream, cached, exc)
                 return cached.policy
             raise ContainerOfflineError(
                 f"the schema policy of {'/'.join(stream)} cannot be read now ({exc}); try again"
@@ -154,11 +162,16 @@ class SchemaGuard:
         exc = future.exception()
         if exc is None:
             self._cached[stream] = _Cached(future.result(), time.monotonic())
-        elif stream in self._cached:  # kept for one more maximum age: one failed read a while
-            cached = self._cached[stream]
-            log.warning("cannot read the schema policy of %s (%s): keeping the one read before",
-                        "/".join(stream), exc)  # fmt: skip
-            cached.read_at = time.monotonic()
+        elif stream in self._cached:
+            self._keep(stream, self._cached[stream], exc)
+
+    def _keep(self, stream: tuple[str, str], cached: _Cached, exc: BaseException) -> None:
+        """Use the cached policy for ``KEEP_SECONDS`` more: it cannot be read now."""
+        kept_until = time.monotonic() + KEEP_SECONDS
+        if cached.read_at + self._max_age < kept_until:
+            log.warning("cannot read the schema policy of %s (%s): keeping the one read "
+                        "before", "/".join(stream), exc or "no answer")  # fmt: skip
+            cached.read_at = kept_until - self._max_age
 
 
 def judge(policy: SchemaPolicy, data: bytes | memoryview, *, final: bool = False) -> Refusal | None:

@@ -4,11 +4,16 @@ once) or not (walked); malformed blocks refused, never read past."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+
 import pytest
 
 from millrace.kernel import wire
 from millrace.kernel.schema_policy import NO_POLICY, SchemaPolicy
-from segment_app.server.schema_guard import UNKNOWN_SCHEMA, judge, stream_of
+from segment_app.engine.errors import ContainerOfflineError
+from segment_app.server.schema_guard import UNKNOWN_SCHEMA, SchemaGuard, judge, stream_of
 
 HEADER = SchemaPolicy("header", "s-value", {1: None, 2: None})
 
@@ -80,3 +85,39 @@ def test_internal_streams_are_not_guarded() -> None:
     assert stream_of("shop/orders/3.#epoch.2#transaction.00ff") == ("shop", "orders")
     assert stream_of("_system/_RGgroup/0.#epoch.0") is None
     assert stream_of("shop/_MARKorders/0.#epoch.0") is None
+
+
+class _Hanging:
+    """Policies whose first read answers and whose later reads hang until ``gate`` opens (a
+    metadata database that stopped answering)."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.reads = 0
+
+    def policy(self, scope: str, stream: str) -> SchemaPolicy:
+        self.reads += 1
+        if self.reads > 1:
+            self.gate.wait(30)
+        return HEADER
+
+
+async def test_a_hanging_database_holds_a_streams_blocks_a_moment_not_for_good() -> None:
+    policies = _Hanging()
+    guard = SchemaGuard(policies, max_age=0.2)
+    stream = ("shop", "orders")
+    await guard.ready(stream)
+    await asyncio.sleep(0.3)
+    assert guard.policy(stream) is None  # too old: the block waits for a read ...
+    started = time.monotonic()
+    assert await guard.reload(stream) is HEADER  # ... which hangs: the cached one after 1 s
+    assert 0.9 < time.monotonic() - started < 3
+    assert guard.policy(stream) is HEADER  # and then for a while without waiting
+    policies.gate.set()
+    hanging = _Hanging()
+    hanging.reads = 1  # (its first read hangs too)
+    try:
+        with pytest.raises(ContainerOfflineError):  # a stream never read is not let in unguarded
+            await SchemaGuard(hanging, max_age=0.2).ready(("shop", "other"))
+    finally:
+        hanging.gate.set()
