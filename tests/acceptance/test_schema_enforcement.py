@@ -191,8 +191,7 @@ def _faces(node: Standalone, manager: StreamManager, scope: str, good: bytes) ->
             txn.abort()
             with txns.begin_txn() as again:  # the good event alone commits
                 again.write_event(good, routing_key="t")
-    os.environ[compat.TOKEN_VARIABLE] = node.token
-    compat_manager = compat.StreamManager(node.base, auth_enabled=True)
+    compat_manager = compat.StreamManager(node.base, auth_enabled=True, token=node.token)
     writer = compat_manager.create_writer(scope, "st")
     writer.write_event_bytes(good, "c")
     writer.flush()
@@ -325,8 +324,7 @@ def test_pravega_compat_takes_a_serializer_as_pravegas_clients_do(
     serializer = compat.ConfluentSerializer(
         AvroSerializer(registry, ORDER_V2), AvroDeserializer(registry), scope, "st"
     )
-    os.environ[compat.TOKEN_VARIABLE] = standalone.token
-    manager = compat.StreamManager(standalone.base, auth_enabled=True)
+    manager = compat.StreamManager(standalone.base, auth_enabled=True, token=standalone.token)
     writer = manager.create_writer(scope, "st", serializer=serializer)
     writer.write_event({"id": 1, "note": "plain"}, "k")
     writer.flush()

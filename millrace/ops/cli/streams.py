@@ -105,8 +105,9 @@ def stream_create(args: argparse.Namespace) -> None:
         "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": args.segments},
         "streamTags": args.tag or [],
     }
-    if _schema_change(args):
-        body["schema"] = _schema_change(args)
+    binding = _schema_change(args)
+    if binding:
+        body["schema"] = binding
     made = remote.call(args, "POST", f"/scopes/{scope}/streams", body, exists_ok=True)
     if made is None:  # (as Pravega's createStream: false, not an error; its state is told)
         info = remote.call(args, "GET", f"/scopes/{scope}/streams/{stream}/info")
