@@ -23,6 +23,12 @@ class OptionError(ValueError):
 #: Stream cuts that are words, not cut texts.
 CUT_WORDS = ("earliest", "latest", "unbounded")
 METADATA = ("streams", "streaminfo")
+#: Words some string options take (lower-cased), and what they say.
+CHOICES = {
+    "metadata": METADATA,
+    "schema": ("none", "registry"),  # rows of raw events, or typed by the stream's subject
+    "mode": ("failfast", "permissive"),  # a typed read's undecodable event: fail, or null
+}
 #: Integer options with bounds of their own (others: 0 or more).
 LIMITS = {
     "default_num_segments": (1, 10_000),
@@ -55,6 +61,13 @@ class Options:
     trust_store: str = ""
     #: Check the nodes' host names against their certificates (Pravega's validateHostName).
     validate_hostname: bool = True
+    #: ``registry``: rows typed by the stream's value subject's Avro schema (``typed``).
+    schema: str = "none"
+    #: The subject's version a typed job reads or writes with (0: the latest).
+    schema_version: int = 0
+    #: A typed write registers the DataFrame's own schema (Confluent's auto.register.schemas).
+    auto_register_schemas: bool = False
+    mode: str = "failfast"
     token: str = dataclasses.field(default="", repr=False)
 
     @classmethod
@@ -140,8 +153,9 @@ def _convert(key: str, value: str, default: Any) -> Any:
                 f"millrace: option {key!r} must be from {low} to {high}, not {number}"
             )
         return number
-    if key == "metadata" and value.lower() not in METADATA:
-        raise OptionError(
-            f"millrace: option 'metadata' must be Streams or StreamInfo, not {value!r}"
-        )
-    return value.lower() if key == "metadata" else value
+    if key in CHOICES:
+        if value.lower() not in CHOICES[key]:
+            words = " or ".join(CHOICES[key])
+            raise OptionError(f"millrace: option {key!r} must be {words}, not {value!r}")
+        return value.lower()
+    return value

@@ -48,7 +48,7 @@ from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
 from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import COMMIT_AT_ONCE
-from spark_bridge import arrow
+from spark_bridge import arrow, typed
 from spark_bridge.options import OptionError, Options
 from spark_bridge.worker_state import LEASES, forget_task_writers, manager_of, task_writers
 
@@ -82,30 +82,64 @@ class MillraceDataSource(DataSource):
     def name(cls) -> str:
         return "millrace"
 
-    def schema(self) -> str:
-        metadata = Options.parse(self.options).metadata
-        return METADATA_SCHEMAS[metadata] if metadata else SCHEMA
+    def schema(self) -> str | StructType:
+        options = Options.parse(self.options)
+        if options.metadata:
+            return METADATA_SCHEMAS[options.metadata]
+        if options.schema == "registry":
+            with manager_of(options) as manager:
+                return typed.read_schema(typed.resolve(manager, options))
+        return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = Options.parse(self.options)
-        return MetadataReader(options) if options.metadata else BatchReader(options)
+        if options.metadata:
+            return MetadataReader(options)
+        return BatchReader(options, read_binding(options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = Options.parse(self.options)
-        check_write_schema(schema)
-        prepare_stream(options)
-        return BatchWriter(options)
+        return BatchWriter(options, write_binding(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(Options.parse(self.options))
+        options = Options.parse(self.options)
+        return StreamReader(options, read_binding(options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         records = commit_records(self.options)
         options = Options.parse({k: v for k, v in self.options.items()
                                  if str(k).lower() != "checkpointlocation"})  # fmt: skip
-        check_write_schema(schema)
-        prepare_stream(options)
-        return StreamWriter(options, records)
+        return StreamWriter(options, records, write_binding(options, schema))
+
+
+def read_binding(options: Options, schema: StructType) -> typed.Binding | None:
+    """A typed read's schema, resolved again as the job is planned: it must still be the one
+    ``schema()`` gave Spark (a version registered in between: plan again, or pin
+    ``schema_version``)."""
+    if options.schema != "registry":
+        return None
+    with manager_of(options) as manager:
+        binding = typed.resolve(manager, options)
+    if typed.read_schema(binding) != schema:
+        raise OptionError(
+            f"millrace: the rows of a typed read are the schema of {binding.subject!r}"
+            f" (version {binding.version}, id {binding.schema_id}):"
+            f" {typed.read_schema(binding).simpleString()};"
+            " Spark was given other ones (a schema of your own, or the subject changed while the"
+            " job was planned: run it again, or pin option schema_version)"
+        )
+    return binding
+
+
+def write_binding(options: Options, schema: StructType) -> typed.Binding | None:
+    """Check the DataFrame's columns, create the stream when allowed and, for a typed write,
+    resolve the schema its rows are encoded with (driver)."""
+    check_write_schema(schema, typed=options.schema == "registry")
+    prepare_stream(options)
+    if options.schema != "registry":
+        return None
+    with manager_of(options) as manager:
+        return typed.resolve(manager, options, writing=schema)
 
 
 # -- read -----------------------------------------------------------------------------------------
@@ -135,15 +169,16 @@ def start_and_end(options: Options) -> tuple[StreamCut | None, StreamCut | None]
 
 
 class BatchReader(DataSourceReader):  # type: ignore[misc]
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, binding: typed.Binding | None = None) -> None:
         self.options = options
+        self.binding = binding
 
     def partitions(self) -> list[Any]:
         start, end = start_and_end(self.options)
         return plan_ranges(self.options, start, end)
 
     def read(self, partition: Any) -> Iterator[Any]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.binding)
 
 
 class MetadataReader(DataSourceReader):  # type: ignore[misc]
@@ -165,11 +200,20 @@ class MetadataReader(DataSourceReader):  # type: ignore[misc]
             yield scope, stream, head, tail
 
 
-def read_partition(options: Options, partition: Any) -> Iterator[Any]:
+def read_partition(
+    options: Options, partition: Any, binding: typed.Binding | None = None
+) -> Iterator[Any]:
     """A planned partition's events; with no range to read, Spark still reads one partition
     of its own (no ``segment``): nothing in it."""
     segment = getattr(partition, "segment", None)
-    return read_range(options, segment) if segment is not None else iter(())
+    if segment is None:
+        return iter(())
+    batches = read_range(options, segment)
+    if binding is None:
+        return batches
+    decoder = typed.decoder_of(binding, options.controller, options.token, options.trust_store)
+    permissive = options.mode == "permissive"
+    return (typed.typed_batch(decoder, b, segment.name, permissive) for b in batches)
 
 
 def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
@@ -201,15 +245,18 @@ def read_range(options: Options, segment: SegmentRange) -> Iterator[Any]:
 # -- write ----------------------------------------------------------------------------------------
 
 
-def check_write_schema(schema: StructType) -> None:
+def check_write_schema(schema: StructType, typed: bool = False) -> None:
     names = {f.name for f in schema.fields}
-    if "event" not in names:
+    if typed:
+        if not names - {"routing_key"}:
+            raise OptionError("millrace: a typed write needs columns besides 'routing_key'")
+    elif "event" not in names:
         raise OptionError(
             "millrace: a DataFrame written to Millrace needs an 'event' column (string or"
             f" binary); it has {sorted(names)}"
         )
     for field in schema.fields:
-        if field.name in ("event", "routing_key"):
+        if field.name == "routing_key" or (field.name == "event" and not typed):
             kind = field.dataType.simpleString()
             if kind not in ("string", "binary") or (
                 field.name == "routing_key" and kind != "string"
@@ -262,14 +309,15 @@ class WriteMessage(WriterCommitMessage):  # type: ignore[misc]
 
 
 class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, binding: typed.Binding | None = None) -> None:
         self.options = options
+        self.binding = binding
         #: every transaction of this job is begun with this writer id, so that an abort also
         #: finds those of tasks that were killed before they could report theirs
         self.writer_id = f"spark-{uuid.uuid4().hex[:24]}"
 
     def write(self, iterator: Iterator[Any]) -> WriteMessage:
-        return write_batches(self.options, iterator, self.writer_id)
+        return write_batches(self.options, iterator, self.writer_id, self.binding)
 
     def commit(self, messages: list[Any]) -> None:
         finish(self.options, messages, commit=True, writer_id=self.writer_id)
@@ -278,11 +326,15 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         finish(self.options, messages, commit=False, writer_id=self.writer_id)
 
 
-def write_batches(options: Options, batches: Iterator[Any], writer_id: str) -> WriteMessage:
+def write_batches(
+    options: Options, batches: Iterator[Any], writer_id: str, binding: typed.Binding | None = None
+) -> WriteMessage:
     """One task's Arrow record batches (executors): into its own transaction, or with a plain
-    writer."""
+    writer; a typed write's rows encoded first."""
     count = 0
     arrow.reuse_freed_memory()
+    if binding is not None:
+        batches = map(typed.Encoder(binding).events, batches)
     if not options.exactly_once:
         with (
             manager_of(options) as manager,
@@ -403,8 +455,9 @@ class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
     ranges between the previous cut and that one (successors of segments that scaled meanwhile
     included, so keys are followed in order across a scale)."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, binding: typed.Binding | None = None) -> None:
         self.options = options
+        self.binding = binding
 
     def initialOffset(self) -> dict[str, Any]:
         where = self.options.start_stream_cut
@@ -435,7 +488,7 @@ class StreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return plan_ranges(self.options, cut_of(self.options, start), cut_of(self.options, end))
 
     def read(self, partition: Any) -> Iterator[Any]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.binding)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: Millrace keeps no state for the query."""
@@ -451,9 +504,12 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     the batch as done) commits the recorded transactions again (a no-op when they were) and
     aborts the replay's own: no batch is ever written twice."""
 
-    def __init__(self, options: Options, records: Path) -> None:
+    def __init__(
+        self, options: Options, records: Path, binding: typed.Binding | None = None
+    ) -> None:
         self.options = options
         self.records = records
+        self.binding = binding
         self.query = hashlib.sha256(str(records).encode()).hexdigest()[:16]
 
     def write(self, iterator: Iterator[Any]) -> WriteMessage:
@@ -461,7 +517,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        return write_batches(self.options, iterator, f"spark-{self.query}-{batch}")
+        return write_batches(self.options, iterator, f"spark-{self.query}-{batch}", self.binding)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         record = self.records / f"{batchId}.json"

@@ -119,6 +119,17 @@ class AsyncStreamManager:
         positions = {int(k): int(v) for k, v in found["streamCut"].items()}
         return StreamCut(cut.scope, cut.stream, positions), int(found["bytes"])
 
+    async def stream_schema(self, scope: str, stream: str) -> dict[str, Any]:
+        """The stream's value subject in the schema registry and its enforcement mode
+        (``{"subject": ..., "enforcement": "none" | "header" | "validate"}``)."""
+        return await self.controller.call("GET", f"/scopes/{scope}/streams/{stream}/schema")
+
+    async def registry(self, method: str, path: str, body: Any = None) -> Any:
+        """One call to the schema registry's REST API (Confluent's: ``GET
+        /schemas/ids/7``, ``POST /subjects/S/versions`` ...); its errors are ``ControllerError``
+        with Confluent's numeric codes."""
+        return await self.controller.call(method, path, body, api="/registry")
+
     async def close(self) -> None:
         await self.controller.close()
 
@@ -464,6 +475,14 @@ class StreamManager(_Closing):
 
     def reader_group(self, scope: str, group: str) -> ReaderGroup:
         return ReaderGroup(self._loop, self._async.reader_group(scope, group))
+
+    def stream_schema(self, scope: str, stream: str) -> dict[str, Any]:
+        """As ``AsyncStreamManager.stream_schema``."""
+        return self._loop.run(self._async.stream_schema(scope, stream))
+
+    def registry(self, method: str, path: str, body: Any = None) -> Any:
+        """As ``AsyncStreamManager.registry``."""
+        return self._loop.run(self._async.registry(method, path, body))
 
     def create_batch_client(self) -> BatchClient:
         """Segment ranges between stream cuts, read independently (Pravega's BatchClient)."""

@@ -36,7 +36,7 @@ def test_defaults_and_conversions(tmp_path: Path) -> None:
         ({"start_stream_cut": "yesterday"}, "option 'start_stream_cut' must be earliest"),
         ({"end_stream_cut": StreamCut("other", "st", {0: 0}).to_text()},
          "option 'end_stream_cut' is a cut of other/st"),
-        ({"metadata": "Everything"}, "option 'metadata' must be Streams or StreamInfo"),
+        ({"metadata": "Everything"}, "option 'metadata' must be streams or streaminfo"),
         ({"token_file": "/nonexistent/token"}, "option 'token_file'"),
         ({"approx_bytes_per_trigger": "-1"}, "'approx_bytes_per_trigger' must be from 0"),
         ({"stream": ""}, "option 'stream' is required"),
