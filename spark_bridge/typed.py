@@ -40,7 +40,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
-from spark_bridge import avro_types
+from spark_bridge import avro_arrow, avro_types
 from spark_bridge.options import OptionError, Options
 
 __all__ = ["HEADER_BYTES", "Binding", "Decoder", "Encoder", "decoder_of", "resolve"]
@@ -374,6 +374,8 @@ class Encoder:
         self.binding = binding
         self.schema = fastavro.parse_schema(avro_types.without_time(binding.parsed))
         self.header = bytes([MAGIC]) + binding.schema_id.to_bytes(4, "big")
+        #: a flat record's fields, encoded a column at a time (``avro_arrow``), or None
+        self.flat = avro_arrow.plan(self.schema)
 
     def events(self, batch: Any) -> Any:
         """A record batch of Spark's rows as one with the ``event`` column (and the
@@ -381,9 +383,25 @@ class Encoder:
         names = batch.schema.names
         columns = [n for n in names if n != "routing_key"]
         if columns == ["value"] and pa.types.is_struct(batch.schema.field("value").type):
-            rows = batch.column(names.index("value")).to_pylist()
+            record = batch.column(names.index("value"))
+            fields = [record.type.field(i).name for i in range(record.type.num_fields)]
+            arrays = record.flatten()
         else:
-            rows = batch.select(columns).to_pylist()
+            fields, arrays = columns, [batch.column(names.index(n)) for n in columns]
+        events = None
+        if self.flat is not None:
+            given = dict(zip(fields, arrays, strict=True))
+            events = avro_arrow.encode(self.flat, given, self.header, batch.num_rows)
+        if events is None:
+            events = self._one_by_one(self._rows(fields, arrays))
+        out_arrays, columns_out = [events], ["event"]
+        if "routing_key" in names:
+            out_arrays.append(batch.column(names.index("routing_key")))
+            columns_out.append("routing_key")
+        return pa.RecordBatch.from_arrays(out_arrays, names=columns_out)
+
+    def _one_by_one(self, rows: list[dict[str, Any]]) -> pa.Array:
+        """The rows encoded by fastavro, one by one."""
         out = []
         buffer = io.BytesIO()
         for number, row in enumerate(rows):
@@ -391,7 +409,7 @@ class Encoder:
             buffer.truncate()
             buffer.write(self.header)
             try:
-                fastavro.schemaless_writer(buffer, self.schema, _avro_value(row))
+                fastavro.schemaless_writer(buffer, self.schema, row)
             except Exception as exc:  # (a row that does not fit: the row's fault)
                 raise ValueError(
                     f"millrace: row {number} of a batch does not fit the schema of"
@@ -399,11 +417,48 @@ class Encoder:
                     f" {type(exc).__name__}: {exc}"
                 ) from None
             out.append(buffer.getvalue())
-        arrays, columns_out = [pa.array(out, pa.binary())], ["event"]
-        if "routing_key" in names:
-            arrays.append(batch.column(names.index("routing_key")))
-            columns_out.append("routing_key")
-        return pa.RecordBatch.from_arrays(arrays, names=columns_out)
+        return pa.array(out, pa.binary())
+
+    def _rows(self, names: list[str], columns: list[Any]) -> list[dict[str, Any]]:
+        """The rows as dicts, made a column at a time: a date or a microsecond timestamp that
+        the schema's field takes as one is handed over as its number (days, microseconds:
+        what fastavro would turn the Python object into), the rest as Python values."""
+        logical = self._logical_fields()
+        values = []
+        for name, column in zip(names, columns, strict=True):
+            kind = column.type
+            if logical.get(name) == "date" and pa.types.is_date32(kind):
+                values.append(column.cast(pa.int32()).to_pylist())
+            elif logical.get(name, "").endswith("timestamp-micros") and pa.types.is_timestamp(kind):
+                values.append(column.cast(pa.timestamp("us", kind.tz)).cast(pa.int64()).to_pylist())
+            elif _has_map(kind):
+                values.append([_avro_value(v) for v in column.to_pylist()])
+            else:
+                values.append(column.to_pylist())
+        return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+
+    @functools.cache  # noqa: B019 (one Encoder per task; the schema's fields never change)
+    def _logical_fields(self) -> dict[str, str]:
+        """The schema's top-level fields with a logical type (of their non-null branch)."""
+        found = {}
+        for field in self.schema.get("fields", ()) if isinstance(self.schema, dict) else ():
+            kind = field["type"]
+            if isinstance(kind, list):
+                rest = [b for b in kind if b != "null"]
+                kind = rest[0] if len(rest) == 1 else None
+            if isinstance(kind, dict) and "logicalType" in kind:
+                found[field["name"]] = str(kind["logicalType"])
+        return found
+
+
+def _has_map(kind: pa.DataType) -> bool:
+    if pa.types.is_map(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_map(kind.value_type)
+    return False
 
 
 def _avro_value(value: Any) -> Any:
