@@ -121,9 +121,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="millrace-typed-") as work:
-        with standalone_node(Path(work)) as (base, token, _):
-            steps = _run(base, token, args)
+    with (
+        tempfile.TemporaryDirectory(prefix="millrace-typed-") as work,
+        standalone_node(Path(work)) as (base, token, _),
+    ):
+        steps = _run(base, token, args)
     median = {name: statistics.median(times) for name, times in steps.items()}
     results: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -11,9 +11,13 @@ client (an import-linter contract in pyproject.toml says so). See docs/component
 Its other modules:
 
 * ``arrow``: events to and from Arrow, a column at a time (executors)
+* ``avro_arrow``: Avro's binary encoding of Arrow columns, a column at a time (typed writes)
+* ``avro_types``: Avro schemas as Spark types and back, as Spark's ``from_avro``/``to_avro``
 * ``jobs``: Spark jobs over the ``millrace`` data source, runnable with ``spark-submit`` or
   through the ``millrace ingest`` / ``millrace export`` commands (a local Spark)
 * ``options``: the data source's options, parsed once into a frozen dataclass with clear errors
+* ``typed``: typed rows (``schema=registry``): events decoded and rows encoded by the stream's
+  value subject's Avro schema, in Confluent's wire format
 * ``worker_state``: what a Spark Python worker keeps from one task to the next (executors)
 """
 

@@ -435,7 +435,23 @@ class Encoder:
                 values.append([_avro_value(v) for v in column.to_pylist()])
             else:
                 values.append(column.to_pylist())
-        return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+        rows = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+        defaulted = self._defaulted_fields() & set(names)
+        if defaulted:  # a null where the field takes none but has a default: the default
+            for row in rows:
+                for name in defaulted:
+                    if row[name] is None:
+                        del row[name]
+        return rows
+
+    @functools.cache  # noqa: B019 (one Encoder per task; the schema's fields never change)
+    def _defaulted_fields(self) -> set[str]:
+        """The schema's top-level fields that take no null but have a default."""
+        fields = self.schema.get("fields", ()) if isinstance(self.schema, dict) else ()
+        return {
+            f["name"] for f in fields
+            if "default" in f and not (isinstance(f["type"], list) and "null" in f["type"])
+        }  # fmt: skip
 
     @functools.cache  # noqa: B019 (one Encoder per task; the schema's fields never change)
     def _logical_fields(self) -> dict[str, str]:

@@ -122,7 +122,10 @@ class AsyncStreamManager:
     async def stream_schema(self, scope: str, stream: str) -> dict[str, Any]:
         """The stream's value subject in the schema registry and its enforcement mode
         (``{"subject": ..., "enforcement": "none" | "header" | "validate"}``)."""
-        return await self.controller.call("GET", f"/scopes/{scope}/streams/{stream}/schema")
+        found: dict[str, Any] = await self.controller.call(
+            "GET", f"/scopes/{scope}/streams/{stream}/schema"
+        )
+        return found
 
     async def registry(self, method: str, path: str, body: Any = None) -> Any:
         """One call to the schema registry's REST API (Confluent's: ``GET

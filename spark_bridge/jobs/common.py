@@ -124,11 +124,14 @@ def connection_options(args: argparse.Namespace, job: str) -> dict[str, str]:
 @dataclass
 class Summary:
     events: int
-    bytes: int
+    #: the events' bytes (None: not counted, as for typed rows)
+    bytes: int | None
     seconds: float
 
     def line(self, verb: str) -> str:
         rate = self.events / self.seconds if self.seconds else 0.0
+        if self.bytes is None:
+            return f"{verb} {self.events:,} events in {self.seconds:.1f} s: {rate:,.0f} events/s"
         return (
             f"{verb} {self.events:,} events ({self.bytes:,} bytes) in {self.seconds:.1f} s:"
             f" {rate:,.0f} events/s, {self.bytes / max(self.seconds, 1e-9) / 2**20:,.1f} MiB/s"

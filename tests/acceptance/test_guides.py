@@ -156,8 +156,8 @@ def test_the_kvt_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
 @pytest.mark.timeout(900)  # (five Spark jobs, each a JVM of its own)
 def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
     """The page's first example in a PySpark program (whose ``spark`` the shell would give),
-    copying the README's ``demo/orders`` into ``demo/copy`` in capitals; then its bulk ingest
-    and export, twice."""
+    copying the README's ``demo/orders`` into ``demo/copy`` in capitals; its typed write and
+    read; then its bulk ingest and export, twice."""
     where = repository_like(tmp_path / "cwd", node.data_dir)
     env, substitutions = node_terminal(node), node_ports(node)
     manager = node.manager()
@@ -174,7 +174,9 @@ def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> Non
     reader = manager.create_reader("demo", "copy")
     copied = {bytes(e.data) for e in iter(lambda: reader.read_next(timeout=5), None)}
     assert copied == {f"ORDER {i}".encode() for i in range(20)}
-    [(language, bulk), (_, tuning)] = rest
+    [(_, typed), (language, bulk), (_, tuning)] = rest
+    shown = run_block(where, "python", shell + typed, env, substitutions)
+    assert "|   s-1|   21.5|" in shown and "|   s-2|   19.0|" in shown, shown
     for attempt in (1, 2):
         shown = run_block(where, language, bulk, env, substitutions)
         assert "ingested into demo/bulk: 3 events" in shown, shown

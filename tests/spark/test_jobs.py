@@ -57,3 +57,55 @@ def test_ingest_without_an_event_column_writes_each_row_as_json(
     with pytest.raises(ValueError, match="--key-column 'town' is not a column"):
         ingest(spark, [str(tmp_path / "in.csv")], options(node, "csv"), fmt="csv",
                key_column="town", show_progress=False)  # fmt: skip
+
+
+def test_typed_ingest_of_json_lines_and_typed_export_to_parquet(
+    spark: Any, node: Standalone, tmp_path: Path
+) -> None:
+    """JSON lines into a stream whose subject has a schema: parsed with the schema's types
+    (an ISO timestamp becomes a timestamp), encoded in Confluent's format; exported back as
+    Parquet with typed columns. Without a schema, ``--register`` registers the input's."""
+    import datetime
+    import json
+
+    from tests.acceptance.standalone_node import request
+
+    schema = {"type": "record", "name": "Reading", "fields": [
+        {"name": "sensor", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "celsius", "type": "double"},
+        {"name": "note", "type": "string", "default": "-"},
+    ]}  # fmt: skip
+    path = "/registry/subjects/sp.readings-value/versions"
+    assert request(node.base, "POST", path, node.token, {"schema": json.dumps(schema)})[0] == 200
+    lines = [{"sensor": f"s{n % 3}", "at": f"2026-11-29T10:00:0{n}Z", "celsius": n + 0.5}
+             for n in range(6)]  # fmt: skip
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    write = {**options(node, "readings"), "default_num_segments": "2"}
+    summary = ingest(spark, [str(tmp_path / "in.jsonl")], write, fmt="json",
+                     key_column="sensor", show_progress=False, typed="schema")  # fmt: skip
+    assert summary.events == 6 and summary.bytes is None
+    raw = read_back(spark, node, "readings")
+    assert {bytes(r["event"][:1]) for r in raw} == {b"\x00"}
+
+    out = tmp_path / "exported"
+    done = export(spark, options(node, "readings"), str(out), show_progress=False, typed=True)
+    assert done.events == 6
+    exported = spark.read.parquet(str(out))
+    assert exported.schema.simpleString() == (
+        "struct<sensor:string,at:timestamp,celsius:double,note:string,schema_id:int,"
+        "segment_id:bigint,offset:bigint>"
+    )
+    rows = sorted(exported.collect(), key=lambda r: r["celsius"])
+    first = datetime.datetime(2026, 11, 29, 10, 0, 0, tzinfo=datetime.UTC)
+    assert [(r["sensor"], r["celsius"], r["note"]) for r in rows] == [
+        (f"s{n % 3}", n + 0.5, "-") for n in range(6)
+    ]
+    assert rows[1]["at"].astimezone(datetime.UTC) == first + datetime.timedelta(seconds=1)
+
+    registered = ingest(spark, [str(tmp_path / "in.jsonl")], options(node, "fresh"),
+                        fmt="json", show_progress=False, typed="register")  # fmt: skip
+    assert registered.events == 6
+    status, latest = request(node.base, "GET", "/registry/subjects/sp.fresh-value/versions/latest",
+                             node.token)  # fmt: skip
+    assert status == 200 and json.loads(latest["schema"])["name"] == "topLevelRecord"
