@@ -40,6 +40,10 @@ def test_defaults_and_conversions(tmp_path: Path) -> None:
         ({"token_file": "/nonexistent/token"}, "option 'token_file'"),
         ({"approx_bytes_per_trigger": "-1"}, "'approx_bytes_per_trigger' must be from 0"),
         ({"stream": ""}, "option 'stream' is required"),
+        ({"schema": "avro"}, "option 'schema' must be none or registry, not 'avro'"),
+        ({"schema_version": "-1"}, "option 'schema_version' must be from 0"),
+        ({"auto_register_schemas": "sure"}, "option 'auto_register_schemas' must be true or false"),
+        ({"mode": "dropmalformed"}, "option 'mode' must be failfast or permissive"),
     ],
 )  # fmt: skip
 def test_bad_options_are_refused_by_name(given: dict[str, str], named: str) -> None:
