@@ -22,7 +22,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controller_app.api import errors as api_errors
+from controller_app.api import registry_shortcut
+from controller_app.api.authentication import (
+    BearerOrTokenAuthentication,
+    LimitedBasicAuthentication,
+)
 from controller_app.api.fields import JSONParser
+from controller_app.models import CredentialsGeneration
 from controller_app.registry import formats
 from controller_app.registry import service as registry
 from controller_app.registry.errors import RegistryError
@@ -30,6 +36,9 @@ from controller_app.registry.errors import RegistryError
 __all__ = ["urlpatterns"]
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+#: The credentials of a header, which the lookup by id may take in front of Django
+#: (``registry_shortcut``); a console's session cookie is not one.
+HEADER_AUTHENTICATORS = (BearerOrTokenAuthentication, LimitedBasicAuthentication)
 
 
 class RegistryRenderer(renderers.JSONRenderer):
@@ -89,8 +98,17 @@ class SchemaTypesView(RegistryView):
 
 
 class SchemaView(RegistryView):
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # (read before the caller is verified: a change made meanwhile shows as a new one)
+        self.generation = CredentialsGeneration.current()
+        super().initial(request, *args, **kwargs)
+
     def get(self, request: Request, schema_id: int) -> Response:
-        return Response(registry.schema_by_id(schema_id, request.query_params.get("format")))
+        answer = registry.schema_by_id(schema_id, request.query_params.get("format"))
+        if isinstance(request.successful_authenticator, HEADER_AUTHENTICATORS):
+            authorization = request.META.get("HTTP_AUTHORIZATION", "")
+            registry_shortcut.allow(authorization, self.generation)
+        return Response(answer)
 
 
 class SchemaTextView(RegistryView):

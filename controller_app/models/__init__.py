@@ -7,6 +7,7 @@ Its modules:
 
 * ``audit``: the audit log
 * ``base``: the compare-and-swap state helper shared by every record that has a lifecycle
+* ``credentials``: the generation of the credentials, bumped by every change to them
 * ``epoch``: a stream's history
 * ``host``: the host store
 * ``kvt``: key-value table
@@ -23,6 +24,7 @@ Its modules:
 
 from controller_app.models.audit import AuditEntry
 from controller_app.models.base import StatefulModel, transition
+from controller_app.models.credentials import CredentialsGeneration
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
 from controller_app.models.host import (
     ClusterLease,
@@ -50,6 +52,7 @@ __all__ = [
     "Container",
     "ContainerAssignment",
     "ContainerMove",
+    "CredentialsGeneration",
     "Epoch",
     "EpochTransition",
     "KeyValueTable",

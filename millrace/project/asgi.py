@@ -19,12 +19,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from controller_app.api.registry_shortcut import RegistryShortcut  # noqa: E402
 from controller_app.tails.auth import TokenAuthMiddleware, origin_check  # noqa: E402
 from controller_app.tails.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # the schema registry's lookup by id, for a credential Django allowed lately, answered
+        # in front of Django (ADR 0015); everything else is Django's
+        "http": RegistryShortcut(django_asgi_app),
         "websocket": origin_check(
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns())))
         ),
