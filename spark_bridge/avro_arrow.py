@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["encode", "plan"]
+__all__ = ["encode", "gather", "plan"]
 
 #: The most bytes a varint of 64 bits takes.
 VARINT_MAX = 10
@@ -105,7 +105,7 @@ def _values(column: Any, kind: str, valid: np.ndarray) -> list[Part] | None:
         offsets = np.frombuffer(buffers[1], np.int32, len(column) + 1, column.offset * 4)
         data = np.frombuffer(buffers[2], np.uint8) if buffers[2] else np.empty(0, np.uint8)
         lengths = np.where(valid, np.diff(offsets), 0).astype(np.int64)
-        body = data[_gather(offsets[:-1].astype(np.int64), lengths)]
+        body = data[gather(offsets[:-1].astype(np.int64), lengths)]
         return [_varints(lengths, valid), (lengths, body)]
     if kind == "boolean":
         if not pa.types.is_boolean(arrow):
@@ -158,7 +158,7 @@ def _varints(numbers: np.ndarray, valid: np.ndarray) -> Part:
     return sizes, groups[keep]
 
 
-def _gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The indexes of the bytes of every range ``[start, start + length)``, in order."""
     total = int(lengths.sum())
     if not total:
@@ -179,7 +179,7 @@ def _interleave(parts: list[Part], count: int) -> pa.Array | None:
     at = offsets[:-1].copy()
     for lengths, data in parts:
         if len(data):
-            out[_gather(at, lengths)] = data
+            out[gather(at, lengths)] = data
         at += lengths
     return pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)]

@@ -233,7 +233,7 @@ class Decoder:
             raise EventFormatError(f"{where(int(rows[0]))}: {exc}") from None
         lengths = ends - starts - HEADER_BYTES
         if schema_id == self.binding.schema_id and self.columnar:
-            body = data[_gather(starts + HEADER_BYTES, lengths)].tobytes()
+            body = data[avro_arrow.gather(starts + HEADER_BYTES, lengths)].tobytes()
             try:
                 return self._columnar(body, len(rows))
             except Exception:  # (one by one then, to name the event)
@@ -265,15 +265,6 @@ class Decoder:
                   zip(table.column_names, table.columns, strict=True)]  # fmt: skip
         arrays = [column.combine_chunks() for column in table.columns]
         return pa.StructArray.from_arrays(arrays, fields=fields).cast(self.target)
-
-
-def _gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indexes of the bytes of every range ``[start, start + length)``, in order."""
-    total = int(lengths.sum())
-    if not total:
-        return np.empty(0, np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(starts - firsts, lengths) + np.arange(total, dtype=np.int64)
 
 
 def _long(value: int) -> bytes:
