@@ -16,6 +16,8 @@ Its other modules:
 * ``reader_groups``: REST views of reader groups
 * ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under
   ``/registry/``)
+* ``registry_shortcut``: the registry's lookup by id, answered in front of Django for a
+  credential Django allowed lately (ADR 0015)
 """
 
 #: The paths of the APIs programs call (REST answers in JSON; the rest is the console's).
