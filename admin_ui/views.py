@@ -23,6 +23,7 @@ from django.utils import timezone
 from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
+from controller_app import lag
 from controller_app import selectors as sel
 from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.choices import SchemaEnforcement
@@ -486,11 +487,18 @@ def reader_group(request: HttpRequest, scope: str, reader_group: str) -> HttpRes
         raise Http404(f"reader group {scope}/{name} does not exist") from None
     described = rg.describe(group)
     lengths = _segment_lengths(group)
+    measured = lag.lag_of(group)
+    measured_segments = {
+        s["segment"]: s
+        for found in [*measured["readers"], {"segments": measured["unassigned"]}]
+        for s in found["segments"]
+    }
     readers = []
     for reader in described["readers"]:
         seen = dt.datetime.fromtimestamp(reader["lastSeenMs"] / 1000, dt.UTC)
-        readers.append({**reader, "assigned": _lags(reader["segments"], lengths), "seen": seen})
-    unassigned = _lags(described["unassignedSegments"], lengths)
+        assigned = _lags(reader["segments"], lengths, measured_segments)
+        readers.append({**reader, "assigned": assigned, "seen": seen})
+    unassigned = _lags(described["unassignedSegments"], lengths, measured_segments)
     total_lag = sum(a["lag"] or 0 for r in readers for a in r["assigned"]) + sum(
         a["lag"] or 0 for a in unassigned
     )
@@ -505,19 +513,27 @@ def reader_group(request: HttpRequest, scope: str, reader_group: str) -> HttpRes
             readers=readers,
             unassigned=unassigned,
             total_lag=total_lag,
+            measured=measured,
+            measured_at=dt.datetime.fromtimestamp(measured["computedAtMs"] / 1000, dt.UTC),
             config=json.dumps(described["configuration"], indent=2),
         ),
     )
 
 
-def _lags(positions: dict[str, int], lengths: dict[str, int]) -> list[dict[str, Any]]:
+def _lags(
+    positions: dict[str, int], lengths: dict[str, int], measured: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Per segment key: the reading position, the segment's length and the lag (None when the
-    length is not known)."""
+    length is not known), with the events and seconds the last lag round measured."""
     rows = []
     for key, offset in sorted(positions.items()):
         length = lengths.get(key)
-        lag = max(length - offset, 0) if length is not None else None
-        rows.append({"key": key, "offset": offset, "length": length, "lag": lag})
+        lag_bytes = max(length - offset, 0) if length is not None else None
+        found = measured.get(key, {})
+        rows.append({
+            "key": key, "offset": offset, "length": length, "lag": lag_bytes,
+            "events": found.get("lagEvents"), "seconds": found.get("lagSeconds"),
+        })  # fmt: skip
     return rows
 
 

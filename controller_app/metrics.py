@@ -5,8 +5,9 @@ its middleware; ``MetadataCollector`` adds what the workflows and the periodic
 rounds leave in the database, whichever process ran them (the Celery workers count nothing in
 the controller's memory): streams by state, scales by state (manual and automatic), retention
 truncations, transactions by state, each stream's watermark lag, the age of each worker's and
-beat's heartbeat, and the workflow tasks' outcomes (``TaskCount``, counted by the workers).
-A handful of grouped queries per scrape, none per stream.
+beat's heartbeat, the workflow tasks' outcomes (``TaskCount``, counted by the workers), and each
+reader group's lag and status as the last lag round measured them (``controller_app.lag``).
+A handful of grouped queries per scrape, none per stream or group.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from controller_app.models import (
     EpochTransition,
     ProcessHeartbeat,
+    ReaderGroupLag,
     Stream,
     TaskCount,
     Transaction,
@@ -46,6 +48,7 @@ class MetadataCollector(Collector):
         yield GaugeMetricFamily("millrace_watermark_lag_seconds", "", labels=["stream"])
         yield GaugeMetricFamily("millrace_heartbeat_age_seconds", "", labels=["role", "process"])
         yield CounterMetricFamily("millrace_workflow_tasks", "", labels=["task", "outcome"])
+        yield from _lag_families().values()
 
     def collect(self) -> Iterator[Any]:
         streams = GaugeMetricFamily("millrace_streams", "Streams by state.", labels=["state"])
@@ -103,6 +106,63 @@ class MetadataCollector(Collector):
         for task, outcome, count in TaskCount.objects.values_list("task", "outcome", "count"):
             tasks.add_metric([task, outcome], count)
         yield tasks
+        yield from _lags()
+
+
+_GROUP = ["scope", "readergroup"]
+_LAGS = {
+    "lagBytes": ("millrace_readergroup_lag_bytes", "Bytes the group has not read yet."),
+    "lagEvents": ("millrace_readergroup_lag_events",
+                  "Events the group has not read yet (estimated from the segments' mean event"
+                  " size; absent when not known)."),
+    "lagSeconds": ("millrace_readergroup_lag_seconds",
+                   "How long ago the oldest event the group has not read was appended."),
+}  # fmt: skip
+
+
+def _lag_families() -> dict[str, Any]:
+    families: dict[str, Any] = {
+        key: GaugeMetricFamily(name, text, labels=_GROUP) for key, (name, text) in _LAGS.items()
+    }
+    families["status"] = GaugeMetricFamily(
+        "millrace_readergroup_status",
+        "1 for the group's status (OK, WARN, STALL, STOP, ERR), 0 for the others.",
+        labels=[*_GROUP, "status"],
+    )
+    families["readers"] = GaugeMetricFamily(
+        "millrace_readergroup_readers_online", "Readers of the group online.", labels=_GROUP
+    )
+    families["reader"] = GaugeMetricFamily(
+        "millrace_reader_lag_bytes", "Bytes a reader of the group has not read yet.",
+        labels=[*_GROUP, "reader"],
+    )  # fmt: skip
+    families["age"] = GaugeMetricFamily(
+        "millrace_readergroup_lag_measured_age_seconds",
+        "Seconds since the lag round last measured the group.", labels=_GROUP,
+    )  # fmt: skip
+    return families
+
+
+def _lags() -> Iterator[Any]:
+    from controller_app.lag import STATUSES
+
+    families = _lag_families()
+    now = time.time()
+    rows = ReaderGroupLag.objects.values_list(
+        "group__scope__name", "group__name", "status", "computed_at_ms", "report"
+    )
+    for scope, name, status, at_ms, report in rows:
+        labels = [scope, name]
+        for key in _LAGS:
+            if report.get(key) is not None:
+                families[key].add_metric(labels, report[key])
+        for each in STATUSES:
+            families["status"].add_metric([*labels, each], 1.0 if each == status else 0.0)
+        families["readers"].add_metric(labels, report.get("readersOnline", 0))
+        for reader in report.get("readers", ()):
+            families["reader"].add_metric([*labels, reader["readerId"]], reader["lagBytes"])
+        families["age"].add_metric(labels, max(now - at_ms / 1000, 0.0))
+    yield from families.values()
 
 
 _registered: list[MetadataCollector] = []

@@ -93,6 +93,9 @@ class SegmentTraffic:
     bytes_per_s: float
     #: How long the monitor has measured it (seconds).
     seen_s: float
+    #: Events and bytes (headers counted) appended since the node started.
+    events_total: int = 0
+    bytes_total: int = 0
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,8 @@ def read_traffic() -> Traffic:
                     float(e["eventsPerSecond"]),
                     float(e["bytesPerSecond"]),
                     float(e["seenForSeconds"]),
+                    int(e.get("events", 0)),
+                    int(e.get("bytes", 0)),
                 )
                 for e in found["segments"]
             }

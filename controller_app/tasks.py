@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F, QuerySet
 
-from controller_app import dispatch
+from controller_app import dispatch, lag
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
@@ -222,3 +222,9 @@ def autoscale_round() -> int:
     return sum(
         autoscale.autoscale_stream(stream, traffic, config) is not None for stream in streams_
     )
+
+
+@shared_task(name=dispatch.READER_GROUP_LAG, ignore_result=True)
+def reader_group_lag_round() -> int:
+    """Measure every reader group's lag and judge its status (``controller_app.lag``)."""
+    return lag.lag_round()

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit
+from controller_app import audit, lag
 from controller_app.api import fields
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
@@ -161,6 +161,16 @@ class ReaderGroupView(APIView):
     def delete(self, request: Request, scope: str, reader_group: str) -> Response:
         rg.delete_reader_group(scope, reader_group)
         return Response(status=204)
+
+
+class LagView(APIView):
+    """The group's lag and status as the last lag round measured them (``controller_app.lag``):
+    bytes, events and seconds per reader and for the group, and a status of OK, WARN, STALL,
+    STOP or ERR with its reason."""
+
+    @extend_schema(operation_id="getReaderGroupLag", responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, scope: str, reader_group: str) -> Response:
+        return Response(lag.lag_of(rg.get_reader_group(scope, reader_group)))
 
 
 class ResetView(APIView):

@@ -68,6 +68,7 @@ urlpatterns = [
     path(f"{STREAM}/metrics", v.StreamMetricsView.as_view()),
     path(f"{STREAM}/delegation-token", v.DelegationTokenView.as_view()),
     path(f"{STREAM}/events", EventsView.as_view()),
+    path(f"{RG}/lag", rg.LagView.as_view()),
     path(f"{RG}/reset", rg.ResetView.as_view()),
     path(f"{RG}/readers", rg.ReadersView.as_view()),
     path(f"{RG}/readers/<str:reader>", rg.ReaderView.as_view()),

@@ -36,7 +36,7 @@ from controller_app.models.host import (
     TaskCount,
 )
 from controller_app.models.kvt import KeyValueTable
-from controller_app.models.reader_group import ReaderGroup, Subscriber
+from controller_app.models.reader_group import ReaderGroup, ReaderGroupLag, Subscriber
 from controller_app.models.registry import RegistrySchema, RegistrySetting, SubjectVersion
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
 from controller_app.models.scope import Scope
@@ -59,6 +59,7 @@ __all__ = [
     "Node",
     "ProcessHeartbeat",
     "ReaderGroup",
+    "ReaderGroupLag",
     "RegistrySchema",
     "RegistrySetting",
     "Scope",

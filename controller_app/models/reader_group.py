@@ -83,3 +83,21 @@ class Subscriber(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reader_group_id} on {self.stream_id}"
+
+
+class ReaderGroupLag(models.Model):
+    """The group's lag as the last lag round measured it (``controller_app.lag``): the report
+    shown by REST, the CLI, the console and the metrics, the samples its status is judged
+    over, and each segment's recent lengths (what a position's age is read from)."""
+
+    group = models.OneToOneField(ReaderGroup, on_delete=models.CASCADE, related_name="lag")
+    computed_at_ms = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=8, default="OK")
+    report = models.JSONField(default=dict, blank=True)
+    samples = models.JSONField(default=list, blank=True)
+    tails = models.JSONField(
+        default=dict, blank=True, help_text='{"<segment key>": [[ms, length], ...]}'
+    )
+
+    def __str__(self) -> str:
+        return f"lag of {self.group}: {self.status}"

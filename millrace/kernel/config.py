@@ -551,6 +551,10 @@ class WebSettings:
     watermark_period_s: int = env_int(
         "MILLRACE_WATERMARK_PERIOD_S", 10, "seconds between watermark rounds", low=1, high=86400
     )
+    lag_period_s: int = env_int(
+        "MILLRACE_LAG_PERIOD_S", 10,
+        "seconds between reader-group lag rounds (a status looks at the last 10)", low=1, high=3600,
+    )  # fmt: skip
     autoscale_window_s: int = _autoscale_window()
     session_timeout_s: int = _session_timeout()
     assign: bool = env_bool(

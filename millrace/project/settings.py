@@ -332,6 +332,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": task_names.WATERMARKS,
         "schedule": float(MILLRACE.watermark_period_s),
     },
+    # Reader groups' lag, measured and judged (controller_app/lag.py).
+    "readergroup-lag": {
+        "task": task_names.READER_GROUP_LAG,
+        "schedule": float(MILLRACE.lag_period_s),
+    },
     # Auto-scaling decides four times per rate window (a hot segment splits within about
     # one window and a quarter of crossing its target).
     "autoscale": {

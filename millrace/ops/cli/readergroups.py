@@ -1,4 +1,4 @@
-"""``millrace readergroup create|list|info|delete|checkpoint|reset|read``.
+"""``millrace readergroup create|list|info|lag|delete|checkpoint|reset|read``.
 
 ``readergroup read`` reads as a member of a reader group (sharing the streams with the group's
 other readers) through the Python client; ``readergroup checkpoint`` waits, showing which
@@ -45,6 +45,7 @@ def register(commands: Any, parents: Parents) -> None:
         parents=parents_).add_argument("scope")  # fmt: skip
     for verb, handler, summary in (
         ("info", readergroup_info, "Readers, their segments and positions, checkpoints."),
+        ("lag", readergroup_lag, "Lag (bytes, events, seconds) per reader, and the status."),
         ("delete", readergroup_delete, "Delete a reader group."),
     ):
         add(verbs, verb, remote.handler(handler), summary, parents=parents_).add_argument(
@@ -117,6 +118,28 @@ def readergroup_info(args: argparse.Namespace) -> None:
         state = "complete" if checkpoint["complete"] else "waiting"
         lines.append(f"  checkpoint {checkpoint['checkpointName']}: {state}")
     remote.out(args, info, "\n".join(lines))
+
+
+def _lag_line(what: str, found: dict[str, Any]) -> str:
+    events = "?" if found["lagEvents"] is None else f"{found['lagEvents']:,}"
+    return (f"{what}: {found['lagBytes']:,} bytes, {events} events,"
+            f" {found['lagSeconds']:.1f} s behind")  # fmt: skip
+
+
+def readergroup_lag(args: argparse.Namespace) -> None:
+    found = remote.call(args, "GET", f"{_group_path(args.name)}/lag")
+    lines = [f"{args.name}: {found['status']} ({found['reason']})", _lag_line("  group", found)]
+    for reader in found["readers"]:
+        state = "" if reader["online"] else " (offline)"
+        lines.append(_lag_line(f"  reader {reader['readerId']}{state}", reader))
+    if found["unassigned"]:
+        lines.append(_lag_line("  unassigned", {
+            "lagBytes": sum(s["lagBytes"] for s in found["unassigned"]),
+            "lagEvents": None if any(s["lagEvents"] is None for s in found["unassigned"])
+            else sum(s["lagEvents"] for s in found["unassigned"]),
+            "lagSeconds": max(s["lagSeconds"] for s in found["unassigned"]),
+        }))  # fmt: skip
+    remote.out(args, found, "\n".join(lines))
 
 
 def readergroup_delete(args: argparse.Namespace) -> None:
