@@ -146,7 +146,8 @@ def measure(
         places += [(reader, key, offset) for key, offset in sorted(member["segments"].items())]
     places += [(None, key, offset) for key, offset in sorted(state.unassigned.items())]
     places += [(None, key, 0) for key in sorted(state.future)]
-    tails = {key: points for key, points in row.tails.items() if key in {p[1] for p in places}}
+    keys = {place[1] for place in places}
+    tails = {key: points for key, points in row.tails.items() if key in keys}
     segments: dict[str | None, list[dict[str, Any]]] = {r: [] for r in state.readers}
     segments[None] = []
     error = None
