@@ -17,6 +17,7 @@ Its other modules:
 * ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients
 * ``health``: the node's health tree
 * ``heartbeats``: signs of life of the Celery worker and beat processes
+* ``lag``: reader-group lag, measured and judged by the controller
 * ``metrics``: the controller's Prometheus metrics, read from its metadata at each scrape
 * ``outages``: the services around a node that can be away
 * ``outcomes``: how every face answers an error
