@@ -314,7 +314,26 @@ class RegistrySettingFactory(DjangoModelFactory):
     compatibility = "FULL"
 
 
+class CredentialsGenerationFactory(DjangoModelFactory):
+    class Meta:
+        model = models.CredentialsGeneration
+        django_get_or_create = ("id",)
+
+    id = 1
+    generation = 0
+
+
+class ReaderGroupLagFactory(DjangoModelFactory):
+    class Meta:
+        model = models.ReaderGroupLag
+
+    group = factory.SubFactory(ReaderGroupFactory)
+    status = "OK"
+
+
 ALL_FACTORIES = [
+    CredentialsGenerationFactory,
+    ReaderGroupLagFactory,
     AuditEntryFactory,
     ClusterLeaseFactory,
     ContainerMoveFactory,
