@@ -105,6 +105,9 @@ def test_an_operators_day_in_the_console(chromium: Any, node: Standalone) -> Non
     assert member.read_next(timeout=10) is not None
     page.goto(f"{node.base}/scopes/web/readergroups/billing/")
     expect(page.locator("[data-reader='reader-1']")).to_be_visible()
+    # the lag round's figures and status (controller_app/lag.py)
+    expect(page.locator("#lag-status")).to_contain_text("Status:")
+    expect(page.locator("#lag-status")).to_have_attribute("data-status", re.compile("^(OK|STALL)$"))
     page.fill("input[name=checkpointName]", "cp-1")
     page.click("text=Start checkpoint")
     expect(message(page)).to_contain_text("checkpoint cp-1 started")
