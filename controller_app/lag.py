@@ -32,6 +32,8 @@ row. Per reader (and for the segments no reader holds), and summed for the group
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from itertools import pairwise
@@ -55,6 +57,8 @@ WINDOW = 10
 WINDOW_MIN = 5
 #: How long a segment's lengths are kept for the seconds of lag.
 TAILS_KEPT_MS = 3_600_000
+#: The lease a round holds while it runs (``ClusterLease``).
+LEASE = "lag-round"
 
 #: A segment key -> its length now (None: not known this round, with why in ``errors``).
 Lengths = Callable[[str], int | None]
@@ -114,9 +118,12 @@ def judge(samples: list[dict[str, Any]], online: int) -> tuple[str, str]:
     return "OK", "reading"
 
 
-def _events(lag: int, found: SegmentTraffic | None) -> int | None:
+def _events(
+    lag: int, traffic: Callable[[str], SegmentTraffic | None], name: str | None
+) -> int | None:
     if lag == 0:
         return 0
+    found = traffic(name) if name else None
     if found is None or found.events_total <= 0 or found.bytes_total <= 0:
         return None
     return round(lag / (found.bytes_total / found.events_total))
@@ -135,8 +142,9 @@ def _sum(values: Iterable[int | None]) -> int | None:
 
 
 def measure(
-    group: ReaderGroup, row: ReaderGroupLag, lengths: Lengths, traffic: Traffic,
-    names: Callable[[str], str | None], at_ms: int,
+    group: ReaderGroup, row: ReaderGroupLag, lengths: Lengths,
+    traffic: Callable[[str], SegmentTraffic | None], names: Callable[[str], str | None],
+    at_ms: int,
 ) -> dict[str, Any]:  # fmt: skip
     """Measure ``group`` into ``row`` (not saved): the report, one more sample, the status."""
     state = GroupState.load(group.sync_state)
@@ -161,7 +169,7 @@ def measure(
         name = names(key)
         segments[reader].append({
             "segment": key, "position": position, "length": length, "lagBytes": unread,
-            "lagEvents": _events(unread, traffic.segments.get(name) if name else None),
+            "lagEvents": _events(unread, traffic, name),
             "lagSeconds": age_ms(tails[key], position, at_ms) / 1000,
         })  # fmt: skip
     readers = []
@@ -208,6 +216,7 @@ class _Segments:
         self.streams: dict[tuple[str, str], Any] = {}
         self.found: dict[str, int | None] = {}
         self.named: dict[str, str | None] = {}
+        self.monitors: Traffic | None = None
 
     def name(self, key: str) -> str | None:
         if key not in self.named:
@@ -220,6 +229,19 @@ class _Segments:
                 self.named[key] = None
         return self.named[key]
 
+    def traffic(self, name: str) -> SegmentTraffic | None:
+        """A segment's traffic figures; the monitors are read the first time a lagging
+        segment needs them (a round where nothing lags asks no node)."""
+        if self.monitors is None:
+            from controller_app.segment_client import read_traffic
+
+            try:
+                self.monitors = read_traffic()
+            except Exception as exc:  # (no events counts this round, the rest stands)
+                log.warning("lag: no traffic figures: %s", exc)
+                self.monitors = Traffic({}, 0.0)
+        return self.monitors.segments.get(name)
+
     def length(self, key: str) -> int | None:
         if key not in self.found:
             name = self.name(key)
@@ -231,38 +253,46 @@ class _Segments:
         return self.found[key]
 
 
-def _traffic() -> Traffic:
-    from controller_app.segment_client import read_traffic
-
-    try:
-        return read_traffic()
-    except Exception as exc:  # (no events counts this round, the rest stands)
-        log.warning("lag: no traffic figures: %s", exc)
-        return Traffic({}, 0.0)
-
-
-def _measure_one(group: ReaderGroup, found: _Segments, traffic: Traffic, at_ms: int) -> None:
+def _measure_one(group: ReaderGroup, found: _Segments, at_ms: int) -> None:
     with transaction.atomic():
         row, _ = ReaderGroupLag.objects.select_for_update().get_or_create(group=group)
-        measure(group, row, found.length, traffic, found.name, at_ms)
+        measure(group, row, found.length, found.traffic, found.name, at_ms)
         row.save()
 
 
 def lag_round() -> int:
-    """Measure every reader group (the beat job); how many."""
-    groups = list(ReaderGroup.objects.select_related("scope"))
-    if not groups:
+    """Measure every reader group (the beat job); how many. One round at a time: a round
+    holds the ``lag-round`` lease while it runs, and one that finds it held leaves at once.
+    A round stops at its period's end: the groups it did not reach keep their last report
+    (whose age the metrics show) until the next round, so a segment store that does not
+    answer costs the worker at most one period."""
+    from controller_app.cluster.leases import Lease
+
+    period = settings.MILLRACE.lag_period_s
+    lease = Lease(LEASE, f"{socket.gethostname()}:{os.getpid()}", ttl_s=period * 3)
+    if not lease.hold():
         return 0
-    found, traffic, at_ms = _Segments(), _traffic(), now_ms()
-    for group in groups:
-        _measure_one(group, found, traffic, at_ms)
-    return len(groups)
+    try:
+        groups = list(ReaderGroup.objects.select_related("scope"))
+        found, at_ms = _Segments(), now_ms()
+        deadline = time.monotonic() + period
+        measured = 0
+        for group in groups:
+            if time.monotonic() > deadline:
+                log.warning("lag: the round ran out of its %s s after %d of %d groups", period,
+                            measured, len(groups))  # fmt: skip
+                break
+            _measure_one(group, found, at_ms)
+            measured += 1
+        return measured
+    finally:
+        lease.release()
 
 
 def lag_of(group: ReaderGroup) -> dict[str, Any]:
     """The group's last report; measured now when no round has measured it yet."""
     row = ReaderGroupLag.objects.filter(group=group).first()
     if row is None or not row.report:
-        _measure_one(group, _Segments(), _traffic(), now_ms())
+        _measure_one(group, _Segments(), now_ms())
         row = ReaderGroupLag.objects.get(group=group)
     return dict(row.report)

@@ -336,6 +336,8 @@ CELERY_BEAT_SCHEDULE = {
     "readergroup-lag": {
         "task": task_names.READER_GROUP_LAG,
         "schedule": float(MILLRACE.lag_period_s),
+        # (a round no worker took within its period is dropped: the next one measures)
+        "options": {"expires": float(MILLRACE.lag_period_s)},
     },
     # Auto-scaling decides four times per rate window (a hot segment splits within about
     # one window and a quarter of crossing its target).

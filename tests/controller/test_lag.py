@@ -82,7 +82,7 @@ def test_a_group_is_measured_per_reader_with_events_from_the_traffic() -> None:
     lengths = {"s/t/0": 1000, "s/t/1": 1000, "s/t/2": 500, "s/t/3": 0}
     traffic = Traffic({"seg-0": SegmentTraffic(10.0, 1000.0, 60.0, 50, 5000)}, 60.0)
     names = {"s/t/0": "seg-0", "s/t/1": "seg-1", "s/t/2": "seg-2", "s/t/3": "seg-3"}
-    report = lag.measure(group, row, lengths.get, traffic, names.get, 110_000)
+    report = lag.measure(group, row, lengths.get, traffic.segments.get, names.get, 110_000)
     gone, r1 = report["readers"]  # (by reader id)
     assert (r1["readerId"], r1["online"], r1["lagBytes"], r1["lagEvents"]) == ("r1", True, 600, 6)
     assert gone["online"] is False and gone["lagBytes"] == 0
@@ -95,6 +95,23 @@ def test_a_group_is_measured_per_reader_with_events_from_the_traffic() -> None:
     assert set(row.tails) == {"s/t/0", "s/t/1", "s/t/2", "s/t/3"}
 
     lengths["s/t/1"] = None  # type: ignore[assignment]
-    failed = lag.measure(group, row, lengths.get, traffic, names.get, 111_000)
+    failed = lag.measure(group, row, lengths.get, traffic.segments.get, names.get, 111_000)
     assert failed["status"] == "ERR" and "s/t/1" in failed["reason"]
     assert len(row.samples) == 2
+
+
+@pytest.mark.django_db
+def test_one_round_at_a_time() -> None:
+    """A round that finds another one's lease held leaves at once; a round gives the lease
+    back when it ends."""
+    from controller_app.cluster.leases import Lease
+    from controller_app.models import ClusterLease
+
+    other = Lease(lag.LEASE, "another-worker", ttl_s=30)
+    assert other.hold()
+    assert lag.lag_round() == 0
+    assert ClusterLease.objects.get(name=lag.LEASE).holder == "another-worker"  # (left alone)
+    other.release()
+    assert lag.lag_round() == 0  # (no group to measure)
+    after = ClusterLease.objects.get(name=lag.LEASE)
+    assert after.holder != "another-worker" and after.expires_ms == 0  # (taken, given back)
