@@ -22,58 +22,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import services  # noqa: E402 (a sibling module: bench/ is not a package)
+import services
 
 PERIOD_S = 10.0
 
 
 def _child(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
-    import django
+    with services.round_child_node() as store:
+        from django.db import connection
+        from tqdm import tqdm
 
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-    from tqdm import tqdm
+        from controller_app import lag
+        from controller_app.workflows import reader_groups, streams
+        from controller_app.workflows.config import StreamConfig
 
-    call_command("migrate", interactive=False, verbosity=0)
-    from controller_app import lag
-    from controller_app.segment_client import register_node, segment_store
-    from controller_app.workflows import reader_groups, scopes, streams
-    from controller_app.workflows.config import StreamConfig
-
-    work = Path(os.environ["MILLRACE_DATA_DIR"]) / "node"
-    with services.millrace_node(work) as (host, port, _pid):
-        register_node(host=host, port=port, container_count=4)
-        store = segment_store()
-        scopes.create_scope("bench")
         for i in tqdm(range(args.streams), desc="streams", file=sys.stderr, mininterval=2):
             streams.create_stream(store, "bench", f"s{i}", StreamConfig(min_segments=args.segments))
         for i in tqdm(range(args.groups), desc="groups", file=sys.stderr, mininterval=2):
             config = reader_groups.ReaderGroupConfig(streams={f"bench/s{i % args.streams}": "head"})
             reader_groups.create_reader_group(store, "bench", f"g{i}", config)
             reader_groups.add_reader("bench", f"g{i}", "r1")
-        queries = [0]
-
-        def count_queries(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            queries[0] += 1
-            return execute(sql, params, many, context)
-
         rounds = []
         for _ in range(args.rounds):
-            queries[0] = 0
             started = time.perf_counter()
-            with connection.execute_wrapper(count_queries):
+            with services.counting_queries() as queries:
                 measured = lag.lag_round()
             rounds.append({"seconds": time.perf_counter() - started, "groups": measured,
                            "queries_per_group": queries[0] / max(measured, 1)})  # fmt: skip
@@ -81,14 +59,9 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    with services.scratch_backend(backend, args.postgres_url) as env:
-        env["MILLRACE_AUTH"] = "off"
-        command = [sys.executable, __file__, "--child", "--streams", str(args.streams),
-                   "--segments", str(args.segments), "--groups", str(args.groups),
-                   "--rounds", str(args.rounds)]  # fmt: skip
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return dict(json.loads(line[len("RESULT ") :]))
+    argv = ["--streams", str(args.streams), "--segments", str(args.segments),
+            "--groups", str(args.groups), "--rounds", str(args.rounds)]  # fmt: skip
+    return services.run_round_child(__file__, backend, args.postgres_url, argv)
 
 
 def main() -> int:

@@ -24,42 +24,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import services  # noqa: E402 (a sibling module: bench/ is not a package)
+import services
 
 PERIODS_S = {"retention": 300.0, "watermark": 10.0}
 
 
 def _child(count: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
-    import django
+    with services.round_child_node() as store:
+        from django.db import connection
+        from tqdm import tqdm
 
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-    from tqdm import tqdm
+        from controller_app import selectors as sel
+        from controller_app import tasks
+        from controller_app.workflows import marks, streams
+        from controller_app.workflows.config import StreamConfig
 
-    call_command("migrate", interactive=False, verbosity=0)
-    from controller_app import selectors as sel
-    from controller_app import tasks
-    from controller_app.segment_client import register_node, segment_store
-    from controller_app.workflows import marks, scopes, streams
-    from controller_app.workflows.config import StreamConfig
-
-    work = Path(os.environ["MILLRACE_DATA_DIR"]) / "node"
-    with services.millrace_node(work) as (host, port, _pid):
-        register_node(host=host, port=port, container_count=4)
-        store = segment_store()
-        scopes.create_scope("bench")
         config = StreamConfig(
             retention_type="SIZE", retention_value=1024 * 1024, timestamp_aggregation_timeout=60_000
         )
@@ -69,21 +54,13 @@ def _child(count: int) -> None:
             (segment,) = sel.current_segments(stream)
             marks.note_writer_mark("bench", f"s{i}", "w", 1000 + i, {segment.id: 0})
         build_s = time.perf_counter() - started
-
-        queries = [0]
-
-        def count_queries(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            queries[0] += 1
-            return execute(sql, params, many, context)
-
         report: dict[str, Any] = {"backend": connection.vendor, "streams": count,
                                   "build_seconds": build_s}  # fmt: skip
         for name, task in (("retention", tasks.retention_bucket),
                            ("watermark", tasks.watermark_bucket)):  # fmt: skip
-            queries[0] = 0
             visited = 0
             started = time.perf_counter()
-            with connection.execute_wrapper(count_queries):
+            with services.counting_queries() as queries:
                 for bucket in tqdm(range(100), desc=f"{name} round", file=sys.stderr):
                     visited += max(0, task(bucket))
             report[name] = {
@@ -95,12 +72,8 @@ def _child(count: int) -> None:
 
 
 def _run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    with services.scratch_backend(backend, args.postgres_url) as env:
-        env["MILLRACE_AUTH"] = "off"
-        command = [sys.executable, __file__, "--child", "--streams", str(args.streams)]
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return dict(json.loads(line[len("RESULT ") :]))
+    return services.run_round_child(__file__, backend, args.postgres_url,
+                                    ["--streams", str(args.streams)])  # fmt: skip
 
 
 def main() -> int:

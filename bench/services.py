@@ -235,6 +235,56 @@ def scratch_backend(backend: str, postgres_url: str) -> Iterator[dict[str, str]]
                     conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
+def run_round_child(
+    script: str, backend: str, postgres_url: str, argv: list[str]
+) -> dict[str, Any]:
+    """Run ``script --child argv`` with Django on a scratch ``backend`` (auth off) and return
+    the JSON of its ``RESULT`` line: the periodic-round benches' parent side."""
+    with scratch_backend(backend, postgres_url) as env:
+        env["MILLRACE_AUTH"] = "off"
+        command = [sys.executable, script, "--child", *argv]
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+@contextlib.contextmanager
+def round_child_node() -> Iterator[Any]:
+    """In a round bench's child: Django set up and migrated on the scratch data directory, a
+    segment store node registered, scope ``bench`` made; yields the segment store port."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "millrace.project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    from controller_app.segment_client import register_node, segment_store
+    from controller_app.workflows import scopes
+
+    work = Path(os.environ["MILLRACE_DATA_DIR"]) / "node"
+    with millrace_node(work) as (host, port, _pid):
+        register_node(host=host, port=port, container_count=4)
+        scopes.create_scope("bench")
+        yield segment_store()
+
+
+@contextlib.contextmanager
+def counting_queries() -> Iterator[list[int]]:
+    """Count the database queries made in the block (``[count]``, updated as they run)."""
+    from django.db import connection
+
+    queries = [0]
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        queries[0] += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        yield queries
+
+
 def write_and_read(manager: Any, events: int, keys: int = 60) -> tuple[float, float]:
     """(events/s written, events/s read) through a Python client's ``manager``
     (``StreamManager``): a new stream of 6 segments; ``events`` events of 100 bytes over
