@@ -28,6 +28,8 @@ import decimal
 import functools
 import io
 import json
+import logging
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +46,8 @@ from spark_bridge import avro_arrow, avro_types
 from spark_bridge.options import OptionError, Options
 
 __all__ = ["HEADER_BYTES", "Binding", "Decoder", "Encoder", "decoder_of", "resolve"]
+
+log = logging.getLogger(__name__)
 
 #: Confluent's wire format: a zero byte and the schema id (4 bytes, big-endian).
 HEADER_BYTES = 5
@@ -82,7 +86,7 @@ def resolve(manager: Any, options: Options, writing: T.StructType | None = None)
             subject = f"{options.scope}.{options.stream}-value"  # (the default; made on write)
         else:
             raise
-    quoted = subject.replace("/", "%2F")
+    quoted = urllib.parse.quote(subject, safe="")  # (a subject may hold any character)
     if writing is not None and options.auto_register_schemas:
         avro = avro_types.avro_of(_record_columns(writing))
         try:
@@ -236,8 +240,8 @@ class Decoder:
             body = data[avro_arrow.gather(starts + HEADER_BYTES, lengths)].tobytes()
             try:
                 return self._columnar(body, len(rows))
-            except Exception:  # (one by one then, to name the event)
-                pass
+            except Exception as exc:  # (one by one then, to name the event)
+                log.debug("typed read: %d events decoded one by one: %s", len(rows), exc)
         values = []
         for row, start, end in zip(rows, starts, ends, strict=True):
             datum = io.BytesIO(data[start + HEADER_BYTES : end].tobytes())
