@@ -16,7 +16,7 @@ from typing import Any
 from celery import signals
 from celery.beat import PersistentScheduler
 
-from controller_app import heartbeats
+from controller_app import heartbeats, process_port
 
 __all__ = ["HeartbeatScheduler", "connect_worker_heartbeat"]
 
@@ -29,7 +29,10 @@ def connect_worker_heartbeat() -> None:
     signals.worker_shutdown.connect(_stop_worker_heartbeat, weak=False)
 
 
-def _start_worker_heartbeat(**kwargs: Any) -> None:
+def _start_worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    process_port.state["consumer"] = sender
+    signals.task_received.connect(_task_received, weak=False)
+    process_port.start("worker")
     thread = heartbeats.HeartbeatThread("worker")
     thread.start()
     _worker_heartbeat.append(thread)
@@ -38,6 +41,12 @@ def _start_worker_heartbeat(**kwargs: Any) -> None:
 def _stop_worker_heartbeat(**kwargs: Any) -> None:
     while _worker_heartbeat:
         _worker_heartbeat.pop().stop()
+    process_port.stop()
+
+
+def _task_received(request: Any = None, **kwargs: Any) -> None:
+    if request is not None:
+        process_port.received[request.name] += 1
 
 
 class HeartbeatScheduler(PersistentScheduler):
@@ -51,6 +60,8 @@ class HeartbeatScheduler(PersistentScheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         now = time.monotonic()
+        if not self._last_heartbeat:  # the first tick
+            process_port.start("beat")
         if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
             heartbeats.record("beat")
             self._last_heartbeat = now
@@ -70,10 +81,13 @@ class HeartbeatScheduler(PersistentScheduler):
 
             ttl = float(settings.MILLRACE.session_timeout_s) * 2
             self._gate = LeaseGate("beat", holder_name(), ttl_s=ttl, check_s=ttl / 5)
+            gate = self._gate
+            process_port.state["lease"] = lambda: gate.held(time.monotonic())
         return bool(self._gate.may_act(now))
 
     def close(self) -> None:
         heartbeats.forget("beat")
+        process_port.stop()
         if self._gate is not None:  # another beat may take over at once
             with contextlib.suppress(Exception):
                 self._gate.lease.release()

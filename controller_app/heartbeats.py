@@ -68,11 +68,15 @@ def record(role: str) -> None:
     """This process of ``role`` is alive now: its file, then its row. An error (a full disk,
     the database away) is logged, never raised: a heartbeat must not stop the process that
     sends it."""
+    from controller_app import process_port
+
+    process_port.beating()
     now = timezone.now()
     path = heartbeat_file(role, os.getpid())
+    metrics = process_port.address()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_status(path, {"role": role, "pid": os.getpid()})
+        write_status(path, {"role": role, "pid": os.getpid(), "metrics": metrics})
         if role not in _cleaned:  # once per process: files of processes long gone
             for old in heartbeat_paths(settings.MILLRACE.data_dir, role):
                 if time.time() - old.stat().st_mtime > HEARTBEAT_FORGET_SECONDS:
@@ -81,7 +85,9 @@ def record(role: str) -> None:
         log.warning("%s heartbeat file not written: %s", role, exc)
     try:
         ProcessHeartbeat.objects.update_or_create(
-            role=role, process=process_name(), defaults={"beat_at": now, "started_at": _started}
+            role=role,
+            process=process_name(),
+            defaults={"beat_at": now, "started_at": _started, "metrics_address": metrics},
         )
         if role not in _cleaned:  # once per process: rows of processes long gone
             forget = now - dt.timedelta(seconds=HEARTBEAT_FORGET_SECONDS)

@@ -7,7 +7,8 @@ the controller's memory): streams by state, scales by state (manual and automati
 truncations, transactions by state, each stream's watermark lag, the age of each worker's and
 beat's heartbeat, the workflow tasks' outcomes (``TaskCount``, counted by the workers), and each
 reader group's lag and status as the last lag round measured them (``controller_app.lag``).
-A handful of grouped queries per scrape, none per stream or group.
+A handful of grouped queries per scrape, none per stream or group. ``DETAIL`` holds what has a
+series per reader (``/metrics?detail=1``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import REGISTRY, Collector
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from controller_app.models import (
     EpochTransition,
@@ -132,10 +133,6 @@ def _lag_families() -> dict[str, Any]:
     families["readers"] = GaugeMetricFamily(
         "millrace_readergroup_readers_online", "Readers of the group online.", labels=_GROUP
     )
-    families["reader"] = GaugeMetricFamily(
-        "millrace_reader_lag_bytes", "Bytes a reader of the group has not read yet.",
-        labels=[*_GROUP, "reader"],
-    )  # fmt: skip
     families["age"] = GaugeMetricFamily(
         "millrace_readergroup_lag_measured_age_seconds",
         "Seconds since the lag round last measured the group.", labels=_GROUP,
@@ -159,11 +156,31 @@ def _lags() -> Iterator[Any]:
         for each in STATUSES:
             families["status"].add_metric([*labels, each], 1.0 if each == status else 0.0)
         families["readers"].add_metric(labels, report.get("readersOnline", 0))
-        for reader in report.get("readers", ()):
-            families["reader"].add_metric([*labels, reader["readerId"]], reader["lagBytes"])
         families["age"].add_metric(labels, max(now - at_ms / 1000, 0.0))
     yield from families.values()
 
+
+class ReaderDetail(Collector):
+    """Each reader's lag (``/metrics?detail=1``): a series per reader, which can be many."""
+
+    def describe(self) -> Iterator[Any]:
+        yield GaugeMetricFamily("millrace_reader_lag_bytes", "", labels=[*_GROUP, "reader"])
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(
+            "millrace_reader_lag_bytes", "Bytes a reader of the group has not read yet.",
+            labels=[*_GROUP, "reader"],
+        )  # fmt: skip
+        rows = ReaderGroupLag.objects.values_list("group__scope__name", "group__name", "report")
+        for scope, name, report in rows:
+            for reader in report.get("readers", ()):
+                family.add_metric([scope, name, reader["readerId"]], reader["lagBytes"])
+        yield family
+
+
+#: The detail series, apart from the default registry.
+DETAIL = CollectorRegistry(auto_describe=True)
+DETAIL.register(ReaderDetail())
 
 _registered: list[MetadataCollector] = []
 

@@ -1,24 +1,30 @@
-"""API tokens: ``Authorization: Token <key>`` (DRF's scheme) or ``Authorization: Bearer <key>``."""
+"""API tokens: ``Authorization: Token <key>`` (DRF's scheme) or ``Authorization: Bearer <key>``;
+Basic credentials with sign-in limits; a delegation token for ``*`` on the scrape views."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
 import time
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import (
+    BaseAuthentication,
     BasicAuthentication,
     TokenAuthentication,
     get_authorization_header,
 )
 
 from controller_app.signin import lockout
-from controller_app.tokens import TokenExpiredError, user_of
+from controller_app.tokens import TokenExpiredError, token_keys, user_of
+from millrace.kernel.claims import READ, AuthError, TokenVerifier
 
 
 class TooManySignInsError(exceptions.Throttled):
@@ -107,3 +113,35 @@ class LimitedBasicScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "basic"}
+
+
+class ScrapeTokenAuthentication(BaseAuthentication):
+    """A delegation token for ``*`` (``millrace mint-token --access READ "*"``) as
+    ``Authorization: Bearer <token>``: the one credential Prometheus needs for every port of a
+    cluster (the segment stores', workers' and beat's check the same). Only the views that
+    name it take it (``/metrics``, ``/v1/metrics/targets``); anything else is left to the
+    other classes (an API token has no dots)."""
+
+    def authenticate(self, request: Any) -> Any:
+        parts = get_authorization_header(request).split()
+        if len(parts) != 2 or parts[0].lower() != b"bearer" or parts[1].count(b".") != 2:
+            return None
+        if not settings.MILLRACE.auth_enabled:
+            return None
+        try:
+            _scrape_verifier().check(parts[1].decode("ascii"), "*", READ)
+        except (AuthError, UnicodeError) as exc:
+            raise exceptions.AuthenticationFailed(f"not a delegation token for *: {exc}") from None
+        return AnonymousUser(), SCRAPE
+
+    def authenticate_header(self, request: Any) -> str:
+        return "Bearer"
+
+
+#: ``request.auth`` of a caller authenticated by ``ScrapeTokenAuthentication``.
+SCRAPE = "scrape"
+
+
+@functools.cache
+def _scrape_verifier() -> TokenVerifier:
+    return TokenVerifier(token_keys())

@@ -9,6 +9,7 @@ from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.cluster_views import ClusterView
 from controller_app.api.events import EventsView
+from controller_app.api.metrics_views import ScrapeTargetsView
 from millrace.kernel.naming import EPOCH_MAX, segment_epoch
 
 
@@ -36,6 +37,7 @@ KVT = "scopes/<str:scope>/kvtables/<str:kvtable>"
 
 urlpatterns = [
     path("cluster", ClusterView.as_view()),
+    path("metrics/targets", ScrapeTargetsView.as_view()),
     path("scopes", v.ScopesView.as_view()),
     path("scopes/<str:scope>", v.ScopeView.as_view()),
     path("scopes/<str:scope>/streams", v.StreamsView.as_view()),

@@ -12,15 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse
-from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, metrics, stream_reads
+from controller_app import audit, stream_reads
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
@@ -641,13 +639,3 @@ class WatermarkView(APIView):
     )
     def get(self, request: Request, scope: str, stream: str) -> Response:
         return Response(marks.latest_watermark(scope, stream).as_json())
-
-
-class PrometheusView(APIView):
-    """``GET /metrics``: the controller's Prometheus metrics (``controller_app.metrics``), with
-    the REST API's authentication (Prometheus sends ``Authorization: Token <key>``)."""
-
-    @extend_schema(operation_id="getPrometheusMetrics", responses={200: OpenApiTypes.STR})
-    def get(self, request: Request) -> HttpResponse:
-        metrics.register()
-        return ExportToDjangoView(request._request)  # type: ignore[no-any-return]

@@ -80,6 +80,10 @@ class LeaseGate:
         self._checked_at = float("-inf")
         self._held_until = float("-inf")
 
+    def held(self, now: float) -> bool:
+        """Whether the last check took or kept the lease and it has not run out (no query)."""
+        return self._held_until > now
+
     def may_act(self, now: float) -> bool:
         """``now``: a monotonic time."""
         if now - self._checked_at >= self.check_s:

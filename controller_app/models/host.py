@@ -92,6 +92,10 @@ class ProcessHeartbeat(models.Model):
     process = models.CharField(max_length=255, help_text="host name and process id")
     beat_at = models.DateTimeField()
     started_at = models.DateTimeField()
+    metrics_address = models.CharField(
+        max_length=300, blank=True, default="",
+        help_text="host:port of its metrics port (/live, /ready, /metrics); empty: none",
+    )  # fmt: skip
 
     class Meta:
         constraints = [

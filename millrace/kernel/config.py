@@ -555,6 +555,24 @@ class WebSettings:
         "MILLRACE_LAG_PERIOD_S", 10,
         "seconds between reader-group lag rounds (a status looks at the last 10)", low=1, high=3600,
     )  # fmt: skip
+    canary_period_s: int = env_int(
+        "MILLRACE_CANARY_PERIOD_S", 30,
+        "seconds between canary rounds (an event written to and read from every segment store"
+        " node through the client; 0: no canary)", low=0, high=86400,
+    )  # fmt: skip
+    metrics_host: str = env_str(
+        "MILLRACE_METRICS_HOST", "127.0.0.1",
+        "interface the worker's and beat's metrics ports (/live, /ready, /metrics) listen on",
+    )  # fmt: skip
+    worker_metrics_port: int = env_int(
+        "MILLRACE_WORKER_METRICS_PORT", 0,
+        "the worker's metrics port (0: any free port, recorded with its heartbeat)",
+        low=0, high=65535,
+    )  # fmt: skip
+    beat_metrics_port: int = env_int(
+        "MILLRACE_BEAT_METRICS_PORT", 0,
+        "beat's metrics port (0: any free port, recorded with its heartbeat)", low=0, high=65535,
+    )  # fmt: skip
     autoscale_window_s: int = _autoscale_window()
     session_timeout_s: int = _session_timeout()
     assign: bool = env_bool(

@@ -1,6 +1,7 @@
 """Root URL configuration.
 
-* ``/health...`` and ``/v1/health...``: health (no authentication);
+* ``/health...`` and ``/v1/health...``: the node's health (no authentication); ``/live`` and
+  ``/ready``: this controller process's own probes (no authentication);
 * ``/v1/...``: the REST API (Pravega's admin API and Millrace's additions);
 * ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI, served
   by the node with its script apart from the page, as the content security policy asks);
@@ -16,7 +17,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from controller_app.api.views import PrometheusView
+from controller_app.api.health_views import process_probe_view
+from controller_app.api.metrics_views import PrometheusView
 
 urlpatterns = [
     path("", include("controller_app.api.health_urls")),
@@ -27,6 +29,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("metrics", PrometheusView.as_view(), name="metrics"),
+    path("live", process_probe_view, {"aspect": "live"}),
+    path("ready", process_probe_view, {"aspect": "ready"}),
     path("", include("admin_ui.urls")),
 ]
 

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,8 +176,14 @@ async def run_node(
             )
             if on_ready is not None:
                 on_ready(server)
-            reporter = asyncio.create_task(_report_status(config, store, server.port))
-            status: dict[str, Any] = {**store.health(), "metrics": store.metrics()}
+            guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
+            reporter = asyncio.create_task(_report_status(config, store, server.port, guard))
+
+            def now() -> dict[str, Any]:  # what the metrics port reads, replaced each tick
+                return {**store.health(), "metrics": store.metrics(), "disk": guard.seen,
+                        "tickedAt": time.monotonic()}  # fmt: skip
+
+            status = now()
             metrics = _start_metrics(config, server, lambda: status)
             session = None
             if membership is not None and config.advertise is not None:
@@ -192,7 +199,7 @@ async def run_node(
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(stop.wait(), TRAFFIC_TICK_SECONDS)
                         server.traffic.tick()
-                        status = {**store.health(), "metrics": store.metrics()}
+                        status = now()
             finally:
                 reporter.cancel()
                 if session is not None:  # leaves the cluster: the leader moves on at once
@@ -251,13 +258,14 @@ def _start_metrics(
 STATUS_INTERVAL_SECONDS = 1.0
 
 
-async def _report_status(config: SegmentStoreSettings, store: Any, port: int) -> None:
+async def _report_status(
+    config: SegmentStoreSettings, store: Any, port: int, guard: DiskGuard
+) -> None:
     """Every ``STATUS_INTERVAL_SECONDS``: the containers' states and epochs and the tiers'
     trouble (``SegmentStore.health``) as JSON in ``node_status_path``, replaced atomically. A health
     check on the same host reads it; its ``updated`` time tells a stale file from a live one."""
     path = node_status_path(config.data_dir, port)
     path.parent.mkdir(parents=True, exist_ok=True)
-    guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
     if _tier2_on_data_disk(config):  # flushing copies what waits for tier-2 onto this disk
         guard.waiting_bytes = lambda: int(
             sum(c["tier2_lag_bytes"] for c in store.metrics().values())

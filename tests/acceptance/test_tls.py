@@ -122,7 +122,7 @@ def test_every_face_speaks_tls(node: Standalone) -> None:
         f"https://127.0.0.1:{node.metrics_port}/metrics",
         headers={"Authorization": f"Bearer {minted}"}, verify=client_context(node.tls_ca),
     )  # fmt: skip
-    assert metrics.status_code == 200 and "millrace_segment_events_total" in metrics.text
+    assert metrics.status_code == 200 and "millrace_stream_events_total" in metrics.text
 
 
 async def tail(node: Standalone, scope: str, count: int) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import urllib.request
 
 import pytest
@@ -97,7 +98,13 @@ def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
         assert [e["segment"] for e in traffic["segments"]] == ["sc/st/0.#epoch.0"]
         with urllib.request.urlopen(_get(f"{base}/metrics", token), timeout=10) as response:
             text = response.read().decode()
+        assert 'millrace_stream_events_total{stream="sc/st"} 10.0' in text
+        assert "millrace_segment_events_total" not in text  # the detail, when asked
+        detail = _get(f"{base}/metrics?detail=1", token)
+        with urllib.request.urlopen(detail, timeout=10) as response:
+            text = response.read().decode()
         assert 'millrace_segment_events_total{segment="sc/st/0.#epoch.0"} 10.0' in text
+        assert 'millrace_stream_events_total{stream="sc/st"} 10.0' in text
         assert 'millrace_container_epoch{container="0"} 3.0' in text
         assert 'millrace_container_tier2_lag_bytes{container="0"} 5.0' in text
         assert 'millrace_append_ack_latency_seconds_bucket{le="0.005"} 1.0' in text
@@ -106,5 +113,51 @@ def test_the_metrics_port_serves_traffic_and_prometheus_metrics() -> None:
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{base}/nothing", timeout=10)
         assert missing.value.code == 404
+    finally:
+        server.close()
+
+
+def _probe(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # no credentials
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_metrics_port_answers_the_nodes_own_probes_without_credentials() -> None:
+    monitor = TrafficMonitor(5.0)
+    health: dict = {
+        "containers": {"0": {"state": "running"}, "1": {"state": "not assigned"}},
+        "disk": {"usedPercent": 50.0, "limitPercent": 95, "freeBytes": 10, "refusing": False},
+        "tickedAt": time.monotonic(),
+    }
+    server = MetricsServer("127.0.0.1", 0, monitor, lambda: health, TokenVerifier(SECRET))
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        assert _probe(f"{base}/ready") == (200, {"ready": True, "reason": "1 containers running"})
+        assert _probe(f"{base}/live")[0] == 200
+        health["containers"]["0"] = {"state": "recovering"}
+        assert _probe(f"{base}/ready") == (
+            503,
+            {"ready": False, "reason": "containers not running: 0 recovering"},
+        )
+        health["containers"]["0"] = {"state": "running"}
+        health["disk"]["refusing"] = True
+        status, body = _probe(f"{base}/ready")
+        assert status == 503 and "disk" in body["reason"]
+        health["tickedAt"] = time.monotonic() - 30  # a loop that stopped ticking
+        status, body = _probe(f"{base}/live")
+        assert status == 503 and "has not ticked for 30 s" in body["reason"]
+        assert _probe(f"{base}/ready")[0] == 503
+        token = mint_token(SECRET, "*", READ, 60)
+        with urllib.request.urlopen(_get(f"{base}/metrics", token), timeout=10) as response:
+            text = response.read().decode()
+        assert "millrace_disk_used_ratio 0.5" in text
+        assert "millrace_disk_refusing_appends 1.0" in text
+        assert 'millrace_container_running{container="1"}' not in text  # another node's
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(_get(f"{base}/metrics?detail=yes", token), timeout=10)
+        assert bad.value.code == 400
     finally:
         server.close()
