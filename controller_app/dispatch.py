@@ -23,6 +23,7 @@ from controller_app.errors import BrokerUnavailableError
 from controller_app.task_names import (  # noqa: F401 - sent by name from here
     ABORT_TRANSACTION,
     AUTOSCALE,
+    CANARY,
     COMMIT_TRANSACTIONS,
     COMPLETED_TRANSACTION_CLEANUP,
     CREATE_STREAM,

@@ -6,7 +6,8 @@ rounds leave in the database, whichever process ran them (the Celery workers cou
 the controller's memory): streams by state, scales by state (manual and automatic), retention
 truncations, transactions by state, each stream's watermark lag, the age of each worker's and
 beat's heartbeat, the workflow tasks' outcomes (``TaskCount``, counted by the workers), and each
-reader group's lag and status as the last lag round measured them (``controller_app.lag``).
+reader group's lag and status as the last lag round measured them (``controller_app.lag``), and
+what the canary last saw of each node (``controller_app.canary``).
 A handful of grouped queries per scrape, none per stream or group. ``DETAIL`` holds what has a
 series per reader (``/metrics?detail=1``).
 """
@@ -23,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from controller_app.models import (
+    CanaryProbe,
     EpochTransition,
     ProcessHeartbeat,
     ReaderGroupLag,
@@ -50,6 +52,7 @@ class MetadataCollector(Collector):
         yield GaugeMetricFamily("millrace_heartbeat_age_seconds", "", labels=["role", "process"])
         yield CounterMetricFamily("millrace_workflow_tasks", "", labels=["task", "outcome"])
         yield from _lag_families().values()
+        yield from _canary_families().values()
 
     def collect(self) -> Iterator[Any]:
         streams = GaugeMetricFamily("millrace_streams", "Streams by state.", labels=["state"])
@@ -108,6 +111,7 @@ class MetadataCollector(Collector):
             tasks.add_metric([task, outcome], count)
         yield tasks
         yield from _lags()
+        yield from _canaries()
 
 
 _GROUP = ["scope", "readergroup"]
@@ -157,6 +161,48 @@ def _lags() -> Iterator[Any]:
             families["status"].add_metric([*labels, each], 1.0 if each == status else 0.0)
         families["readers"].add_metric(labels, report.get("readersOnline", 0))
         families["age"].add_metric(labels, max(now - at_ms / 1000, 0.0))
+    yield from families.values()
+
+
+def _canary_families() -> dict[str, Any]:
+    node = ["node"]
+    return {
+        "ack": GaugeMetricFamily(
+            "millrace_canary_ack_seconds",
+            "The canary's last event to the node: from the write to its acknowledgement.",
+            labels=node,
+        ),
+        "read": GaugeMetricFamily(
+            "millrace_canary_read_seconds",
+            "The canary's last event to the node: from the write to reading it back.",
+            labels=node,
+        ),
+        "ok": CounterMetricFamily(
+            "millrace_canary_successes", "Canary rounds that wrote to and read from the node.",
+            labels=node,
+        ),
+        "failed": CounterMetricFamily(
+            "millrace_canary_failures", "Canary rounds that failed on the node.", labels=node
+        ),
+        "age": GaugeMetricFamily(
+            "millrace_canary_success_age_seconds",
+            "Seconds since the canary last wrote to and read from the node.", labels=node,
+        ),
+    }  # fmt: skip
+
+
+def _canaries() -> Iterator[Any]:
+    families = _canary_families()
+    at = timezone.now()
+    for probe in CanaryProbe.objects.all():
+        labels = [probe.node]
+        if probe.ack_seconds is not None and probe.read_seconds is not None:
+            families["ack"].add_metric(labels, probe.ack_seconds)
+            families["read"].add_metric(labels, probe.read_seconds)
+        families["ok"].add_metric(labels, probe.successes)
+        families["failed"].add_metric(labels, probe.failures)
+        since = probe.succeeded_at or probe.probed_at
+        families["age"].add_metric(labels, (at - since).total_seconds())
     yield from families.values()
 
 

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F, QuerySet
 
-from controller_app import dispatch, lag
+from controller_app import canary, dispatch, lag
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
@@ -228,3 +228,9 @@ def autoscale_round() -> int:
 def reader_group_lag_round() -> int:
     """Measure every reader group's lag and judge its status (``controller_app.lag``)."""
     return lag.lag_round()
+
+
+@shared_task(name=dispatch.CANARY, ignore_result=True)
+def canary_round() -> dict[str, str]:
+    """Write to and read back from every node's canary segments (``controller_app.canary``)."""
+    return canary.canary_round(segment_store())

@@ -2,7 +2,7 @@
 # Developer entry points of Millrace (the README's quickstart):
 #   bash scripts/dev.sh standalone [ARGS...]  run a node on ./data (SQLite, file tiers, no services)
 #   bash scripts/dev.sh test [PYTEST ARGS...]  ruff, import contracts, mypy, then the whole test suite
-#                                             (installs Debian's chromium for the console's tests)
+#                                             (installs Debian's chromium and prometheus for the tests)
 # Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install into it what they
 # need when missing: standalone millrace[server,spark] (a node, the client, the Spark bridge
 # of the README's examples), test millrace[dev]
@@ -51,19 +51,28 @@ setup() {
   echo "$extras $want" >"$stamp_file"
 }
 
-ensure_chromium() {
+ensure_debian_packages() {
   # The console's end-to-end tests drive Debian's chromium through Playwright (no browser
-  # download). Installed once with apt-get (as root, or through sudo).
-  [ -x /usr/bin/chromium ] && return 0
-  local sudo=""
+  # download); the observability tests run Debian's prometheus (and promtool). Installed once
+  # with apt-get (as root, or through sudo), with no service started: the tests start their own.
+  local missing=() sudo=""
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || missing+=(prometheus)
+  [ ${#missing[@]} = 0 ] && return 0
   if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "/usr/bin/chromium is missing: install Debian's chromium package"
+    command -v sudo >/dev/null || die "missing: ${missing[*]}: install these Debian packages"
     sudo="sudo"
   fi
-  echo "dev.sh: installing Debian's chromium for the console's browser tests"
+  echo "dev.sh: installing Debian's ${missing[*]} for the tests"
+  local policy=/usr/sbin/policy-rc.d made=""
+  if [ ! -e $policy ]; then # no daemon started by the packages' scripts
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null && $sudo chmod +x $policy
+    made=1
+  fi
   $sudo apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null ||
-    die "apt-get install chromium failed"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+  [ -z "$made" ] || $sudo rm -f $policy
 }
 
 run_tests() {
@@ -108,7 +117,7 @@ case "${1:-}" in
   test)
     shift
     setup dev
-    ensure_chromium
+    ensure_debian_packages
     run_tests "$@"
     ;;
   *)

@@ -27,6 +27,7 @@ from controller_app.models.base import StatefulModel, transition
 from controller_app.models.credentials import CredentialsGeneration
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
 from controller_app.models.host import (
+    CanaryProbe,
     ClusterLease,
     Container,
     ContainerAssignment,
@@ -47,6 +48,7 @@ from controller_app.models.watermark import Watermark, WriterMark
 __all__ = [
     "AuditEntry",
     "BucketLease",
+    "CanaryProbe",
     "ClusterLease",
     "CompletedTransaction",
     "Container",

@@ -157,3 +157,22 @@ class ContainerMove(models.Model):
 
     def __str__(self) -> str:
         return f"container {self.container}: {self.from_node or '-'} -> {self.to_node}"
+
+
+class CanaryProbe(models.Model):
+    """What the canary (``controller_app.canary``) last saw of one segment store node: an
+    event written through the client to a canary segment the node owns, then read back."""
+
+    node = models.CharField(max_length=255, unique=True, help_text="the node's id (or address)")
+    probed_at = models.DateTimeField()
+    succeeded_at = models.DateTimeField(null=True, blank=True)
+    ack_seconds = models.FloatField(null=True, blank=True, help_text="append to acknowledgement")
+    read_seconds = models.FloatField(
+        null=True, blank=True, help_text="append to the event read back (end to end)"
+    )
+    successes = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"canary of {self.node} at {self.probed_at}"

@@ -339,6 +339,18 @@ CELERY_BEAT_SCHEDULE = {
         # (a round no worker took within its period is dropped: the next one measures)
         "options": {"expires": float(MILLRACE.lag_period_s)},
     },
+    # The canary: an event written to and read from every node (controller_app/canary.py).
+    **(
+        {
+            "canary": {
+                "task": task_names.CANARY,
+                "schedule": float(MILLRACE.canary_period_s),
+                "options": {"expires": float(MILLRACE.canary_period_s)},
+            }
+        }
+        if MILLRACE.canary_period_s
+        else {}
+    ),
     # Auto-scaling decides four times per rate window (a hot segment splits within about
     # one window and a quarter of crossing its target).
     "autoscale": {

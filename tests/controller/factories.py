@@ -331,7 +331,16 @@ class ReaderGroupLagFactory(DjangoModelFactory):
     status = "OK"
 
 
+class CanaryProbeFactory(DjangoModelFactory):
+    class Meta:
+        model = models.CanaryProbe
+
+    node = factory.Sequence(lambda n: f"node-{n}")
+    probed_at = factory.LazyFunction(timezone.now)
+
+
 ALL_FACTORIES = [
+    CanaryProbeFactory,
     CredentialsGenerationFactory,
     ReaderGroupLagFactory,
     AuditEntryFactory,

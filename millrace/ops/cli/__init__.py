@@ -15,6 +15,7 @@ Its other modules:
 
 * ``cluster``: ``millrace cluster status``
 * ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
+* ``observe``: ``millrace scrape-config``
 * ``remote``: what the client's commands share
 * ``schemas``: ``millrace schema register|list|show|check|delete|config``
 * ``tls``: ``millrace tls dev-cert``
@@ -34,6 +35,7 @@ from millrace.ops.cli import (
     cluster,
     kvtables,
     node,
+    observe,
     readergroups,
     schemas,
     scopes,
@@ -57,7 +59,8 @@ __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
 GROUPS: tuple[Any, ...] = (
-    node, users, tls, status, cluster, scopes, streams, readergroups, kvtables, schemas, spark
+    node, users, tls, status, observe, cluster, scopes, streams, readergroups, kvtables, schemas,
+    spark,
 )  # fmt: skip
 
 

@@ -1,0 +1,110 @@
+"""Each process of a ``millrace standalone`` node answers for itself, as an orchestrator's
+probes and Prometheus call it (no cookie; no credential for the probes, a bearer token for
+the metrics):
+
+* the controller's ``/live`` and ``/ready``; ``/v1/metrics/targets`` (Prometheus's HTTP
+  service discovery) lists the controller, the segment store, the worker and beat, each with
+  a port that answers ``/live``, ``/ready`` and ``/metrics``;
+* one credential, the token ``millrace scrape-config`` writes, reads every port;
+* the canary writes to and reads from the node every 2 s, and the controller exports it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.standalone_node import Standalone, eventually, running_standalone
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    env = {"MILLRACE_CANARY_PERIOD_S": "2", "MILLRACE_LAG_PERIOD_S": "1"}
+    yield from running_standalone(tmp_path_factory, "observe", env)
+
+
+def cli(node: Standalone, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    env["MILLRACE_DATA_DIR"] = str(node.data_dir)
+    done = subprocess.run([sys.executable, "-m", "millrace.ops.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def scrape_token(node: Standalone, tmp: Path) -> str:
+    """What ``millrace scrape-config`` writes (and its configuration names)."""
+    token_file = tmp / "prometheus-token"
+    config = cli(node, "scrape-config", "--url", node.base, "--token-file", str(token_file))
+    assert f'"{node.base}/v1/metrics/targets"' in config and str(token_file) in config
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    return token_file.read_text().strip()
+
+
+def targets(node: Standalone, token: str) -> list[dict[str, Any]]:
+    status, body = get(f"{node.base}/v1/metrics/targets", token)
+    assert status == 200, body
+    return list(json.loads(body))
+
+
+def test_every_process_answers_its_own_probes_and_metrics(node: Standalone, tmp_path: Path) -> None:
+    assert json.loads(get(f"{node.base}/live")[1]) == {"live": True, "reason": "answering"}
+    status, body = get(f"{node.base}/ready")
+    assert status == 200 and json.loads(body)["ready"] is True, body
+    token = scrape_token(node, tmp_path)
+    found = eventually(
+        lambda: {g["labels"]["role"]: g for g in targets(node, token)}.keys()
+        >= {"controller", "segmentstore", "worker", "beat"} and targets(node, token),
+        60, "every role among the targets",
+    )  # fmt: skip
+    wanted = {
+        "controller": "millrace_streams",
+        "segmentstore": "millrace_append_ack_latency_seconds",
+        "worker": "millrace_worker_broker_connected 1.0",
+        "beat": "millrace_beat_heartbeat_age_seconds",
+    }
+    for group in found:
+        role, (address,) = group["labels"]["role"], group["targets"]
+        base = f"{group['labels']['__scheme__']}://{address}"
+        ready_status, ready = get(f"{base}/ready")
+        assert ready_status == 200 and json.loads(ready)["ready"] is True, (role, ready)
+        assert get(f"{base}/live")[0] == 200, role
+        assert get(f"{base}/metrics")[0] == 401, role  # the metrics need the token
+        status, text = get(f"{base}/metrics", token)
+        assert status == 200 and wanted[role] in text.decode(), (role, text[:300])
+        assert "process_cpu_seconds_total" in text.decode() or role == "controller"
+    assert get(f"{node.base}/v1/metrics/targets", "not.a.token")[0] == 401
+
+
+def test_the_canary_writes_to_and_reads_from_the_node(node: Standalone, tmp_path: Path) -> None:
+    token = scrape_token(node, tmp_path)
+
+    def canary() -> str | None:
+        text = get(f"{node.base}/metrics", token)[1].decode()
+        lines = [line for line in text.splitlines() if line.startswith("millrace_canary_")]
+        ok = [line for line in lines if line.startswith("millrace_canary_successes_total")]
+        return "\n".join(lines) if ok and float(ok[0].split()[-1]) >= 2 else None
+
+    lines = eventually(canary, 60, "two canary rounds")
+    read = next(line for line in lines.splitlines() if line.startswith("millrace_canary_read"))
+    assert 0 < float(read.split()[-1]) < 5, lines
+    assert "millrace_canary_failures_total" in lines
