@@ -74,7 +74,7 @@ def scrape_config(
 ) -> str:
     """The configuration's text (YAML)."""
     tls = [f"tls_config: {{ca_file: {_yaml(ca)}}}"] if ca else []
-    auth = f"authorization: {{credentials_file: {_yaml(str(token_file))}}}"
+    auth = f"authorization: {{type: Bearer, credentials_file: {_yaml(str(token_file))}}}"
     lines = [
         "# Every controller, segment store node, worker and beat of the Millrace node or cluster",
         f"# at {url}, found through its /v1/metrics/targets (millrace scrape-config).",

@@ -1,0 +1,195 @@
+"""A real Prometheus (Debian's ``prometheus``, started by the test on a loopback port) scrapes
+a ``millrace standalone`` node with the configuration ``millrace scrape-config`` prints and
+evaluates the shipped alert rules (``deploy/prometheus/millrace-alerts.yml``). The test asks
+Prometheus's HTTP API, as an operator's tools do:
+
+* every process of the node is a target and up;
+* the alerts fire for real and resolve afterwards: a reader group that stalls (its reader
+  syncs but does not read while data arrives) and reads again; a data disk filled near its
+  limit (a file of the test's on a small loop-mounted filesystem holding the data directory)
+  and freed; a segment store that stops answering (SIGSTOP, the supervisor's liveness restart
+  switched off) and so fails the canary too, then goes on (SIGCONT).
+
+The rules' waits (``for:``) and the canary's threshold are shortened to the test's periods
+(a 1 s scrape and evaluation, a 2 s canary); the expressions are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.client.manager import StreamManager
+from tests.acceptance.standalone_node import (
+    READY_LINE,
+    Standalone,
+    eventually,
+    free_ports,
+)
+from tests.acceptance.test_full_disk import _fill, small_disk  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+RULES = Path(__file__).parents[2] / "deploy" / "prometheus" / "millrace-alerts.yml"
+CANARY_PERIOD_S = 2
+
+
+@pytest.fixture
+def node(small_disk: Path) -> Iterator[Standalone]:  # noqa: F811 - the fixture
+    http, wire, metrics = free_ports(3)
+    env = {
+        "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics),
+        "MILLRACE_CANARY_PERIOD_S": str(CANARY_PERIOD_S), "MILLRACE_LAG_PERIOD_S": "1",
+        "MILLRACE_TEST_UNSAFE": "no-liveness-restart",
+    }  # fmt: skip
+    node = Standalone(small_disk / "data", http, wire, env=env)
+    try:
+        node.wait_for(READY_LINE)
+        yield node
+        node.stop()
+    finally:
+        node.kill()
+
+
+def _short_rules(to: Path) -> Path:
+    """The shipped rules with the test's waits: ``for:`` 2 s, the canary's 3 periods."""
+    text = re.sub(r"for: \d+m", "for: 2s", RULES.read_text())
+    text = text.replace("> 3 * 30", f"> 3 * {CANARY_PERIOD_S}")
+    to.write_text(text)
+    return to
+
+
+@pytest.fixture
+def prometheus(node: Standalone, tmp_path: Path) -> Iterator[str]:
+    if shutil.which("prometheus") is None:
+        pytest.skip("Debian's prometheus is not installed (scripts/dev.sh test installs it)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    env["MILLRACE_DATA_DIR"] = str(node.data_dir)
+    printed = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "scrape-config", "--url", node.base,
+         "--interval", "1s", "--rules", str(_short_rules(tmp_path / "rules.yml")),
+         "--token-file", str(tmp_path / "token")],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s, scrape_timeout: 1s}\n" + printed
+    )
+    subprocess.run(["promtool", "check", "config", str(config)], check=True, capture_output=True)
+    (port,) = free_ports(1)
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        process = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
+def api(prometheus: str, path: str, **params: str) -> Any:
+    url = f"{prometheus}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return json.loads(answer.read())["data"]
+    except OSError:
+        return None  # not listening yet
+
+
+def firing(prometheus: str) -> dict[str, list[dict[str, str]]]:
+    """The alerts firing now, by name, with their labels."""
+    found: dict[str, list[dict[str, str]]] = {}
+    for alert in (api(prometheus, "alerts") or {}).get("alerts", []):
+        if alert["state"] == "firing":
+            found.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
+    return found
+
+
+def _stall(node: Standalone, prometheus: str) -> None:
+    scope = f"prom{uuid.uuid4().hex[:8]}"
+    with StreamManager(node.base, token=node.token) as manager:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", 1)
+        group = manager.create_reader_group(scope, "g", [f"{scope}/st"])
+        reader = group.create_reader("r1")
+        with manager.create_writer(scope, "st") as writer:
+
+            def stalled() -> bool:
+                writer.write_event(b"x" * 100, routing_key="k")  # data arriving, none read
+                writer.flush()
+                names = firing(prometheus).get("MillraceReaderGroupStalled", [])
+                return any(labels["scope"] == scope for labels in names)
+
+            eventually(stalled, 120, "MillraceReaderGroupStalled firing", every=0.5)
+
+        def resolved() -> bool:
+            reader.read_batch(1000, timeout=1)
+            names = firing(prometheus).get("MillraceReaderGroupStalled", [])
+            return not any(labels["scope"] == scope for labels in names)
+
+        eventually(resolved, 120, "MillraceReaderGroupStalled resolved", every=0.5)
+        reader.close()
+
+
+def test_prometheus_scrapes_every_process_and_the_alerts_fire_and_resolve(
+    node: Standalone,
+    prometheus: str,
+    small_disk: Path,  # noqa: F811 - the fixture
+) -> None:
+    def all_up() -> list[Any] | None:
+        found = (api(prometheus, "query", query='up{job="millrace"}') or {}).get("result", [])
+        roles = {each["metric"]["role"]: each["value"][1] for each in found}
+        wanted = {"controller": "1", "segmentstore": "1", "worker": "1", "beat": "1"}
+        return found if roles == wanted else None
+
+    eventually(all_up, 120, "every process of the node up in Prometheus", every=0.5)
+    assert not firing(prometheus), firing(prometheus)
+
+    _stall(node, prometheus)
+
+    filler = _fill(small_disk, 0.92)  # within 5 points of the 95 % limit
+    eventually(lambda: "MillraceDiskNearLimit" in firing(prometheus), 60,
+               "MillraceDiskNearLimit firing", every=0.5)  # fmt: skip
+    filler.unlink()
+    eventually(lambda: "MillraceDiskNearLimit" not in firing(prometheus), 60,
+               "MillraceDiskNearLimit resolved", every=0.5)  # fmt: skip
+
+    store = node.pid_of("segmentstore")
+    assert store is not None
+    os.kill(store, signal.SIGSTOP)
+    try:
+
+        def down() -> bool:
+            now = firing(prometheus)
+            roles = {labels["role"] for labels in now.get("MillraceProcessDown", [])}
+            return roles == {"segmentstore"} and "MillraceCanaryFailing" in now
+
+        eventually(down, 90, "MillraceProcessDown and MillraceCanaryFailing firing", every=0.5)
+    finally:
+        os.kill(store, signal.SIGCONT)
+    seen: list[Any] = []
+
+    def resolved() -> bool:
+        seen[:] = [firing(prometheus)]
+        return not {"MillraceProcessDown", "MillraceCanaryFailing"} & seen[0].keys()
+
+    try:
+        eventually(resolved, 120, "MillraceProcessDown and MillraceCanaryFailing resolved")
+    finally:
+        print("firing at the end:", seen)
