@@ -144,16 +144,22 @@ def dashboard_live(request: HttpRequest) -> JsonResponse:
 
 @page
 def cluster(request: HttpRequest) -> HttpResponse:
-    """Nodes, their sessions and containers, the leader, the latest moves, and a chart of the
-    containers each node held over those moves; ``?part=tables`` is the tables alone (htmx
-    refreshes them every few seconds)."""
+    """Nodes, their sessions and containers, the leader, what the canary last saw of each
+    node, the latest moves, and a chart of the containers each node held over those moves;
+    ``?part=tables`` is the tables alone (htmx refreshes them every few seconds)."""
     found = cluster_status()
+    canary = sel.canary_probes()
     if request.GET.get("part") == "tables":
-        return render(request, "admin_ui/_cluster_tables.html", {"cluster": found})
+        return render(request, "admin_ui/_cluster_tables.html",
+                      {"cluster": found, "canary": canary})  # fmt: skip
     times, series = moves_over_time(found)
     chart = {"times": [dt.datetime.fromisoformat(t).timestamp() for t in times],
              "series": series}  # fmt: skip
-    return render(request, "admin_ui/cluster.html", context(request, cluster=found, chart=chart))
+    return render(
+        request,
+        "admin_ui/cluster.html",
+        context(request, cluster=found, chart=chart, canary=canary),
+    )
 
 
 # -- scopes -------------------------------------------------------------------------------------

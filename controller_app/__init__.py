@@ -10,6 +10,7 @@ Its other modules:
 * ``apps``: Django app of the controller role
 * ``audit``: writing the audit log (``models.AuditEntry``)
 * ``beat``: beat's scheduler and the worker's heartbeat
+* ``canary``: an event written to and read back from every segment store node on a schedule
 * ``cluster``: the cluster: node sessions, the leader's lease and its container assignments
 * ``dispatch``: sending the controller's Celery tasks by name
 * ``errors``: errors of the controller's metadata layer, raised by selectors and the state
@@ -22,10 +23,12 @@ Its other modules:
 * ``outages``: the services around a node that can be away
 * ``outcomes``: how every face answers an error
 * ``ports``: the controller's port to the segment store, as the workflows see it
+* ``process_port``: the metrics port of a worker or beat (``/live``, ``/ready``, ``/metrics``)
 * ``reader_group_state``: the live state of a reader group, and every change to it, as plain
   Python (no database)
 * ``registry``: the schema registry (Confluent's Schema Registry API, its formats and rules)
 * ``roles``: who may do what (viewer, operator, admin), for every face
+* ``scrape``: where Prometheus finds every process (``GET /v1/metrics/targets``)
 * ``segment_client``: the controller's port to the segment store over the wire client
   (``ports.SegmentStorePort``)
 * ``signin``: sign-ins on the open network

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from controller_app.choices import NodeRole, SessionState, StreamState, TxnState
 from controller_app.errors import (
@@ -27,6 +28,7 @@ from controller_app.errors import (
 )
 from controller_app.models import (
     AuditEntry,
+    CanaryProbe,
     CompletedTransaction,
     Container,
     ContainerAssignment,
@@ -712,3 +714,21 @@ def audit_entries(
     if until is not None:
         rows = rows.filter(at__lte=until)
     return rows.order_by("-at", "-id")
+
+
+def canary_probes() -> list[dict[str, Any]]:
+    """What the canary last saw of each node, by node (1 query)."""
+    now = timezone.now()
+    return [
+        {
+            "node": probe.node, "ok": probe.succeeded_at is not None
+            and (probe.succeeded_at >= probe.probed_at),
+            "successAgeSeconds": None if probe.succeeded_at is None
+            else round((now - probe.succeeded_at).total_seconds()),
+            "ackMs": None if probe.ack_seconds is None else round(probe.ack_seconds * 1000, 1),
+            "readMs": None if probe.read_seconds is None else round(probe.read_seconds * 1000, 1),
+            "successes": probe.successes, "failures": probe.failures,
+            "lastError": probe.last_error,
+        }
+        for probe in CanaryProbe.objects.order_by("node")
+    ]  # fmt: skip

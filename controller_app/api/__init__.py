@@ -12,6 +12,7 @@ Its other modules:
 * ``health_urls``: URLs of the health endpoints (Pravega's paths
 * ``health_views``: HTTP health endpoints of a node, shaped like Pravega's REST health API
 * ``kvtables``: REST views of key-value tables (Millrace's addition
+* ``metrics_views``: ``GET /metrics`` and ``GET /v1/metrics/targets`` (Prometheus)
 * ``permissions``: the REST API's permission
 * ``reader_groups``: REST views of reader groups
 * ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under

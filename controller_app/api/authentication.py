@@ -145,3 +145,14 @@ SCRAPE = "scrape"
 @functools.cache
 def _scrape_verifier() -> TokenVerifier:
     return TokenVerifier(token_keys())
+
+
+class ScrapeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+    """How the API schema describes ``ScrapeTokenAuthentication``: a bearer token."""
+
+    target_class = ScrapeTokenAuthentication
+    name = "scrapeToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "delegation token for *"}
+

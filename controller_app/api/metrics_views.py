@@ -21,6 +21,7 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,6 +38,13 @@ class ScrapePermission(RolePermission):
 
     def has_permission(self, request: Any, view: Any) -> bool:
         return request.auth == SCRAPE or super().has_permission(request, view)
+
+
+class TargetGroupSerializer(serializers.Serializer):
+    targets = serializers.ListField(child=serializers.CharField(), help_text="host:port")
+    labels = serializers.DictField(
+        child=serializers.CharField(), help_text="role, node or process, __scheme__, ..."
+    )
 
 
 _SCRAPE_AUTH = [ScrapeTokenAuthentication, *APIView.authentication_classes]
@@ -77,7 +85,7 @@ class ScrapeTargetsView(APIView):
         description="Prometheus HTTP service discovery: `[{targets: [host:port], labels: {role,"
         " node|process, __metrics_path__, __scheme__}}]` for every controller, segment store"
         " node, worker and beat.",
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: TargetGroupSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
         scheme = "https" if settings.MILLRACE_TLS.enabled else "http"

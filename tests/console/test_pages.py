@@ -230,6 +230,18 @@ def test_the_cluster_page_shows_nodes_the_leader_the_moves_and_their_chart(db: N
     assert '"series": {"n1": [' in page and "cluster.js" in page  # the chart's data
     tables = browser("viewer").get("/cluster/?part=tables").content.decode()
     assert "<h1>" not in tables and 'id="cluster-moves"' in tables
+    assert "The canary has not run yet" in tables
+    from django.utils import timezone
+
+    from controller_app.models import CanaryProbe
+
+    at = timezone.now()
+    CanaryProbe.objects.create(node="n1", probed_at=at, succeeded_at=at, ack_seconds=0.002,
+                               read_seconds=0.0031, successes=3, failures=1)  # fmt: skip
+    CanaryProbe.objects.create(node="n2", probed_at=at, failures=2, last_error="TimeoutError: x")
+    tables = browser("viewer").get("/cluster/?part=tables").content.decode()
+    assert '<tr data-node="n1" data-ok="true">' in tables and "3.1 ms" in tables
+    assert '<tr data-node="n2" data-ok="false">' in tables and "TimeoutError: x" in tables
     from controller_app.cluster.leader import LeaderThread
 
     LeaderThread(5.0, ("127.0.0.1", 9191), grpc_port=9190)._renew_own_session()
