@@ -155,4 +155,3 @@ class ScrapeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "bearerFormat": "delegation token for *"}
-
