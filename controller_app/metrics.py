@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +35,7 @@ from controller_app.models import (
     TruncationRecord,
     Watermark,
 )
+from millrace.kernel.metrics_port import CertificateEnd
 
 
 def _by(model: Any, field: str) -> dict[str, int]:
@@ -237,3 +239,6 @@ def register() -> None:
         collector = MetadataCollector()
         REGISTRY.register(collector)
         _registered.append(collector)
+        tls = settings.MILLRACE_TLS
+        if tls.enabled and tls.cert_file:
+            REGISTRY.register(CertificateEnd(tls.cert_file))

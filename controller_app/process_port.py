@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from millrace.kernel.metrics_port import Answer, MetricsPort, PortApp
+from millrace.kernel.metrics_port import Answer, CertificateEnd, MetricsPort, PortApp
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,8 @@ def start(role: str) -> None:
         registry=registry, check=check,
     )  # fmt: skip
     tls = settings.MILLRACE_TLS
+    if tls.enabled and tls.cert_file:
+        registry.register(CertificateEnd(tls.cert_file))
     try:
         _port.append(MetricsPort(
             node.metrics_host, port, app, server_context(tls) if tls.enabled else None

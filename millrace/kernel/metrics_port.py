@@ -32,11 +32,21 @@ from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 from millrace.kernel.claims import READ, AuthError
 
-__all__ = ["Answer", "MetricsPort", "PortApp", "bearer_token", "json_answer"]
+__all__ = [
+    "Answer",
+    "CertificateEnd",
+    "MetricsPort",
+    "PortApp",
+    "bearer_token",
+    "certificate_end",
+    "json_answer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +125,33 @@ class PortApp:
         except AuthError as exc:
             return f"the metrics need a delegation token for * (Authorization: Bearer ...): {exc}"
         return None
+
+
+def certificate_end(path: str) -> float | None:
+    """When the PEM certificate in ``path`` ends (Unix seconds); None when it does not load."""
+    from cryptography import x509
+
+    try:
+        with open(path, "rb") as handle:
+            return x509.load_pem_x509_certificate(handle.read()).not_valid_after_utc.timestamp()
+    except (OSError, ValueError):
+        return None
+
+
+class CertificateEnd(Collector):
+    """``millrace_tls_certificate_end_timestamp_seconds``: when the process's TLS certificate
+    ends, read from its file at each scrape (a replaced certificate shows at once)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self) -> Iterable[Any]:
+        end = certificate_end(self.path)
+        if end is not None:
+            yield GaugeMetricFamily(
+                "millrace_tls_certificate_end_timestamp_seconds",
+                "When the process's TLS certificate ends (Unix seconds).", value=end,
+            )  # fmt: skip
 
 
 class _QuietHandler(WSGIRequestHandler):

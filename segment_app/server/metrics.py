@@ -32,7 +32,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from millrace.kernel.metrics_port import Answer, MetricsPort, PortApp, json_answer
+from millrace.kernel.metrics_port import (
+    Answer,
+    CertificateEnd,
+    MetricsPort,
+    PortApp,
+    json_answer,
+)
 from segment_app.server.auth import Authorizer
 from segment_app.server.traffic import LATENCY_BOUNDS_S, TrafficMonitor
 
@@ -208,15 +214,21 @@ def node_ready(health: Callable[[], dict[str, Any]]) -> Answer:
 
 
 def metrics_app(
-    traffic: TrafficMonitor, health: Callable[[], dict[str, Any]], authorizer: Authorizer
+    traffic: TrafficMonitor,
+    health: Callable[[], dict[str, Any]],
+    authorizer: Authorizer,
+    certificate: str | None = None,
 ) -> PortApp:
-    """The WSGI application of the metrics port."""
+    """The WSGI application of the metrics port (``certificate``: the node's TLS certificate
+    file, whose end it exports)."""
     registry, detail = CollectorRegistry(), CollectorRegistry()
     node = _NodeCollector(traffic, health)
     for each in (registry, detail):
         each.register(node)
         each.register(_StreamTraffic(traffic))
         ProcessCollector(registry=each)
+        if certificate:
+            each.register(CertificateEnd(certificate))
     detail.register(_SegmentTraffic(traffic))
 
     def traffic_json(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -246,5 +258,6 @@ class MetricsServer(MetricsPort):
         health: Callable[[], dict[str, Any]],
         authorizer: Authorizer,
         tls: ssl.SSLContext | None = None,
+        certificate: str | None = None,
     ) -> None:
-        super().__init__(host, port, metrics_app(traffic, health, authorizer), tls)
+        super().__init__(host, port, metrics_app(traffic, health, authorizer, certificate), tls)

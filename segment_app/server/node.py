@@ -184,7 +184,8 @@ async def run_node(
                         "tickedAt": time.monotonic()}  # fmt: skip
 
             status = now()
-            metrics = _start_metrics(config, server, lambda: status)
+            certificate = tls.cert_file if context is not None and tls is not None else None
+            metrics = _start_metrics(config, server, lambda: status, certificate)
             session = None
             if membership is not None and config.advertise is not None:
                 card = node_card(config, server.port, metrics.port if metrics else None)
@@ -235,7 +236,10 @@ TRAFFIC_TICK_SECONDS = 1.0
 
 
 def _start_metrics(
-    config: SegmentStoreSettings, server: SegmentStoreServer, health: Callable[[], dict[str, Any]]
+    config: SegmentStoreSettings,
+    server: SegmentStoreServer,
+    health: Callable[[], dict[str, Any]],
+    certificate: str | None,
 ) -> Any:
     """The metrics port, or ``None`` when it is off or cannot be bound (the node serves on;
     a warning says why)."""
@@ -244,7 +248,7 @@ def _start_metrics(
     try:
         metrics = MetricsServer(
             config.host, config.metrics_port, server.traffic, health, server.authorizer,
-            tls=server.tls,
+            tls=server.tls, certificate=certificate,
         )  # fmt: skip
     except OSError as exc:
         log.warning("no metrics on %s:%d: %s", config.host, config.metrics_port, exc)

@@ -123,6 +123,9 @@ def test_every_face_speaks_tls(node: Standalone) -> None:
         headers={"Authorization": f"Bearer {minted}"}, verify=client_context(node.tls_ca),
     )  # fmt: skip
     assert metrics.status_code == 200 and "millrace_stream_events_total" in metrics.text
+    (end,) = [float(line.split()[-1]) for line in metrics.text.splitlines()
+              if line.startswith("millrace_tls_certificate_end_timestamp_seconds ")]  # fmt: skip
+    assert end > time.time() + 14 * 86400  # the test's certificate is far from its end
 
 
 async def tail(node: Standalone, scope: str, count: int) -> list[str]:
