@@ -13,6 +13,7 @@ Its other modules:
 * ``canary``: an event written to and read back from every segment store node on a schedule
 * ``cluster``: the cluster: node sessions, the leader's lease and its container assignments
 * ``dispatch``: sending the controller's Celery tasks by name
+* ``doctor``: ``millrace doctor``'s checks of a deployment, one finding per line
 * ``errors``: errors of the controller's metadata layer, raised by selectors and the state
   helper
 * ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients

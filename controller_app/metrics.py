@@ -35,7 +35,7 @@ from controller_app.models import (
     TruncationRecord,
     Watermark,
 )
-from millrace.kernel.metrics_port import CertificateEnd
+from millrace.kernel.metrics_port import BuildInfo, CertificateEnd
 
 
 def _by(model: Any, field: str) -> dict[str, int]:
@@ -238,6 +238,7 @@ def register() -> None:
     if not _registered:
         collector = MetadataCollector()
         REGISTRY.register(collector)
+        REGISTRY.register(BuildInfo())
         _registered.append(collector)
         tls = settings.MILLRACE_TLS
         if tls.enabled and tls.cert_file:

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from millrace.kernel.metrics_port import Answer, CertificateEnd, MetricsPort, PortApp
+from millrace.kernel.metrics_port import Answer, BuildInfo, CertificateEnd, MetricsPort, PortApp
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ def start(role: str) -> None:
     port = node.worker_metrics_port if role == "worker" else node.beat_metrics_port
     registry = CollectorRegistry()
     registry.register(_ProcessCollector(role))
+    registry.register(BuildInfo())
     ProcessCollector(registry=registry)
     check: Callable[[str, str, str], None] | None = None
     if node.auth_enabled:

@@ -40,12 +40,14 @@ from millrace.kernel.claims import READ, AuthError
 
 __all__ = [
     "Answer",
+    "BuildInfo",
     "CertificateEnd",
     "MetricsPort",
     "PortApp",
     "bearer_token",
     "certificate_end",
     "json_answer",
+    "version",
 ]
 
 log = logging.getLogger(__name__)
@@ -152,6 +154,31 @@ class CertificateEnd(Collector):
                 "millrace_tls_certificate_end_timestamp_seconds",
                 "When the process's TLS certificate ends (Unix seconds).", value=end,
             )  # fmt: skip
+
+
+def version() -> str:
+    """This process's Millrace version (``unknown`` when not installed as a distribution)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("millrace")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class BuildInfo(Collector):
+    """``millrace_build_info{version, python}``: 1, the labels saying what runs."""
+
+    def collect(self) -> Iterable[Any]:
+        import platform
+
+        family = GaugeMetricFamily(
+            "millrace_build_info", "What this process runs: Millrace's and Python's versions.",
+            labels=["version", "python"],
+        )  # fmt: skip
+        family.add_metric([version(), platform.python_version()], 1.0)
+        yield family
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from millrace.kernel.metrics_port import (
     Answer,
+    BuildInfo,
     CertificateEnd,
     MetricsPort,
     PortApp,
@@ -226,6 +227,7 @@ def metrics_app(
     for each in (registry, detail):
         each.register(node)
         each.register(_StreamTraffic(traffic))
+        each.register(BuildInfo())
         ProcessCollector(registry=each)
         if certificate:
             each.register(CertificateEnd(certificate))

@@ -179,13 +179,9 @@ async def run_node(
             guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
             reporter = asyncio.create_task(_report_status(config, store, server.port, guard))
 
-            def now() -> dict[str, Any]:  # what the metrics port reads, replaced each tick
-                return {**store.health(), "metrics": store.metrics(), "disk": guard.seen,
-                        "tickedAt": time.monotonic()}  # fmt: skip
-
-            status = now()
-            certificate = tls.cert_file if context is not None and tls is not None else None
-            metrics = _start_metrics(config, server, lambda: status, certificate)
+            status = _status_now(store, guard)
+            cert = tls.cert_file if context is not None and tls is not None else None
+            metrics = _start_metrics(config, server, lambda: status, cert)
             session = None
             if membership is not None and config.advertise is not None:
                 card = node_card(config, server.port, metrics.port if metrics else None)
@@ -200,7 +196,7 @@ async def run_node(
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(stop.wait(), TRAFFIC_TICK_SECONDS)
                         server.traffic.tick()
-                        status = now()
+                        status = _status_now(store, guard)
             finally:
                 reporter.cancel()
                 if session is not None:  # leaves the cluster: the leader moves on at once
@@ -215,6 +211,12 @@ async def run_node(
         if reloader is not None:
             reloader.stop()
     log.info("segment store stopped")
+
+
+def _status_now(store: Any, guard: DiskGuard) -> dict[str, Any]:
+    """What the metrics port reads (replaced whole at each tick of the event loop)."""
+    return {**store.health(), "metrics": store.metrics(), "disk": guard.seen,
+            "tickedAt": time.monotonic()}  # fmt: skip
 
 
 def node_card(config: SegmentStoreSettings, port: int, metrics_port: int | None) -> NodeCard:

@@ -6,22 +6,27 @@ the metrics):
   service discovery) lists the controller, the segment store, the worker and beat, each with
   a port that answers ``/live``, ``/ready`` and ``/metrics``;
 * one credential, the token ``millrace scrape-config`` writes, reads every port;
-* the canary writes to and reads from the node every 2 s, and the controller exports it."""
+* the canary writes to and reads from the node every 2 s, and the controller exports it;
+* ``millrace doctor`` finds all well, then names each fault: a host clock moved (its test
+  hook), the segment store stopped (SIGSTOP), a reader group without readers."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from millrace.client.manager import StreamManager
 from tests.acceptance.standalone_node import Standalone, eventually, running_standalone
 
 pytestmark = pytest.mark.slow
@@ -108,3 +113,50 @@ def test_the_canary_writes_to_and_reads_from_the_node(node: Standalone, tmp_path
     read = next(line for line in lines.splitlines() if line.startswith("millrace_canary_read"))
     assert 0 < float(read.split()[-1]) < 5, lines
     assert "millrace_canary_failures_total" in lines
+
+
+def doctor(node: Standalone, **env: str) -> tuple[int, str]:
+    """``millrace doctor`` as an operator runs it on the node's host."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+    environ.update(MILLRACE_DATA_DIR=str(node.data_dir), **env)
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "doctor", "--url", node.base],
+        env=environ, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert not done.stderr.strip() or "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stdout
+
+
+def test_the_doctor_finds_all_well_then_names_each_fault(node: Standalone) -> None:
+    code, said = doctor(node)
+    assert code == 0 and all(line.startswith("OK") for line in said.splitlines()), said
+    parts = ["database:", "clock:", "broker:", "certificate:", "token secret:", "versions:",
+             "process: segmentstore", "process: worker", "process: beat"]  # fmt: skip
+    assert [part for part in parts if part not in said] == [], said
+
+    # a host clock moved
+    code, said = doctor(node, MILLRACE_TEST_CLOCK_OFFSET_S="120")
+    assert code == 1 and "FAIL  clock: this host's clock is 120" in said, said
+
+    # the segment store stops answering (SIGSTOP; the supervisor waits 15 s before it acts)
+    store = node.pid_of("segmentstore")
+    assert store is not None
+    os.kill(store, signal.SIGSTOP)
+    try:
+        code, said = doctor(node)
+    finally:
+        os.kill(store, signal.SIGCONT)
+    assert code == 1 and "FAIL  segmentstore: DOWN" in said, said
+    assert "FAIL  process: segmentstore standalone" in said and "does not answer" in said, said
+
+    # a reader group whose reader left: STOP
+    scope = f"doc{uuid.uuid4().hex[:8]}"
+    with StreamManager(node.base, token=node.token) as manager:
+        manager.create_scope(scope)
+        manager.create_stream(scope, "st", 1)
+        group = manager.create_reader_group(scope, "g", [f"{scope}/st"])
+        group.create_reader("r1").close()
+    eventually(
+        lambda: f"WARN  reader group: {scope}/g is STOP" in doctor(node)[1], 60,
+        "the doctor naming the stopped group",
+    )  # fmt: skip

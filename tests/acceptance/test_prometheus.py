@@ -240,7 +240,10 @@ def test_prometheus_scrapes_every_process_and_the_alerts_fire_and_resolve(
 @pytest.fixture
 def cluster(postgres: PrivatePostgres, tmp_path: Path) -> Iterator[LocalCluster]:
     environ = {"MILLRACE_CANARY_PERIOD_S": str(CANARY_PERIOD_S)}
-    yield from LocalCluster(tmp_path / "cluster", postgres.url, environ=environ).running()
+    cluster = LocalCluster(tmp_path / "cluster", postgres.url, environ=environ)
+    for i, port in enumerate(free_ports(3)):  # (the cluster's default: no metrics port)
+        cluster.node_env[i] = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(port)}
+    yield from cluster.running()
 
 
 def test_prometheus_follows_a_three_node_cluster_through_a_sigkilled_node(
@@ -255,7 +258,12 @@ def test_prometheus_follows_a_three_node_cluster_through_a_sigkilled_node(
     prometheus = next(prometheus_runs)
     try:
         up = {"controller": 2, "segmentstore": 3, "worker": 1, "beat": 2}
-        eventually(lambda: all_up(prometheus, up), 120, "every process up", every=0.5)
+        try:
+            eventually(lambda: all_up(prometheus, up), 120, "every process up", every=0.5)
+        except AssertionError:
+            targets = (api(prometheus, "targets") or {}).get("activeTargets", [])
+            seen = [(t["labels"], t["health"], t["lastError"]) for t in targets]
+            raise AssertionError(f"not every process up: {seen}") from None
         cluster.processes["node-1"].signal(signal.SIGKILL)
 
         def down() -> bool:

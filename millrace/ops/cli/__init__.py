@@ -15,7 +15,7 @@ Its other modules:
 
 * ``cluster``: ``millrace cluster status``
 * ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
-* ``observe``: ``millrace scrape-config``
+* ``observe``: ``millrace scrape-config`` and ``millrace doctor``
 * ``remote``: what the client's commands share
 * ``schemas``: ``millrace schema register|list|show|check|delete|config``
 * ``tls``: ``millrace tls dev-cert``

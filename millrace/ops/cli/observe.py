@@ -1,5 +1,6 @@
 """``millrace scrape-config``: a Prometheus configuration that scrapes every process of a
-standalone node or a cluster.
+standalone node or a cluster; ``millrace doctor``: what is wrong with a deployment, one line
+each (``controller_app.doctor``).
 
 It mints a delegation token for ``*`` (read only) with the node's token secret, writes it to a
 file only its owner may read, and prints a ``scrape_configs`` entry that finds the targets
@@ -18,9 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from millrace.kernel.claims import READ, TokenKeys, mint_token
-from millrace.kernel.config import ClientSettings, SegmentStoreSettings, TlsSettings, variables
+from millrace.kernel.config import (
+    ClientSettings,
+    SegmentStoreSettings,
+    TlsSettings,
+    WebSettings,
+    variables,
+)
 from millrace.ops.cli import remote
-from millrace.ops.cli.base import EXIT_OK, EXIT_USAGE, CommandError, Parents, command
+from millrace.ops.cli.base import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    Parents,
+    command,
+    needs,
+    setup_django,
+)
 
 #: The default lifetime of the scrape token, in days.
 TOKEN_DAYS = 365
@@ -62,6 +77,39 @@ def register(commands: Any, parents: Parents) -> None:
         "--ca", metavar="FILE",
         help="CA file https:// ports are verified with (default $MILLRACE_TLS_CA_FILE)",
     )  # fmt: skip
+    _register_doctor(commands, parents)
+
+
+def _register_doctor(commands: Any, parents: Parents) -> None:
+    doctor = command(
+        commands, "doctor", run_doctor,
+        "Check this host and the node or cluster as deployed: clocks, database, broker, tiers,"
+        " disk, certificates, token secret, every process's readiness and version, reader"
+        " groups; one line each (exit status 0 when all are OK).",
+        variables=[*remote.VARIABLES, *variables(WebSettings)], parents=[parents.data_dir],
+    )  # fmt: skip
+    doctor.add_argument(
+        "--url", help=f"a controller of the node or cluster (default $MILLRACE_URL or"
+        f" {ClientSettings.url})",
+    )  # fmt: skip
+    doctor.add_argument("--token", help="API token (default $MILLRACE_TOKEN or the admin's)")
+    doctor.add_argument("--ca", metavar="FILE", help="CA file for an https:// node")
+    doctor.add_argument("--json", action="store_true", help="the findings as JSON")
+
+
+def run_doctor(args: argparse.Namespace, rest: list[str]) -> int:
+    """Exit status 0 when every finding is OK, 1 otherwise."""
+    needs("django", "millrace doctor")
+    setup_django()
+    from controller_app.doctor import OK, checks_here, checks_of
+
+    url = remote.urls(args)[0]
+    findings = [*checks_here(), *checks_of(url, remote.token(args), remote.verify(args))]
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        print("\n".join(f.line() for f in findings))
+    return EXIT_OK if all(f.status == OK for f in findings) else 1
 
 
 def _yaml(value: object) -> str:
