@@ -37,6 +37,7 @@ Its other modules:
 * ``tails``: WebSocket tail reads, served by the controller's ASGI process
 * ``task_names``: the names of the controller's Celery tasks and the queues they go to
 * ``tokens``: API tokens and the segment store's delegation tokens
+* ``tracing``: traces of the controller, worker and beat (``MILLRACE_TRACES``)
 * ``users``: users and their roles, made by the local commands (``millrace user ...``,
   ``millrace token create``), the console's Security page and the standalone's first
   administrator

@@ -12,11 +12,13 @@ class ControllerAppConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         import controller_app.signin  # noqa: F401 - its receivers audit sign-in refusals
+        from controller_app import tracing
         from controller_app.beat import connect_worker_heartbeat
         from controller_app.roles import ensure_roles
 
         post_migrate.connect(ensure_roles, sender=self)
         connect_worker_heartbeat()
+        tracing.connect()
         _forget_credentials_on_changes()
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from millrace.client.routing import SegmentWithRange
+from millrace.kernel import traces
 from millrace.kernel.naming import parent_name, parse_segment_name
 from millrace.kernel.tls import TLS_PORT, TlsRefused, client_context, refusal
 
@@ -153,7 +154,10 @@ class AsyncControllerClient:
         while True:
             url = f"{self.urls[self._current]}{api}{path}"
             try:
-                response = await self._http.request(method, url, json=body, headers=headers)
+                with traces.span(f"{method}", "client", **{"http.request.method": method,
+                                                            "url.full": url}):  # fmt: skip
+                    sent = traces.inject(headers)
+                    response = await self._http.request(method, url, json=body, headers=sent)
             except httpx.TransportError as exc:
                 await self._tls_refusal(exc)
                 unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))

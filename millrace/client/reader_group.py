@@ -45,6 +45,7 @@ from millrace.client.follower import (
 from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import traces
 from millrace.kernel.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
@@ -343,6 +344,16 @@ class AsyncGroupReader:
         """Every stream of the group is sealed and was read to its end by the group."""
         return self._finished and not self._segments
 
+    def _traced(self, count: int) -> None:
+        """A receive span for a batch handed out (when tracing is on)."""
+        group = self.group
+        attributes = traces.messaging(
+            "receive", group.scope, group.name, **{"messaging.batch.message_count": count,
+                                                   "messaging.consumer.group.name": group.name},
+        )  # fmt: skip
+        with traces.span(f"receive {group.scope}/{group.name}", "consumer", **attributes):
+            pass
+
     async def read_next(self, timeout: float | None = None) -> EventRead | None:
         """The next event or a checkpoint marker (``is_checkpoint``); ``None`` if nothing
         comes within ``timeout`` s, or once every stream of the group is sealed and read
@@ -375,6 +386,7 @@ class AsyncGroupReader:
                 return [EventRead("", 0, b"", checkpoint_name=name)]
             batch = self._take_buffered(max_events)
             if batch:
+                self._traced(len(batch))
                 return batch
             if self.finished:
                 return []

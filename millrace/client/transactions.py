@@ -27,6 +27,7 @@ from millrace.client.resumable import ResumableAppends
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import traces
 
 #: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
 LEASE_MS_DEFAULT = 30_000
@@ -185,8 +186,13 @@ class Transaction:
     async def commit(self, timestamp: int | None = None, *, wait: bool = True) -> None:
         """Commit; with ``wait`` (the default) return once COMMITTED, else once COMMITTING
         (commits asked for together are carried out together; ``commit()`` again waits)."""
-        await self.flush()
-        self.state = await self.owner.commit_txn(self.txn_id, timestamp, wait=wait)
+        scope, stream = self.owner.scope, self.owner.stream
+        attributes = traces.messaging(
+            "send", scope, stream, **{"messaging.operation.name": "commit"}
+        )
+        with traces.span(f"commit {scope}/{stream}", "producer", **attributes):
+            await self.flush()
+            self.state = await self.owner.commit_txn(self.txn_id, timestamp, wait=wait)
 
     async def abort(self) -> None:
         self.state = await self.owner.abort_txn(self.txn_id)

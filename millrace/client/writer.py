@@ -40,6 +40,7 @@ from millrace.client.retry import with_retries
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import traces
 
 log = logging.getLogger("millrace.client")
 
@@ -703,7 +704,9 @@ class AsyncEventWriter:
     async def flush(self) -> None:
         """Wait until every event written so far is durable (or has failed). When the stream
         sets ``timestampAggregationTimeout``, then report the time now as this writer's mark."""
-        await self._drain()
+        attributes = traces.messaging("send", self.scope, self.stream)
+        with traces.span(f"send {self.scope}/{self.stream}", "producer", **attributes):
+            await self._drain()
         if self.automatic_marks and self._writers:
             await self.note_time(int(time.time() * 1000))
 

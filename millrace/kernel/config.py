@@ -494,6 +494,13 @@ def _allowed_hosts(env: Env, data_dir: Path) -> tuple[str, ...]:
 _ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
+def _traces(env: Env, data_dir: Path) -> str:
+    raw = env.get("MILLRACE_TRACES", "").strip() or "off"
+    if raw in ("off", "otlp") or (raw.startswith("file:") and len(raw) > len("file:")):
+        return raw
+    raise _bad("MILLRACE_TRACES", raw, "expected off, otlp or file:DIR")
+
+
 @dataclasses.dataclass(frozen=True)
 class WebSettings:
     """What the Django side of a node (ASGI app, Celery, management commands) is built from."""
@@ -554,6 +561,16 @@ class WebSettings:
     lag_period_s: int = env_int(
         "MILLRACE_LAG_PERIOD_S", 10,
         "seconds between reader-group lag rounds (a status looks at the last 10)", low=1, high=3600,
+    )  # fmt: skip
+    traces: str = _declared(
+        "off",
+        Variable(
+            "MILLRACE_TRACES",
+            "OpenTelemetry traces of the controller, worker and beat (the traces extra): off,"
+            " otlp (OTEL_EXPORTER_OTLP_* say where; OTEL_TRACES_SAMPLER_ARG the sampling) or"
+            " file:DIR (JSON lines per process)",
+            _traces, "off",
+        ),
     )  # fmt: skip
     canary_period_s: int = env_int(
         "MILLRACE_CANARY_PERIOD_S", 30,

@@ -257,6 +257,9 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     uvicorn = needs("uvicorn", "the controller")
     needs("django", "the controller")
     setup_django()
+    from controller_app import tracing
+
+    tracing.start("controller")  # (before the app is built: its middleware, the gRPC server)
     needs("millrace.project.asgi", "the controller")  # loaded now: gc.freeze() below covers it
     # Everything loaded so far lives as long as the process: keep it out of the collector's
     # full passes (shorter pauses under load, e.g. the WebSocket tail reads' latency).
