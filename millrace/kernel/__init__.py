@@ -6,9 +6,10 @@ logging with redaction (``logs``), TLS contexts (``tls``), the cluster membershi
 (``membership``), the schema policy a segment store holds streams' appends to
 (``schema_policy``), key-value table keys and placement (``kvt``), status files
 (``status_files``), the HTTP port each process answers probes and scrapes on
-(``metrics_port``) and the allocator tuning of bulk-data processes (``memory``). It imports
-no Django and no role: the standard library, small codecs (``crc32c``, ``mmh3``, ``pyjwt``),
-numpy (the wire's receive buffers), ``tiers`` (for the names of backends), prometheus-client
-(``metrics_port`` only, which the server roles import), and uvicorn only inside the function
+(``metrics_port``), OpenTelemetry's spans, off unless set up (``traces``) and the allocator
+tuning of bulk-data processes (``memory``). It imports no Django and no role: the standard
+library, small codecs (``crc32c``, ``mmh3``, ``pyjwt``), numpy (the wire's receive buffers),
+``tiers`` (for the names of backends), prometheus-client (``metrics_port`` only, which the
+server roles import), OpenTelemetry only when installed, and uvicorn only inside the function
 that configures its logging.
 """
