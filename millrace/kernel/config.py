@@ -386,6 +386,23 @@ def read_settings(settings_class: type[_S], env: Env | None = None) -> _S:
     return settings_class(**values)
 
 
+def _traces(env: Env, data_dir: Path) -> str:
+    raw = env.get("MILLRACE_TRACES", "").strip() or "off"
+    if raw in ("off", "otlp") or (raw.startswith("file:") and len(raw) > len("file:")):
+        return raw
+    raise _bad("MILLRACE_TRACES", raw, "expected off, otlp or file:DIR")
+
+
+def _traces_setting() -> Any:
+    return _declared("off", Variable(
+        "MILLRACE_TRACES",
+        "OpenTelemetry traces of the node's processes (the traces extra): off, otlp"
+        " (OTEL_EXPORTER_OTLP_* say where; OTEL_TRACES_SAMPLER_ARG the sampling) or file:DIR"
+        " (JSON lines per process)",
+        _traces, "off",
+    ))  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class SegmentStoreSettings:
     """Everything a segment store node is built from (``millrace segmentstore``); the wire
@@ -472,6 +489,7 @@ class SegmentStoreSettings:
         "MILLRACE_NODE_ID", "", "this node's name in the cluster (unset: its advertised address)"
     )
     session_timeout_s: int = _session_timeout()
+    traces: str = _traces_setting()
     #: How long a read at the tail of an open segment waits for data, seconds (under 30; the
     #: command line's ``--read-tail-wait``, no variable).
     read_tail_wait_seconds: float = 5.0
@@ -492,13 +510,6 @@ def _allowed_hosts(env: Env, data_dir: Path) -> tuple[str, ...]:
 
 
 _ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-
-
-def _traces(env: Env, data_dir: Path) -> str:
-    raw = env.get("MILLRACE_TRACES", "").strip() or "off"
-    if raw in ("off", "otlp") or (raw.startswith("file:") and len(raw) > len("file:")):
-        return raw
-    raise _bad("MILLRACE_TRACES", raw, "expected off, otlp or file:DIR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -562,16 +573,7 @@ class WebSettings:
         "MILLRACE_LAG_PERIOD_S", 10,
         "seconds between reader-group lag rounds (a status looks at the last 10)", low=1, high=3600,
     )  # fmt: skip
-    traces: str = _declared(
-        "off",
-        Variable(
-            "MILLRACE_TRACES",
-            "OpenTelemetry traces of the controller, worker and beat (the traces extra): off,"
-            " otlp (OTEL_EXPORTER_OTLP_* say where; OTEL_TRACES_SAMPLER_ARG the sampling) or"
-            " file:DIR (JSON lines per process)",
-            _traces, "off",
-        ),
-    )  # fmt: skip
+    traces: str = _traces_setting()
     canary_period_s: int = env_int(
         "MILLRACE_CANARY_PERIOD_S", 30,
         "seconds between canary rounds (an event written to and read from every segment store"

@@ -8,6 +8,9 @@ exports them.
   API is installed and a program set a tracer provider (an application with OpenTelemetry's
   SDK, or a node's process with ``MILLRACE_TRACES``). The client needs only the API; a client
   installed without it traces nothing.
+* ``current_traceparent()`` and ``remote_span(traceparent, ...)`` carry a sampled trace over
+  the wire protocol (the client's ``TraceContext`` before a request; the segment store's span
+  for it).
 * ``setup(role, mode)`` sets a node's process up (``MILLRACE_TRACES``, the ``traces`` extra):
   ``off``; ``otlp`` (OTLP over HTTP, configured by OpenTelemetry's own variables,
   ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the rest; sampling by ``OTEL_TRACES_SAMPLER`` and
@@ -24,7 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODES", "active", "inject", "messaging", "setup", "span"]
+__all__ = [
+    "MODES",
+    "active",
+    "current_traceparent",
+    "inject",
+    "messaging",
+    "remote_span",
+    "setup",
+    "span",
+]
 
 #: What ``MILLRACE_TRACES`` may say (``file:`` takes a directory after it).
 MODES = ("off", "otlp", "file:")
@@ -83,6 +95,35 @@ def inject(headers: dict[str, str] | None) -> dict[str, str] | None:
     carrier = dict(headers or {})
     _api[1].inject(carrier)
     return carrier
+
+
+def current_traceparent() -> str | None:
+    """The current span's ``traceparent`` while it is sampled (for the wire's
+    ``TraceContext``), else None: a request outside a sampled trace sends nothing more."""
+    if not active():
+        return None
+    context = _api[0].get_current_span().get_span_context()
+    if not (context.is_valid and context.trace_flags.sampled):
+        return None
+    carrier: dict[str, str] = {}
+    _api[1].inject(carrier)
+    return carrier.get("traceparent")
+
+
+@contextlib.contextmanager
+def remote_span(traceparent: str | None, name: str, **attributes: Any) -> Iterator[Any]:
+    """A server span, the child of a peer's ``traceparent`` (nothing when there is none or
+    tracing is off here)."""
+    if traceparent is None or not active():
+        yield None
+        return
+    trace, propagate = _api
+    parent = propagate.extract({"traceparent": traceparent})
+    tracer = trace.get_tracer("millrace")
+    with tracer.start_as_current_span(
+        name, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+    ) as current:
+        yield current
 
 
 def setup(role: str, mode: str) -> bool:

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from millrace.kernel import traces
 from millrace.kernel import wire as wire
 from segment_app.engine.errors import ContainerOfflineError
 from segment_app.server.appends import AppendPath
@@ -73,7 +74,10 @@ class WireConnection(asyncio.BufferedProtocol):
             wire.AppendBlockEnd.TYPE: self.appends.append_block_end,
             wire.ConditionalBlockEnd.TYPE: self.appends.conditional_block_end,
             wire.ConditionalAppend.TYPE: self.appends.conditional_append,
+            wire.TraceContext.TYPE: self._trace_context,
         }
+        #: The trace context the next request is traced in (a ``TraceContext`` before it).
+        self._traceparent: str | None = None
 
     # -- asyncio protocol -----------------------------------------------------------------------
 
@@ -222,12 +226,18 @@ class WireConnection(asyncio.BufferedProtocol):
             handler(cmd)
         elif type_code == wire.SetupAppend.TYPE:
             self._spawn(self.appends.setup_append(cmd))
+        elif self._traceparent is not None and type_code in self.requests.handlers:
+            traceparent, self._traceparent = self._traceparent, None  # (traced: with a task)
+            self._spawn(self._request(type_code, cmd, traceparent))
         elif type_code in self.requests.immediate:
             self._request_now(type_code, cmd)
         elif type_code in self.requests.handlers:
             self._spawn(self._request(type_code, cmd))
         else:
             self._unsupported(cmd)
+
+    def _trace_context(self, cmd: wire.TraceContext) -> None:
+        self._traceparent = cmd.traceparent
 
     def _malformed(self, type_code: int, payload: bytes | memoryview, exc: Exception) -> None:
         request_id = wire.request_id_of(type_code, payload)
@@ -251,11 +261,13 @@ class WireConnection(asyncio.BufferedProtocol):
         self.tasks.discard(task)
         self.update_reading()
 
-    async def _request(self, type_code: int, cmd: Any) -> None:
-        try:
-            reply = await self.requests.handlers[type_code](cmd)
-        except Exception as exc:
-            reply = _error_reply(exc, cmd)
+    async def _request(self, type_code: int, cmd: Any, traceparent: str | None = None) -> None:
+        name = type(cmd).__name__
+        with traces.remote_span(traceparent, f"segmentstore {name}", **_traced(cmd)):
+            try:
+                reply = await self.requests.handlers[type_code](cmd)
+            except Exception as exc:
+                reply = _error_reply(exc, cmd)
         self.send(reply)
 
     def _request_now(self, type_code: int, cmd: Any) -> None:
@@ -324,3 +336,12 @@ def _segment_of(cmd: Any) -> str:
         if isinstance(value, str):
             return value
     return ""
+
+
+def _traced(cmd: Any) -> dict[str, Any]:
+    """What a request's span says of it (its segment, its request id)."""
+    found = {"millrace.request_id": getattr(cmd, "request_id", wire.NO_REQUEST_ID)}
+    segment = getattr(cmd, "segment", None)
+    if isinstance(segment, str):
+        found["millrace.segment"] = segment
+    return found

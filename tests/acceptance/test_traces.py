@@ -1,11 +1,11 @@
 """Traces across processes: a program with OpenTelemetry's SDK (its in-memory exporter) uses
-the Python client against a ``millrace standalone`` node whose controller, worker and beat
-write their spans to files (``MILLRACE_TRACES=file:DIR``). Checked:
+the Python client against a ``millrace standalone`` node whose controller, worker, beat
+and segment store write their spans to files (``MILLRACE_TRACES=file:DIR``). Checked:
 
 * the client's appends, reads and commits are spans with OpenTelemetry's messaging names;
 * sealing a stream is one trace from the program's span through the client's REST call, the
-  controller's request and the Celery task's publication to the worker running the workflow
-  to its end.
+  controller's request and the Celery task's publication to the worker running the workflow,
+  and the segment store sealing the segment (a ``TraceContext`` before the wire request).
 """
 
 from __future__ import annotations
@@ -92,13 +92,21 @@ def test_one_trace_from_the_clients_call_to_the_workflows_end(
         roles = {s["role"] for s in spans}
         return spans if {"controller", "worker"} <= roles else None
 
-    spans = eventually(whole, 30, "the controller's and the worker's spans of the trace")
+    def whole_with_store() -> list[dict[str, Any]] | None:
+        spans = whole()
+        return spans if spans and any(s["role"] == "segmentstore" for s in spans) else None
+
+    spans = eventually(whole_with_store, 30, "the controller's, worker's and store's spans")
     by_id = {s["context"]["span_id"]: s for s in spans}
     [run] = [s for s in spans if s["role"] == "worker" and s["name"].startswith("run/")]
-    chain, span = [], run
-    while span is not None:  # from the workflow up to the request the client made
+    sealed = [s for s in spans if s["name"] == "segmentstore SealSegment"]
+    assert sealed and sealed[0]["kind"] == "SpanKind.SERVER", spans
+    assert sealed[0]["attributes"]["millrace.segment"].startswith(f"{scope}/st/")
+    chain, span = [], sealed[0]
+    while span is not None:  # from the segment store up to the request the client made
         chain.append((span["role"], span["kind"]))
         span = by_id.get(span.get("parent_id"))
+    assert ("worker", "SpanKind.CONSUMER") in chain, chain  # the task that ran the workflow
     assert ("controller", "SpanKind.SERVER") in chain, chain  # Django's request
     assert ("controller", "SpanKind.PRODUCER") in chain, chain  # the task's publication
     # the controller's request span is the child of the client's call, under the program's span

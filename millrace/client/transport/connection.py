@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from millrace.client.errors import ConnectionLostError, SegmentStoreError
-from millrace.kernel import wire
+from millrace.kernel import traces, wire
 
 __all__ = [
     "CONNECT_S",
@@ -230,6 +230,9 @@ class Connection(asyncio.BufferedProtocol):
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
+            traceparent = traces.current_traceparent()
+            if traceparent is not None:  # (a sampled trace: the request's span joins it)
+                self.send(wire.TraceContext(traceparent))
             self.send(make(request_id))
             return await asyncio.wait_for(future, self.request_timeout)
         finally:

@@ -148,6 +148,21 @@ class Hello(Command):
     low_version: int
 
 
+#: Millrace's own command (no Pravega peer sends one): far from Pravega's table, which grows up.
+TRACE_CONTEXT_TYPE = 1_000_001
+
+
+@wire(TRACE_CONTEXT_TYPE, "traceparent S")
+@dataclasses.dataclass(slots=True)
+class TraceContext(Command):
+    """The W3C trace context (``traceparent``) of the request that follows it on the connection.
+    Millrace's client sends one before a request only while a sampled span is current
+    (``millrace.kernel.traces``); the segment store then traces that request in the same trace.
+    A server that does not know it would refuse it, so it goes to Millrace's nodes only."""
+
+    traceparent: str
+
+
 @wire(-1, "length PadLen")
 @dataclasses.dataclass(slots=True)
 class Padding(Command):
@@ -400,6 +415,7 @@ __all__ = [
     "EVENT_TYPE",
     "TOKEN_CHECK_FAILED",
     "TOKEN_EXPIRED",
+    "TRACE_CONTEXT_TYPE",
     "AppendBlock",
     "AppendBlockEnd",
     "AppendSetup",
@@ -425,4 +441,5 @@ __all__ = [
     "StorageChunksListed",
     "StorageFlushed",
     "StreamSegmentInfo",
+    "TraceContext",
 ]

@@ -37,6 +37,7 @@ from millrace.ops.cli.base import (
     needs,
     port,
     setup_django,
+    warn,
 )
 
 #: The longest WebSocket handshake request line the controller reads (and answers).
@@ -178,9 +179,21 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     )
     log = LogSettings.from_env()
     node = needs("segment_app.server.node", "the segment store")
+    _traces("segmentstore", settings.traces)
     membership = _membership(settings)
     policies = _schema_policies() if args.schemas or membership is not None else None
     return int(node.serve(settings, log, membership, TlsSettings.from_env(), policies))
+
+
+def _traces(role: str, mode: str) -> None:
+    """The process's traces (``MILLRACE_TRACES``); without the traces extra, a warning."""
+    from millrace.kernel import traces
+
+    try:
+        traces.setup(role, mode)
+    except ImportError as exc:
+        warn(f"MILLRACE_TRACES={mode} needs the traces extra (pip install 'millrace[traces]'):"
+             f" {exc}; no traces")  # fmt: skip
 
 
 def _schema_policies() -> Any:

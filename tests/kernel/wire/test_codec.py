@@ -16,6 +16,7 @@ from millrace.kernel import wire as p
 TABLE_CODES = {
     -127, -1, -2, -3, -4, -5, -6, 0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 20, 21,
     *range(28, 43), 50, 51, 52, 53, *range(55, 62), *range(68, 92), 100,
+    p.TRACE_CONTEXT_TYPE,  # (Millrace's own: a trace context before a request)
 }  # fmt: skip
 
 SAMPLE_BY_KIND = {
