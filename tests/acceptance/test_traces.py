@@ -102,10 +102,12 @@ def test_one_trace_from_the_clients_call_to_the_workflows_end(
     sealed = [s for s in spans if s["name"] == "segmentstore SealSegment"]
     assert sealed and sealed[0]["kind"] == "SpanKind.SERVER", spans
     assert sealed[0]["attributes"]["millrace.segment"].startswith(f"{scope}/st/")
-    chain, span = [], sealed[0]
+    chain, ids, span = [], set(), sealed[0]
     while span is not None:  # from the segment store up to the request the client made
         chain.append((span["role"], span["kind"]))
+        ids.add(span["context"]["span_id"])
         span = by_id.get(span.get("parent_id"))
+    assert run["context"]["span_id"] in ids, chain  # the workflow's task sealed it
     assert ("worker", "SpanKind.CONSUMER") in chain, chain  # the task that ran the workflow
     assert ("controller", "SpanKind.SERVER") in chain, chain  # Django's request
     assert ("controller", "SpanKind.PRODUCER") in chain, chain  # the task's publication
