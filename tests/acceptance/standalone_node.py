@@ -161,6 +161,17 @@ class Standalone:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
 
+    def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        """``millrace ARGS`` run on the node's host as an operator runs it (its data directory,
+        none of the test's ``MILLRACE_*`` variables; ``env`` over them); with ``check``, it
+        must succeed."""
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
+        environ.update(MILLRACE_DATA_DIR=str(self.data_dir), **env)
+        done = subprocess.run([sys.executable, "-m", "millrace.ops.cli", *args], env=environ,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert not check or done.returncode == 0, done.stderr
+        return done
+
 
 def request(
     base: str,
@@ -254,13 +265,15 @@ def eventually(check: Callable[[], Any], timeout: float, what: str, every: float
 
 
 def running_standalone(
-    factory: pytest.TempPathFactory, name: str, env: dict[str, str]
+    factory: pytest.TempPathFactory | Path, name: str, env: dict[str, str]
 ) -> Iterator[Standalone]:
     """A module's ``millrace standalone`` node with ``env`` (a fixture's body), on free ports
-    (its metrics port too); stopped, or killed, at the end."""
+    (its metrics port too), its data directory in a new folder of ``factory``'s (or in the
+    folder given); stopped, or killed, at the end."""
     http, wire, metrics = free_ports(3)
     env = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics), **env}
-    node = Standalone(factory.mktemp(name) / "data", http, wire, env=env)
+    where = factory if isinstance(factory, Path) else factory.mktemp(name)
+    node = Standalone(where / "data", http, wire, env=env)
     try:
         node.wait_for(READY_LINE)
         yield node

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -38,15 +36,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     yield from running_standalone(tmp_path_factory, "observe", env)
 
 
-def cli(node: Standalone, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
-    env["MILLRACE_DATA_DIR"] = str(node.data_dir)
-    done = subprocess.run([sys.executable, "-m", "millrace.ops.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def get(url: str, token: str | None = None) -> tuple[int, bytes]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -59,7 +48,7 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes]:
 def scrape_token(node: Standalone, tmp: Path) -> str:
     """What ``millrace scrape-config`` writes (and its configuration names)."""
     token_file = tmp / "prometheus-token"
-    config = cli(node, "scrape-config", "--url", node.base, "--token-file", str(token_file))
+    config = node.cli("scrape-config", "--url", node.base, "--token-file", str(token_file)).stdout
     assert f'"{node.base}/v1/metrics/targets"' in config and str(token_file) in config
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     return token_file.read_text().strip()
@@ -117,13 +106,8 @@ def test_the_canary_writes_to_and_reads_from_the_node(node: Standalone, tmp_path
 
 def doctor(node: Standalone, **env: str) -> tuple[int, str]:
     """``millrace doctor`` as an operator runs it on the node's host."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
-    environ.update(MILLRACE_DATA_DIR=str(node.data_dir), **env)
-    done = subprocess.run(
-        [sys.executable, "-m", "millrace.ops.cli", "doctor", "--url", node.base],
-        env=environ, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert not done.stderr.strip() or "Traceback" not in done.stderr, done.stderr
+    done = node.cli("doctor", "--url", node.base, check=False, **env)
+    assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, done.stdout
 
 

@@ -40,10 +40,10 @@ from millrace.client.manager import StreamManager
 from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.postgres import PrivatePostgres
 from tests.acceptance.standalone_node import (
-    READY_LINE,
     Standalone,
     eventually,
     free_ports,
+    running_standalone,
 )
 from tests.acceptance.test_full_disk import _fill, small_disk  # noqa: F401 - a fixture
 
@@ -56,19 +56,11 @@ CANARY_PERIOD_S = 2
 
 @pytest.fixture
 def node(small_disk: Path) -> Iterator[Standalone]:  # noqa: F811 - the fixture
-    http, wire, metrics = free_ports(3)
     env = {
-        "MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics),
         "MILLRACE_CANARY_PERIOD_S": str(CANARY_PERIOD_S), "MILLRACE_LAG_PERIOD_S": "1",
         "MILLRACE_TEST_UNSAFE": "no-liveness-restart",
     }  # fmt: skip
-    node = Standalone(small_disk / "data", http, wire, env=env)
-    try:
-        node.wait_for(READY_LINE)
-        yield node
-        node.stop()
-    finally:
-        node.kill()
+    yield from running_standalone(small_disk, "prometheus", env)
 
 
 def _short_rules(to: Path) -> Path:
