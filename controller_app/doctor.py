@@ -161,7 +161,12 @@ def token_secret() -> list[Finding]:
     node = settings.MILLRACE
     if not node.auth_enabled:
         return [Finding(WARN, "token secret", "authentication is off (MILLRACE_AUTH)")]
-    candidates = [node.token_keyring, Path(node.data_dir) / "token-secret"]
+    persisted = (
+        None
+        if os.environ.get("MILLRACE_TOKEN_SECRET")
+        else (Path(node.data_dir) / "secrets" / "token-secret")
+    )
+    candidates = [node.token_keyring, persisted]
     found = [path for path in candidates if path is not None and Path(path).exists()]
     if not found:
         return [Finding(OK, "token secret", "from MILLRACE_TOKEN_SECRET (its age is not known)")]

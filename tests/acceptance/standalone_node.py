@@ -161,14 +161,22 @@ class Standalone:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
 
-    def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        """``millrace ARGS`` run on the node's host as an operator runs it (its data directory,
-        none of the test's ``MILLRACE_*`` variables; ``env`` over them); with ``check``, it
-        must succeed."""
+    def operator_env(self, **env: str) -> dict[str, str]:
+        """The environment of an operator on the node's host: its data directory and its token
+        secret when the node was given one (a test worker's may be inherited), none of the
+        test's other ``MILLRACE_*`` variables; ``env`` over them."""
         environ = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
-        environ.update(MILLRACE_DATA_DIR=str(self.data_dir), **env)
-        done = subprocess.run([sys.executable, "-m", "millrace.ops.cli", *args], env=environ,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        environ["MILLRACE_DATA_DIR"] = str(self.data_dir)
+        if self.environ.get("MILLRACE_TOKEN_SECRET"):
+            environ["MILLRACE_TOKEN_SECRET"] = self.environ["MILLRACE_TOKEN_SECRET"]
+        return {**environ, **env}
+
+    def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        """``millrace ARGS`` run on the node's host as an operator runs it (``operator_env``);
+        with ``check``, it must succeed."""
+        done = subprocess.run([sys.executable, "-m", "millrace.ops.cli", *args],
+                              env=self.operator_env(**env), capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
         assert not check or done.returncode == 0, done.stderr
         return done
 

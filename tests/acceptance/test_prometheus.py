@@ -104,9 +104,7 @@ def running_prometheus(url: str, env: dict[str, str], where: Path) -> Iterator[s
 
 @pytest.fixture
 def prometheus(node: Standalone, tmp_path: Path) -> Iterator[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
-    env["MILLRACE_DATA_DIR"] = str(node.data_dir)
-    yield from running_prometheus(node.base, env, tmp_path)
+    yield from running_prometheus(node.base, node.operator_env(), tmp_path)
 
 
 def api(prometheus: str, path: str, **params: str) -> Any:
