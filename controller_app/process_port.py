@@ -30,7 +30,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from millrace.kernel.metrics_port import Answer, BuildInfo, CertificateEnd, MetricsPort, PortApp
+from millrace.kernel.metrics_port import (
+    Answer,
+    BuildInfo,
+    CertificateEnd,
+    MetricsPort,
+    PortApp,
+    fresh,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +62,7 @@ def beating() -> None:
 def live() -> Answer:
     from controller_app.heartbeats import HEARTBEAT_STALE_SECONDS
 
-    beat_at = state["beat_at"]
-    if beat_at is None:
-        return True, "starting"
-    age = time.monotonic() - beat_at
-    if age > HEARTBEAT_STALE_SECONDS:
-        return False, f"no heartbeat for {age:.0f} s"
-    return True, f"heartbeat {age:.1f} s ago"
+    return fresh(state["beat_at"], HEARTBEAT_STALE_SECONDS, "the heartbeat ran")
 
 
 def worker_ready() -> Answer:

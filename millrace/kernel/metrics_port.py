@@ -25,6 +25,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "PortApp",
     "bearer_token",
     "certificate_end",
+    "fresh",
     "json_answer",
     "version",
 ]
@@ -57,6 +59,17 @@ StartResponse = Callable[..., Any]
 WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 #: A probe's answer: whether it holds, and why not (or what it saw).
 Answer = tuple[bool, str]
+
+
+def fresh(stamp: float | None, stale_s: float, what: str) -> Answer:
+    """Live while ``what`` last happened (``stamp``, a monotonic time) under ``stale_s`` ago;
+    ``starting`` before it first happened."""
+    if stamp is None:
+        return True, "starting"
+    age = time.monotonic() - stamp
+    if age > stale_s:
+        return False, f"{what}: not for {age:.0f} s"
+    return True, f"{what}: {age:.1f} s ago"
 
 
 def json_answer(start_response: StartResponse, status: str, body: object) -> list[bytes]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import ssl
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -38,6 +37,7 @@ from millrace.kernel.metrics_port import (
     CertificateEnd,
     MetricsPort,
     PortApp,
+    fresh,
     json_answer,
 )
 from segment_app.server.auth import Authorizer
@@ -185,13 +185,7 @@ class _NodeCollector(Collector):
 
 def node_live(health: Callable[[], dict[str, Any]]) -> Answer:
     """Live while the event loop ticks: it replaces the status each second."""
-    ticked = health().get("tickedAt")
-    if ticked is None:
-        return True, "starting"
-    age = time.monotonic() - ticked
-    if age > LIVE_STALE_SECONDS:
-        return False, f"the event loop has not ticked for {age:.0f} s"
-    return True, f"the event loop ticked {age:.1f} s ago"
+    return fresh(health().get("tickedAt"), LIVE_STALE_SECONDS, "the event loop ticked")
 
 
 def node_ready(health: Callable[[], dict[str, Any]]) -> Answer:
