@@ -82,8 +82,16 @@ OUTAGE_SECONDS = 20.0
 class Run:
     """The client processes of one run, and what they wrote."""
 
-    def __init__(self, cluster: LocalCluster, base: str, where: Path, spark: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        base: str,
+        where: Path,
+        spark: bool = True,
+        per_writer: int = PER_WRITER,
+    ) -> None:
         self.cluster, self.base, self.where = cluster, base, where
+        self.per_writer = per_writer
         self.scope = f"c{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         manager = StreamManager(base, token=cluster.token)
@@ -122,7 +130,7 @@ class Run:
                 token,
                 self.scope,
                 str(i),
-                str(PER_WRITER),
+                str(per_writer),
                 str(WRITE_RATE),
                 str(where / f"w{i}.json"),
             )
@@ -164,7 +172,7 @@ class Run:
         def far_enough() -> bool:
             for name, proc in self.procs.items():
                 assert proc.poll() in (None, 0), self.stderr(name)
-            return self.written() >= fraction * WRITERS * PER_WRITER
+            return self.written() >= fraction * WRITERS * self.per_writer
 
         eventually(far_enough, timeout, f"the writers writing {fraction:.0%}")
 
@@ -482,17 +490,20 @@ def test_without_wrong_host_the_clients_cannot_follow_a_moved_container(
     missing segment. A node is killed, then started again; when containers are balanced back
     onto it, the writers and readers still talking to their old owners are told their segment
     is gone, and the run fails (the same steps pass in the test above)."""
-    run = Run(cluster, cluster.base(0), tmp_path, spark=False)
+    # Writing for twice as long (48 s) as the test above: the containers must move back while
+    # the writers still write, even on a slow, loaded machine.
+    run = Run(cluster, cluster.base(0), tmp_path, spark=False, per_writer=2 * PER_WRITER)
     nodes = {f"node-{i}" for i in range(3)}
     try:
+        run.wait_written(0.1)
+        cluster.processes["node-1"].kill()
+        eventually(lambda: cluster.spread(nodes - {"node-1"}), FAILOVER_SECONDS, "failover")
+        cluster.start_node(1)
+        eventually(lambda: cluster.spread(nodes), FAILOVER_SECONDS, "rebalance")
+        assert run.written() < WRITERS * run.per_writer, "all written before the containers moved"
         with pytest.raises((AssertionError, subprocess.TimeoutExpired)):
-            run.wait_written(0.2)
-            cluster.processes["node-1"].kill()
-            eventually(lambda: cluster.spread(nodes - {"node-1"}), FAILOVER_SECONDS, "failover")
-            cluster.start_node(1)
-            eventually(lambda: cluster.spread(nodes), FAILOVER_SECONDS, "rebalance")
-            for i in range(WRITERS):  # (guarded, they are done within a minute: 24 s of writes)
-                run.procs[f"w{i}"].wait(90)
+            for i in range(WRITERS):  # (guarded, they are done within 2 minutes: 48 s of writes)
+                run.procs[f"w{i}"].wait(150)
             run.finish()
             check(tmp_path)
     finally:
