@@ -23,8 +23,8 @@ class ControllerAppConfig(AppConfig):
 
 
 def _forget_credentials_on_changes() -> None:
-    """Any change to a user, a token or a group (or a user's groups or permissions) bumps the
-    credentials' generation: what the registry's lookup by id remembers of credentials is
+    """Any change to a user, a token, a group or a grant (or a user's groups or permissions)
+    bumps the credentials' generation: what the registry's lookup by id remembers of credentials is
     then judged by Django again (``controller_app.api.registry_shortcut``)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
@@ -32,9 +32,10 @@ def _forget_credentials_on_changes() -> None:
     from rest_framework.authtoken.models import Token
 
     from controller_app.api.registry_shortcut import changed
+    from controller_app.models import Grant
 
     user = get_user_model()
-    for model in (user, Token, Group):
+    for model in (user, Token, Group, Grant):
         post_save.connect(changed, sender=model, dispatch_uid=f"registry-shortcut-save-{model}")
         post_delete.connect(changed, sender=model, dispatch_uid=f"registry-shortcut-del-{model}")
     for through in (user.groups.through, user.user_permissions.through, Group.permissions.through):

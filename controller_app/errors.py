@@ -109,6 +109,16 @@ class WorkflowTimeoutError(ControllerError, TimeoutError):
     goes on in the background (its intent is recorded)."""
 
 
+class PermissionRefusedError(ControllerError):
+    """The caller may not do this (``controller_app.grants``): the message names the resource
+    and the permission it lacks, and why."""
+
+    def __init__(self, resource: str, permission: str, why: str = "") -> None:
+        self.resource, self.permission = resource, permission
+        reason = f" ({why})" if why else ""
+        super().__init__(f"{permission} on {resource} is not granted to you{reason}")
+
+
 class BrokerUnavailableError(ControllerError):
     """The Celery broker did not take a workflow's task. The workflow's intent is recorded in
     the database: the task is sent again when the request is repeated or by the sweeper, once

@@ -13,8 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from controller_app.roles import may
-from millrace.kernel.claims import READ, READ_UPDATE, TokenKeys, mint_token, stream_resource
+from controller_app.grants import access_to_stream
+from millrace.kernel.claims import TokenKeys, mint_token, stream_resource
 
 
 class TokenExpiredError(Exception):
@@ -66,10 +66,11 @@ def delegation_token(resource: str, access: str, ttl_seconds: float | None = Non
 
 def stream_token_for(user: Any, scope: str, stream: str) -> str:
     """The delegation token a caller gets for the segments of ``scope/stream`` (a table's
-    ``<table>_kvtable`` too): read and update for an operator, read only for a viewer; the
-    one rule of REST, gRPC and the console."""
-    access = READ_UPDATE if may(user, "operate") else READ
-    return delegation_token(stream_resource(scope, stream), access)
+    ``<table>_kvtable`` and a reader group's ``_RG<name>`` too): read and update where its
+    grants (or role) allow ``READ_UPDATE`` on the stream's resource, read only where they allow
+    ``READ``; ``PermissionRefusedError`` where they allow neither. The one rule of REST, gRPC
+    and the console; the segment stores check each request's segment against it."""
+    return delegation_token(stream_resource(scope, stream), access_to_stream(user, scope, stream))
 
 
 @functools.cache

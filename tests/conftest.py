@@ -12,12 +12,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """In this process, new passwords are hashed with MD5 (Django's advice for test suites:
     the production hasher, PBKDF2 with a million rounds, costs about a second a check on a
     slow machine, and every refused Basic login pays it once). The default hashers stay in
-    the list, so a hash made by them still checks. Whole-process tests (their own nodes) and
-    production keep Django's defaults."""
-    from django.conf import global_settings, settings
+    the list (Millrace's, with the one of imported Pravega passwords), so a hash made by them
+    still checks. Whole-process tests (their own nodes) and production keep the defaults."""
+    from django.conf import settings
 
     fast = "django.contrib.auth.hashers.MD5PasswordHasher"
-    settings.PASSWORD_HASHERS = [fast, *global_settings.PASSWORD_HASHERS]
+    settings.PASSWORD_HASHERS = [fast, *settings.PASSWORD_HASHERS]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit
+from controller_app import audit, grants
 from controller_app import selectors as sel
 from controller_app.api import fields
 from controller_app.api import serializers as s
@@ -157,11 +157,17 @@ def _value(request: Request) -> bytes:
 
 
 class KvtsView(APIView):
+    listing = ("GET",)
+    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "kvtable.create"}
 
     @extend_schema(operation_id="listKeyValueTables", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, scope: str) -> Response:
-        return Response({"kvtables": [describe(row) for row in kv.list_kvtables(scope)]})
+        rows = [
+            row for row in kv.list_kvtables(scope)
+            if grants.allowed(request.user, grants.kvtable_resource(scope, row.name), grants.READ)
+        ]  # fmt: skip
+        return Response({"kvtables": [describe(row) for row in rows]})
 
     @extend_schema(
         operation_id="createKeyValueTable",
@@ -181,6 +187,7 @@ class KvtsView(APIView):
 
 
 class KvtView(APIView):
+    permissions = {"DELETE": grants.MANAGE}
     audit_actions = {"DELETE": "kvtable.delete"}
 
     @extend_schema(operation_id="getKeyValueTable", responses=OpenApiTypes.OBJECT)

@@ -1,9 +1,16 @@
-"""The REST API's permission: the caller's role (``controller_app.roles``) must allow the call.
+"""The REST API's permission: the caller's grants (``controller_app.grants``) must allow the
+call on the resource its path names, or, for the few calls that need the admin role, its role.
 
 A view may say what each method needs (``needs = {"POST": "read"}`` for a POST that only
 reads); otherwise GET, HEAD and OPTIONS need ``read`` and every other method ``operate``.
-A refused caller gets 403 ``permission-denied`` with the role it lacks; one with no
-credentials gets 401.
+``read`` asks ``READ`` of the resource, ``operate`` ``READ_UPDATE``, unless the view names the
+permission (``permissions = {"DELETE": MANAGE}``). The resource is the innermost one the path
+names (``resource_of``), or the view's own (``grant_resource(request)``, a create's object is in
+its body). A listing view (``listing = {"GET"}``) lets in whoever may see anything and leaves
+out of its answer what the caller may not see.
+
+A refused caller gets 403 ``permission-denied`` naming the resource and the permission it
+lacks (or the role); one with no credentials gets 401.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import Any
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from controller_app import grants
 from controller_app.roles import Need, may, refusal
 
 
@@ -20,10 +28,34 @@ def need_of(view: Any, method: str) -> Need:
     return named.get(method) or ("read" if method in SAFE_METHODS else "operate")
 
 
+def grant_of(view: Any, request: Any) -> tuple[str, str]:
+    """(resource, permission) a request asks for."""
+    method = request.method
+    need = need_of(view, method)
+    permission = getattr(view, "permissions", {}).get(method) or (
+        grants.READ if need == "read" else grants.READ_UPDATE
+    )
+    own = getattr(view, "grant_resource", None)
+    resource = own(request) if own is not None else grants.resource_of(view.kwargs)
+    return resource, permission
+
+
 class RolePermission(BasePermission):
     def has_permission(self, request: Any, view: Any) -> bool:
         need = need_of(view, request.method)
-        if may(request.user, need):
+        if need == "admin":
+            if may(request.user, need):
+                return True
+            self.message = refusal(need)
+            return False
+        if request.method in getattr(view, "listing", ()):
+            if grants.may_list(request.user):
+                return True
+            self.message = "you may see nothing here: no grant, and no role that allows reading"
+            return False
+        resource, permission = grant_of(view, request)
+        verdict = grants.judge(request.user, resource, permission)
+        if verdict.allowed:
             return True
-        self.message = refusal(need)
+        self.message = str(grants.PermissionRefusedError(resource, permission, verdict.reason))
         return False

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, lag
+from controller_app import audit, grants, lag
 from controller_app.api import fields
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
@@ -128,13 +128,23 @@ def _detail(group: ReaderGroup) -> dict[str, Any]:
 
 
 class ReaderGroupsView(APIView):
+    listing = ("GET",)
     audit_actions = {"POST": "readergroup.create"}
+
+    def grant_resource(self, request: Request) -> str:
+        """A create asks READ_UPDATE on the reader group it names (and READ on its streams)."""
+        scope = self.kwargs["scope"]
+        if request.method != "POST" or not isinstance(request.data, dict):
+            return grants.scope_resource(scope)
+        return grants.reader_group_resource(scope, str(request.data.get("readerGroupName", "")))
 
     @extend_schema(operation_id="listReaderGroups", responses=s.ReaderGroupsListSerializer)
     def get(self, request: Request, scope: str) -> Response:
         row = scopes.get_scope(scope)
-        names = (
-            ReaderGroup.objects.filter(scope=row).order_by("name").values_list("name", flat=True)
+        names = grants.visible(
+            request.user,
+            ReaderGroup.objects.filter(scope=row).order_by("name").values_list("name", flat=True),
+            lambda name: grants.reader_group_resource(scope, name),
         )
         return Response({"readerGroups": [{"readerGroupName": n} for n in names]})
 
@@ -144,9 +154,9 @@ class ReaderGroupsView(APIView):
     def post(self, request: Request, scope: str) -> Response:
         data = _valid(CreateSerializer, request.data)
         audit.name_object(request, scope, data["readerGroupName"])
-        group = rg.create_reader_group(
-            segment_store(), scope, data["readerGroupName"], _config(data)
-        )
+        config = _config(data)
+        grants.authorize_streams(request.user, config.streams)
+        group = rg.create_reader_group(segment_store(), scope, data["readerGroupName"], config)
         return Response(_detail(rg.get_reader_group(scope, group.name)), status=201)
 
 
@@ -183,7 +193,9 @@ class ResetView(APIView):
         group = rg.get_reader_group(scope, reader_group)
         data = _valid(ResetSerializer, request.data)
         current = rg.ReaderGroupConfig.from_json(group.configuration)
-        group = rg.reset_reader_group(segment_store(), scope, reader_group, _config(data, current))
+        config = _config(data, current)
+        grants.authorize_streams(request.user, config.streams)
+        group = rg.reset_reader_group(segment_store(), scope, reader_group, config)
         return Response(_detail(group))
 
 

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controller_app import grants
 from controller_app.api import errors as api_errors
 from controller_app.api import registry_shortcut
 from controller_app.api.authentication import (
@@ -85,6 +86,10 @@ class RegistryView(APIView):
 
     def get_exception_handler(self) -> Any:
         return registry_exception_handler
+
+    def grant_resource(self, request: Request) -> str:
+        """``prn::/registry/subject:X`` for a subject's calls, ``prn::/registry`` for the rest."""
+        return grants.subject_resource(self.kwargs.get("subject"))
 
 
 class RootView(RegistryView):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from controller_app.api import acl_views as acl
 from controller_app.api import kvtables as kvt
 from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
@@ -38,6 +39,11 @@ KVT = "scopes/<str:scope>/kvtables/<str:kvtable>"
 urlpatterns = [
     path("cluster", ClusterView.as_view()),
     path("metrics/targets", ScrapeTargetsView.as_view()),
+    path("acl", acl.GrantsView.as_view()),
+    path("acl/revoke", acl.RevokeView.as_view()),
+    path("acl/check", acl.CheckView.as_view()),
+    path("acl/members", acl.MembersView.as_view()),
+    path("acl/import", acl.ImportView.as_view()),
     path("scopes", v.ScopesView.as_view()),
     path("scopes/<str:scope>", v.ScopeView.as_view()),
     path("scopes/<str:scope>/streams", v.StreamsView.as_view()),

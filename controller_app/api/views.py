@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, stream_reads
+from controller_app import audit, grants, stream_reads
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
@@ -63,11 +63,14 @@ def _segment(stream: Stream, segment: Segment, offset: int | None = None) -> dic
 
 
 class ScopesView(APIView):
+    listing = ("GET",)
+    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "scope.create"}
 
     @extend_schema(operation_id="listScopes", responses=s.ScopesListSerializer)
     def get(self, request: Request) -> Response:
         names = Scope.objects.order_by("name").values_list("name", flat=True)
+        names = grants.visible(request.user, names, grants.scope_resource)
         return Response({"scopes": [{"scopeName": n} for n in names]})
 
     @extend_schema(
@@ -75,6 +78,12 @@ class ScopesView(APIView):
         request=s.ScopeCreateSerializer,
         responses={201: s.ScopeSerializer},
     )
+    def grant_resource(self, request: Request) -> str:
+        """A create asks for MANAGE on the scope it names (a grant on ``team-a*`` may)."""
+        if request.method != "POST" or not isinstance(request.data, dict):
+            return grants.ROOT
+        return grants.scope_resource(str(request.data.get("scopeName", "")))
+
     def post(self, request: Request) -> Response:
         data = _valid(s.ScopeCreateSerializer, request.data).validated_data
         audit.name_object(request, data["scopeName"])
@@ -83,6 +92,7 @@ class ScopesView(APIView):
 
 
 class ScopeView(APIView):
+    permissions = {"DELETE": grants.MANAGE}
     audit_actions = {"DELETE": "scope.delete"}
 
     @extend_schema(operation_id="getScope", responses=s.ScopeSerializer)
@@ -99,6 +109,8 @@ class ScopeView(APIView):
 
 
 class StreamsView(APIView):
+    listing = ("GET",)
+    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "stream.create"}
 
     @extend_schema(
@@ -111,6 +123,8 @@ class StreamsView(APIView):
     )
     def get(self, request: Request, scope: str) -> Response:
         scope_row = scopes.get_scope(scope)
+        if not grants.reaches_into(request.user, grants.scope_resource(scope)):
+            grants.authorize(request.user, grants.scope_resource(scope), grants.READ)
         kind = request.query_params.get("filter_type")
         value = request.query_params.get("filter_value", "")
         if kind not in (None, "showInternalStreams", "tag"):
@@ -120,6 +134,11 @@ class StreamsView(APIView):
         else:
             rows = sel.streams_in(scope_row, internal=kind == "showInternalStreams")
             found = list(rows[:STREAMS_LIST_MAX])
+        found = [
+            x
+            for x in found
+            if grants.allowed(request.user, grants.stream_resource(scope, x.name), grants.READ)
+        ]
         tags = sel.tags_of(found)
         return Response(
             {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}
@@ -144,6 +163,7 @@ class StreamsView(APIView):
 
 
 class StreamView(APIView):
+    permissions = {"PUT": grants.MANAGE, "DELETE": grants.MANAGE}
     audit_actions = {"PUT": "stream.update", "DELETE": "stream.delete"}
 
     @extend_schema(operation_id="getStream", responses=s.StreamPropertySerializer)
@@ -170,6 +190,7 @@ class StreamView(APIView):
 class StreamSchemaView(APIView):
     """The stream's value subject in the schema registry and how its appends are held to it."""
 
+    permissions = {"PUT": grants.MANAGE}
     audit_actions = {"PUT": "stream.schema"}
 
     @extend_schema(operation_id="getStreamSchema", responses=s.StreamSchemaSerializer)
@@ -188,6 +209,7 @@ class StreamSchemaView(APIView):
 
 
 class StreamStateView(APIView):
+    permissions = {"PUT": grants.MANAGE}
     audit_actions = {"PUT": "stream.seal"}
 
     @extend_schema(

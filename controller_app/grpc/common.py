@@ -1,5 +1,6 @@
-"""What every rpc of ``ControllerService`` shares: authenticating the caller, the role check,
-errors as statuses (``status_of``), the base class of the areas and the message helpers.
+"""What every rpc of ``ControllerService`` shares: authenticating the caller, the grants check
+(``controller_app.grants``: the resource is read off the request message), errors as statuses
+(``status_of``), the base class of the areas and the message helpers.
 
 See ``controller_app.grpc.service`` for how rpcs answer.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import functools
 import logging
 import math
@@ -22,18 +24,15 @@ from django.contrib.auth import authenticate
 from django.db import close_old_connections
 from django.http import HttpRequest
 
+from controller_app import audit, grants
 from controller_app import selectors as sel
 from controller_app.choices import (
     RetentionPolicyType,
     ScalingPolicyType,
 )
-from controller_app.errors import (
-    InvalidArgumentError,
-)
+from controller_app.errors import InvalidArgumentError, PermissionRefusedError
 from controller_app.grpc import controller_pb2 as pb
-from controller_app.models import (
-    Stream,
-)
+from controller_app.models import AuditEntry, Stream
 from controller_app.outages import service_down
 from controller_app.outcomes import outcome_of
 from controller_app.roles import Need, may, refusal
@@ -145,9 +144,73 @@ def _peer_address(peer: str) -> str:
     return rest.rpartition(":")[0] or "127.0.0.1"
 
 
-def _require(user: Any, need: Need) -> None:
-    if not may(user, need):
-        raise RpcError(grpc.StatusCode.PERMISSION_DENIED, refusal(need))
+def resource_of(message: Any) -> str:
+    """The resource a request message names (``controller_app.grants``), ``prn::/`` for none."""
+    fields = message.DESCRIPTOR.fields_by_name
+    if message.DESCRIPTOR.name == "StreamInfo":
+        return grants.stream_resource(message.scope, message.stream)
+    for inner in ("streamInfo", "stream", "position", "streamCut"):
+        if inner in fields and fields[inner].message_type is not None:
+            return resource_of(getattr(message, inner))
+    if "readerGroupName" in fields or "readerGroup" in fields:
+        name = getattr(message, "readerGroupName", "") or getattr(message, "readerGroup", "")
+        return grants.reader_group_resource(message.scope, name)
+    if "kvtName" in fields:
+        return grants.kvtable_resource(message.scope, message.kvtName)
+    if "scope" in fields:
+        scope = message.scope if isinstance(message.scope, str) else message.scope.scope
+        return grants.scope_resource(scope)
+    return grants.ROOT
+
+
+def _info_of(message: Any) -> Any:
+    return message.streamInfo if "streamInfo" in message.DESCRIPTOR.fields_by_name else message
+
+
+def _internal_stream(message: Any) -> bool:
+    """Whether the message names a writer's or a reader group's own stream (``_MARK...``,
+    ``_RG...``): managing one asks only READ_UPDATE of its owner."""
+    return str(getattr(_info_of(message), "stream", "")).startswith("_")
+
+
+def created_in_scope(request: Any) -> str:
+    """A create's resource: the scope it creates in (as Pravega asks), or for an internal
+    stream, its owner."""
+    info = _info_of(request)
+    if _internal_stream(request):
+        return grants.stream_resource(info.scope, info.stream)
+    return grants.scope_resource(info.scope)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Needs:
+    """What an rpc asks of its caller: a role ``need``, and the ``permission`` on the resource
+    its request names (by default ``READ`` for ``read``, ``READ_UPDATE`` for ``operate``); a
+    ``listing`` lets in whoever may see anything (its body leaves out what it may not)."""
+
+    need: Need
+    permission: str | None = None
+    listing: bool = False
+    #: The resource, when not the one the message names (a create's is its scope).
+    resource: Callable[[Any], str] | None = None
+
+    def check(self, user: Any, request: Any) -> None:
+        if self.need == "admin":
+            if not may(user, "admin"):
+                raise RpcError(grpc.StatusCode.PERMISSION_DENIED, refusal("admin"))
+            return
+        if self.listing:
+            if not grants.may_list(user):
+                raise RpcError(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "you may see nothing here: no grant, and no role that allows reading",
+                )
+            return
+        resource = (self.resource or resource_of)(request)
+        permission = self.permission or (grants.READ if self.need == "read" else grants.READ_UPDATE)
+        if permission == grants.MANAGE and _internal_stream(request):
+            permission = grants.READ_UPDATE  # (a writer's or a reader group's own stream)
+        grants.authorize(user, resource, permission)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -171,9 +234,17 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 Handler = Callable[[Any, Any, Any], Any]
 
 
-def rpc(need: Need) -> Callable[[Handler], Callable[..., Awaitable[Any]]]:
+def rpc(
+    need: Need,
+    permission: str | None = None,
+    *,
+    listing: bool = False,
+    resource: Callable[[Any], str] | None = None,
+) -> Callable[[Handler], Callable[..., Awaitable[Any]]]:
     """An rpc of ``ControllerService``: the body (``self, request, user``, in a thread, Django
-    at hand) needs the ``need`` role; its errors become statuses (``status_of``)."""
+    at hand) runs if the caller's grants allow it (``Needs``); its errors become statuses
+    (``status_of``)."""
+    needs = Needs(need, permission, listing, resource)
 
     def wrap(body: Handler) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(body)
@@ -181,7 +252,7 @@ def rpc(need: Need) -> Callable[[Handler], Callable[..., Awaitable[Any]]]:
             header = _authorization(context.invocation_metadata())
             try:
                 return await asyncio.to_thread(
-                    self.run, body, request, header, context.peer(), need
+                    self.run, body, request, header, context.peer(), needs
                 )
             except Exception as exc:
                 code, message = status_of(exc)
@@ -316,13 +387,22 @@ class RpcArea:
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address
 
-    def run(self, body: Handler, request: Any, header: str, peer: str, need: Need) -> Any:
+    def run(self, body: Handler, request: Any, header: str, peer: str, needs: Needs) -> Any:
         close_old_connections()
         log.debug("rpc %s from %s", body.__name__, peer)
+        user = None
         try:
             user = caller(header, peer)
-            _require(user, need)
+            needs.check(user, request)
             return body(self, request, user)
+        except PermissionRefusedError as exc:
+            audit.record(
+                f"grpc.{body.__name__}", exc.resource,
+                username=user.get_username() if user is not None else "",
+                source=AuditEntry.Source.GRPC, address=_peer_address(peer),
+                result=AuditEntry.Result.REFUSED, detail=str(exc),
+            )  # fmt: skip
+            raise
         finally:
             close_old_connections()
 

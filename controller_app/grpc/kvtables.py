@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller_app import grants
 from controller_app import selectors as sel
 from controller_app.errors import (
     AlreadyExistsError,
@@ -19,6 +20,7 @@ from controller_app.grpc.common import (
     _page,
     _scoped,
     _stream_info,
+    created_in_scope,
     outcome,
     rpc,
 )
@@ -33,7 +35,7 @@ from millrace.kernel.naming import segment_id
 class KeyValueTables(RpcArea):
     """Key-value tables (``controller_app.workflows.kvtables``)."""
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE, resource=created_in_scope)
     def createKeyValueTable(
         self, request: pb.KeyValueTableConfig, user: Any
     ) -> pb.CreateKeyValueTableStatus:
@@ -72,7 +74,7 @@ class KeyValueTables(RpcArea):
         token = self._token(user, row.scope.name, row.name + KVTABLE_SUFFIX)
         return pb.SegmentRanges(segmentRanges=ranges, delegationToken=token)
 
-    @rpc("read")
+    @rpc("read", listing=True)
     def listKeyValueTablesInScope(
         self, request: pb.KVTablesInScopeRequest, user: Any
     ) -> pb.KVTablesInScopeResponse:
@@ -82,6 +84,7 @@ class KeyValueTables(RpcArea):
             return kind(status=kind.SCOPE_NOT_FOUND)
         after = request.continuationToken.token
         found, token = _page(after, sel.kvtable_names(scope, after)[:PAGE_SIZE])
+        found = grants.visible(user, found, lambda name: grants.kvtable_resource(scope.name, name))
         return kind(
             kvtables=[pb.KeyValueTableInfo(scope=scope.name, kvtName=n) for n in found],
             continuationToken=pb.ContinuationToken(token=token), status=kind.SUCCESS,
@@ -102,7 +105,7 @@ class KeyValueTables(RpcArea):
         )  # fmt: skip
         return kind(config=config, status=kind.SUCCESS)
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def deleteKeyValueTable(
         self, request: pb.KeyValueTableInfo, user: Any
     ) -> pb.DeleteKVTableStatus:

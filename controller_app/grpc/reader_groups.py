@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller_app import grants
 from controller_app import selectors as sel
 from controller_app.errors import (
     InvalidArgumentError,
@@ -32,6 +33,13 @@ from controller_app.workflows import (
 )
 from controller_app.workflows.common import get_stream
 from controller_app.workflows.config import check_name
+
+
+def _subscriber(request: pb.SubscriberStreamCut) -> str:
+    """A subscriber's stream cut is the reader group's to move (READ_UPDATE on the group, not on
+    the stream)."""
+    scope, _, name = request.subscriber.rpartition("/")
+    return grants.reader_group_resource(scope or request.streamCut.streamInfo.scope, name)
 
 
 class ReaderGroups(RpcArea):
@@ -83,8 +91,10 @@ class ReaderGroups(RpcArea):
             check_name("reader group", request.readerGroupName)
         except InvalidArgumentError:
             return status(status=status.INVALID_RG_NAME)
+        config = self._group_config(request)
+        grants.authorize_streams(user, config.streams)
         group = reader_groups.create_reader_group(
-            segment_store(), request.scope, request.readerGroupName, self._group_config(request)
+            segment_store(), request.scope, request.readerGroupName, config
         )
         return status(status=status.SUCCESS, config=self._group_message(group))
 
@@ -108,6 +118,7 @@ class ReaderGroups(RpcArea):
             config = self._group_config(request)
         except InvalidArgumentError:
             return status(status=status.INVALID_CONFIG)
+        grants.authorize_streams(user, config.streams)
         try:
             group = reader_groups.reset_reader_group(
                 segment_store(), request.scope, request.readerGroupName, config
@@ -141,7 +152,7 @@ class ReaderGroups(RpcArea):
         ]
         return status(status=status.SUCCESS, subscribers=names)
 
-    @rpc("operate")
+    @rpc("operate", resource=_subscriber)
     def updateSubscriberStreamCut(
         self, request: pb.SubscriberStreamCut, user: Any
     ) -> pb.UpdateSubscriberStatus:

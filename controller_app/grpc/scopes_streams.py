@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from controller_app import grants
 from controller_app import selectors as sel
 from controller_app.choices import (
     StreamState,
@@ -28,6 +29,7 @@ from controller_app.grpc.common import (
     _page,
     _stream_info,
     _unimplemented,
+    created_in_scope,
     outcome,
     rpc,
 )
@@ -49,14 +51,14 @@ class ScopesAndStreams(RpcArea):
 
     # -- scopes ---------------------------------------------------------------------------
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def createScope(self, request: pb.ScopeInfo, user: Any) -> pb.CreateScopeStatus:
         kind = pb.CreateScopeStatus
         return outcome(kind, lambda: scopes.create_scope(request.scope), {
             AlreadyExistsError: kind.SCOPE_EXISTS, InvalidArgumentError: kind.INVALID_SCOPE_NAME,
         })  # fmt: skip
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def deleteScope(self, request: pb.ScopeInfo, user: Any) -> pb.DeleteScopeStatus:
         kind = pb.DeleteScopeStatus
         return outcome(kind, lambda: scopes.delete_scope(request.scope), {
@@ -73,15 +75,16 @@ class ScopesAndStreams(RpcArea):
     def checkScopeExists(self, request: pb.ScopeInfo, user: Any) -> pb.ExistsResponse:
         return pb.ExistsResponse(exists=sel.scope_exists(request.scope))
 
-    @rpc("read")
+    @rpc("read", listing=True)
     def listScopes(self, request: pb.ScopesRequest, user: Any) -> pb.ScopesResponse:
         after = request.continuationToken.token
         names, token = _page(after, sel.scope_names(after)[:PAGE_SIZE])
+        names = grants.visible(user, names, grants.scope_resource)
         return pb.ScopesResponse(scopes=names, continuationToken=pb.ContinuationToken(token=token))
 
     # -- streams --------------------------------------------------------------------------
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE, resource=created_in_scope)
     def createStream(self, request: pb.StreamConfig, user: Any) -> pb.CreateStreamStatus:
         status = pb.CreateStreamStatus
         scope, name = request.streamInfo.scope, request.streamInfo.stream
@@ -114,7 +117,7 @@ class ScopesAndStreams(RpcArea):
             return status(status=status.STREAM_NOT_FOUND)
         return status(status=status.SUCCESS)
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def updateStream(self, request: pb.StreamConfig, user: Any) -> pb.UpdateStreamStatus:
         scope, name = _names(request.streamInfo)
         config = _config_of(request)
@@ -134,14 +137,14 @@ class ScopesAndStreams(RpcArea):
             ),
         )  # fmt: skip
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def sealStream(self, request: pb.StreamInfo, user: Any) -> pb.UpdateStreamStatus:
         scope, name = _names(request)
         return self._update_status(
             scope, name, lambda: streams.seal_stream(scope, name, wait=FACE_WAIT_SECONDS)
         )
 
-    @rpc("operate")
+    @rpc("operate", grants.MANAGE)
     def deleteStream(self, request: pb.StreamInfo, user: Any) -> pb.DeleteStreamStatus:
         status = pb.DeleteStreamStatus
         scope, name = _names(request)
@@ -167,15 +170,20 @@ class ScopesAndStreams(RpcArea):
         return _config_message(get_stream(*_names(request)))
 
     @staticmethod
-    def _stream_page(scope: str, rows: list[Stream], token: str) -> pb.StreamsInScopeResponse:
-        """A page of ``rows``; ``token``: where the next page starts (the same when empty)."""
+    def _stream_page(
+        user: Any, scope: str, rows: list[Stream], token: str
+    ) -> pb.StreamsInScopeResponse:
+        """The streams of ``rows`` ``user`` may read; ``token``: where the next page starts (the
+        same when empty)."""
+        names = grants.visible(user, [row.name for row in rows],
+                               lambda name: grants.stream_resource(scope, name))  # fmt: skip
         return pb.StreamsInScopeResponse(
-            streams=[_stream_info(scope, row.name) for row in rows],
+            streams=[_stream_info(scope, name) for name in names],
             status=pb.StreamsInScopeResponse.SUCCESS,
             continuationToken=pb.ContinuationToken(token=token),
         )
 
-    @rpc("read")
+    @rpc("read", listing=True)
     def listStreamsInScope(
         self, request: pb.StreamsInScopeRequest, user: Any
     ) -> pb.StreamsInScopeResponse:
@@ -184,9 +192,9 @@ class ScopesAndStreams(RpcArea):
             return pb.StreamsInScopeResponse(status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND)
         after = request.continuationToken.token
         rows = list(sel.streams_in(scope, after=after)[:PAGE_SIZE])
-        return self._stream_page(scope.name, rows, rows[-1].name if rows else after)
+        return self._stream_page(user, scope.name, rows, rows[-1].name if rows else after)
 
-    @rpc("read")
+    @rpc("read", listing=True)
     def listStreamsInScopeForTag(
         self, request: pb.StreamsInScopeWithTagRequest, user: Any
     ) -> pb.StreamsInScopeResponse:
@@ -199,4 +207,4 @@ class ScopesAndStreams(RpcArea):
         except ValueError:
             raise InvalidArgumentError(f"not a continuation token: {token!r}") from None
         rows = sel.streams_with_tag(scope, request.tag, after=after, limit=PAGE_SIZE)
-        return self._stream_page(scope.name, rows, str(rows[-1].pk) if rows else token)
+        return self._stream_page(user, scope.name, rows, str(rows[-1].pk) if rows else token)

@@ -9,6 +9,7 @@ Its modules:
 * ``base``: the compare-and-swap state helper shared by every record that has a lifecycle
 * ``credentials``: the generation of the credentials, bumped by every change to them
 * ``epoch``: a stream's history
+* ``grants``: permissions on resource strings, for users and groups (and their denials)
 * ``host``: the host store
 * ``kvt``: key-value table
 * ``reader_group``: reader groups as the controller knows them, and their subscriptions to
@@ -26,6 +27,7 @@ from controller_app.models.audit import AuditEntry
 from controller_app.models.base import StatefulModel, transition
 from controller_app.models.credentials import CredentialsGeneration
 from controller_app.models.epoch import Epoch, EpochTransition, SegmentRecord
+from controller_app.models.grants import Grant
 from controller_app.models.host import (
     CanaryProbe,
     ClusterLease,
@@ -57,6 +59,7 @@ __all__ = [
     "CredentialsGeneration",
     "Epoch",
     "EpochTransition",
+    "Grant",
     "KeyValueTable",
     "Node",
     "ProcessHeartbeat",

@@ -17,6 +17,8 @@ class AuditEntry(models.Model):
         CONSOLE = "console"
         REST = "rest"
         CLI = "cli"
+        GRPC = "grpc"
+        WEBSOCKET = "websocket"
         WORKFLOW = "workflow"
 
     class Result(models.TextChoices):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller_app import audit, grants
 from controller_app import selectors as sel
 from controller_app.choices import StreamState
-from controller_app.errors import ControllerError, StreamNotFoundError
-from controller_app.models import Stream, Watermark
-from controller_app.roles import may
+from controller_app.errors import ControllerError, PermissionRefusedError, StreamNotFoundError
+from controller_app.models import AuditEntry, Stream, Watermark
 from millrace.client.follower import Target
 from millrace.kernel.naming import parse_segment_name
 
@@ -79,10 +79,18 @@ def watermark(scope: str, stream: str) -> dict[str, Any] | None:
     return None if newest is None else newest.as_json()
 
 
-def may_read(user: Any) -> bool:
-    """Whether ``user`` (the connection's Django user) may read streams: its role allows it,
-    or authentication is off."""
-    return may(user, "read")
+def may_read(user: Any, scope: str, stream: str) -> None:
+    """Nothing if ``user`` (the connection's Django user) may read ``scope/stream`` (its grants
+    or its role allow READ, or authentication is off); ``PermissionRefusedError`` naming the
+    resource if not, audited."""
+    try:
+        grants.authorize(user, grants.stream_resource(scope, stream), grants.READ)
+    except PermissionRefusedError as exc:
+        audit.record(
+            "tail.read", exc.resource, username=user.get_username() if user else "",
+            source=AuditEntry.Source.WEBSOCKET, result=AuditEntry.Result.REFUSED, detail=str(exc),
+        )  # fmt: skip
+        raise
 
 
 def segment_target(name: str) -> Target:

@@ -44,7 +44,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from controller_app.errors import NoNodeForSegmentError, StreamNotFoundError
+from controller_app.errors import (
+    NoNodeForSegmentError,
+    PermissionRefusedError,
+    StreamNotFoundError,
+)
 from controller_app.registry.decoding import DECODINGS, EventDecoder
 from controller_app.tails import streams
 from controller_app.tails.auth import CLOSE_TRY_AGAIN
@@ -143,10 +147,18 @@ class TailConsumer(AsyncWebsocketConsumer):
                 "'Token <key>' or the query parameter token=<key>",
                 CLOSE_UNAUTHENTICATED,
             )
-        if not streams.may_read(user):
-            raise SubscriptionError(
-                "permission-denied", "this needs the viewer role or a stronger one", CLOSE_FORBIDDEN
-            )
+        kwargs = self.scope["url_route"]["kwargs"]
+        try:
+            scope, stream = kwargs["scope"], kwargs["stream"]
+        except KeyError:
+            try:
+                scope, stream, _ = parse_segment_name(kwargs.get("segment", ""))
+            except ValueError:
+                return  # (the subscription answers the bad name)
+        try:
+            streams.may_read(user, scope, stream)
+        except PermissionRefusedError as exc:
+            raise SubscriptionError("permission-denied", str(exc), CLOSE_FORBIDDEN) from None
 
     async def subscribe(self) -> None:
         raise NotImplementedError

@@ -72,6 +72,7 @@ UNSAFE_TEST_FLAGS: Mapping[str, str] = {
     "no-pause-check": "a cluster node paused past its session serves on when it wakes",
     "no-wrong-host": "a cluster node answers a container it does not serve as a missing segment",
     "no-token-overlap": "a rotated token secret stops verifying at once (no overlap)",
+    "no-grants": "grants and denials are not checked: every signed-in user may do everything",
     "no-signin-limit": "the console's sign-in takes any number of failed attempts",
     "no-table-versions": "table segments apply conditional updates without checking versions",
     "no-client-liveness": "clients never give up a connection that went silent (no keep-alive)",

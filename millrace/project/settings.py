@@ -198,6 +198,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # a larger body answers 413 naming this limit.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 
+# Django's own, then the passwords of an imported Pravega password file (re-hashed with the
+# first at the user's first sign-in; controller_app.acl).
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+    "controller_app.acl.PravegaPasswordHasher",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -13,6 +13,7 @@ command and everything it starts.
 
 Its other modules:
 
+* ``acl``: ``millrace acl grant|deny|revoke|list|check|join|leave|import``
 * ``cluster``: ``millrace cluster status``
 * ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
 * ``observe``: ``millrace scrape-config`` and ``millrace doctor``
@@ -32,6 +33,7 @@ from typing import Any
 
 from millrace.kernel.config import ConfigError
 from millrace.ops.cli import (
+    acl,
     cluster,
     kvtables,
     node,
@@ -59,8 +61,8 @@ __all__ = ["CommandError", "build_parser", "main"]
 
 #: The command groups, in the order ``millrace --help`` lists them.
 GROUPS: tuple[Any, ...] = (
-    node, users, tls, status, observe, cluster, scopes, streams, readergroups, kvtables, schemas,
-    spark,
+    node, users, acl, tls, status, observe, cluster, scopes, streams, readergroups, kvtables,
+    schemas, spark,
 )  # fmt: skip
 
 
