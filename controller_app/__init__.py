@@ -6,6 +6,8 @@ stream-cut rules. Workflows, tasks and the REST API come next (see ARCHITECTURE.
 
 Its other modules:
 
+* ``acl``: managing grants: grant, deny, revoke, list, check, groups' members, Pravega's
+  password file imported
 * ``api``: the controller's REST API
 * ``apps``: Django app of the controller role
 * ``audit``: writing the audit log (``models.AuditEntry``)
@@ -16,6 +18,8 @@ Its other modules:
 * ``doctor``: ``millrace doctor``'s checks of a deployment, one finding per line
 * ``errors``: errors of the controller's metadata layer, raised by selectors and the state
   helper
+* ``grants``: who may do what to which resource (Pravega's resource strings), judged for every
+  face
 * ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients
 * ``health``: the node's health tree
 * ``heartbeats``: signs of life of the Celery worker and beat processes
@@ -28,7 +32,7 @@ Its other modules:
 * ``reader_group_state``: the live state of a reader group, and every change to it, as plain
   Python (no database)
 * ``registry``: the schema registry (Confluent's Schema Registry API, its formats and rules)
-* ``roles``: who may do what (viewer, operator, admin), for every face
+* ``roles``: the three roles (viewer, operator, admin): the defaults of users without grants
 * ``scrape``: where Prometheus finds every process (``GET /v1/metrics/targets``)
 * ``segment_client``: the controller's port to the segment store over the wire client
   (``ports.SegmentStorePort``)

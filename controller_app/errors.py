@@ -113,10 +113,11 @@ class PermissionRefusedError(ControllerError):
     """The caller may not do this (``controller_app.grants``): the message names the resource
     and the permission it lacks, and why."""
 
-    def __init__(self, resource: str, permission: str, why: str = "") -> None:
+    def __init__(self, resource: str, permission: str = "", why: str = "") -> None:
         self.resource, self.permission = resource, permission
         reason = f" ({why})" if why else ""
-        super().__init__(f"{permission} on {resource} is not granted to you{reason}")
+        message = f"{permission} on {resource} is not granted to you{reason}"
+        super().__init__(message if permission else resource)
 
 
 class BrokerUnavailableError(ControllerError):

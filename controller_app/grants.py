@@ -37,7 +37,7 @@ from typing import Any
 from django.conf import settings
 
 from controller_app.errors import InvalidArgumentError, PermissionRefusedError
-from controller_app.roles import may
+from controller_app.roles import may, refusal
 from millrace.kernel.kvt import KVTABLE_SUFFIX
 
 __all__ = [
@@ -210,7 +210,7 @@ def judge(user: Any, resource: str, permission: str) -> Verdict:
         need = "read" if permission == READ else "operate"
         if may(user, need):
             return Verdict(True, f"role {'viewer' if need == 'read' else 'operator'}")
-        return Verdict(False, "no grant, and no role that allows it")
+        return Verdict(False, f"no grant, and {refusal(need)}")
     for rule in allowing:
         if _covers(rule.permission, permission) and matches(rule.resource, resource):
             return Verdict(True, f"grant #{rule.id}")
@@ -263,6 +263,10 @@ def reaches_into(user: Any, resource: str) -> bool:
 def visible(user: Any, names: Iterable[str], resource: Any) -> list[str]:
     """``names`` whose resource (``resource(name)``) ``user`` may see, in their order."""
     return [name for name in names if reaches_into(user, resource(name))]
+
+
+#: Why a listing is refused.
+NOTHING_VISIBLE = f"you may see nothing here: no grant, and {refusal('read')}"
 
 
 def may_list(user: Any) -> bool:

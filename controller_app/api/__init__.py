@@ -6,6 +6,7 @@ API tokens. Views validate and translate; every write goes through ``controller_
 
 Its other modules:
 
+* ``acl_views``: ``/v1/acl``: grants listed, given, revoked and checked
 * ``cluster_views``: ``GET /v1/cluster``
 * ``events``: REST append and read for HTTP clients
 * ``fields``: request fields and the JSON parser, strict where DRF's defaults are lenient
@@ -13,7 +14,7 @@ Its other modules:
 * ``health_views``: HTTP health endpoints of a node, shaped like Pravega's REST health API
 * ``kvtables``: REST views of key-value tables (Millrace's addition
 * ``metrics_views``: ``GET /metrics`` and ``GET /v1/metrics/targets`` (Prometheus)
-* ``permissions``: the REST API's permission
+* ``permissions``: the REST API's permission (grants on the resource a path names)
 * ``reader_groups``: REST views of reader groups
 * ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under
   ``/registry/``)

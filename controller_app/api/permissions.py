@@ -51,7 +51,7 @@ class RolePermission(BasePermission):
         if request.method in getattr(view, "listing", ()):
             if grants.may_list(request.user):
                 return True
-            self.message = "you may see nothing here: no grant, and no role that allows reading"
+            self.message = grants.NOTHING_VISIBLE
             return False
         resource, permission = grant_of(view, request)
         verdict = grants.judge(request.user, resource, permission)

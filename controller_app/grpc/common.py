@@ -201,10 +201,7 @@ class Needs:
             return
         if self.listing:
             if not grants.may_list(user):
-                raise RpcError(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    "you may see nothing here: no grant, and no role that allows reading",
-                )
+                raise RpcError(grpc.StatusCode.PERMISSION_DENIED, grants.NOTHING_VISIBLE)
             return
         resource = (self.resource or resource_of)(request)
         permission = self.permission or (grants.READ if self.need == "read" else grants.READ_UPDATE)

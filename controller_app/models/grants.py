@@ -36,7 +36,7 @@ class Grant(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                check=models.Q(user__isnull=False, group__isnull=True)
+                condition=models.Q(user__isnull=False, group__isnull=True)
                 | models.Q(user__isnull=True, group__isnull=False),
                 name="grant_user_or_group",
             ),

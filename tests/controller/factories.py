@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import factory
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 
@@ -339,8 +341,22 @@ class CanaryProbeFactory(DjangoModelFactory):
     probed_at = factory.LazyFunction(timezone.now)
 
 
+class GrantFactory(DjangoModelFactory):
+    """A READ grant on one stream, to a new user."""
+
+    class Meta:
+        model = models.Grant
+
+    user = factory.LazyFunction(
+        lambda: get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
+    )
+    resource = "prn::/scope:sc/stream:st"
+    permission = models.Grant.Permission.READ
+
+
 ALL_FACTORIES = [
     CanaryProbeFactory,
+    GrantFactory,
     CredentialsGenerationFactory,
     ReaderGroupLagFactory,
     AuditEntryFactory,

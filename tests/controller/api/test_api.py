@@ -144,7 +144,7 @@ def test_list_streams_filters_and_budget(api: APIClient, stream: Stream, sc: str
     f.StreamFactory(scope=scope, name="_internal")
     with CaptureQueriesContext(connection) as queries:
         listed = api.get(f"/v1/scopes/{sc}/streams").json()["streams"]
-    assert len(queries) <= 6  # auth, scope, streams, tags (+ session bookkeeping)
+    assert len(queries) <= 7  # auth, grants, scope, streams, tags (+ session bookkeeping)
     assert sorted(x["streamName"] for x in listed) == ["more-0", "more-1", "more-2", "more-3",
                                                        "more-4", "st"]  # fmt: skip
     internal = api.get(f"/v1/scopes/{sc}/streams?filter_type=showInternalStreams").json()

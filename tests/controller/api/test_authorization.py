@@ -9,6 +9,7 @@ endpoints answer without credentials (and reveal nothing beyond health).
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from typing import Any
 
@@ -194,10 +195,12 @@ def test_a_viewer_reads_and_is_refused_every_change_and_each_refusal_is_audited(
             assert response.status_code not in (401, 403), (path, response.json())
             continue
         assert response.status_code == 403, (method, path, response.status_code)
-        assert response.json() == {
-            "code": "permission-denied",
-            "message": "this needs the operator role or a stronger one",
-        }
+        answer = response.json()
+        assert answer["code"] == "permission-denied"
+        assert re.fullmatch(
+            r"(READ_UPDATE|MANAGE) on prn::/\S+ is not granted to you \(no grant, and this "
+            r"needs the operator role or a stronger one\)", answer["message"]
+        ), answer
         refused.append(path)
     assert snapshot(world) == before
     rows = AuditEntry.objects.filter(username=name).order_by("id")
@@ -205,14 +208,19 @@ def test_a_viewer_reads_and_is_refused_every_change_and_each_refusal_is_audited(
     assert all(r.source == "rest" and r.address == "127.0.0.1" for r in rows)
     scale = rows.get(action="stream.scale")
     assert scale.object == f"{world['sc']}/st"
-    assert scale.detail == "permission-denied: this needs the operator role or a stronger one"
+    assert scale.detail == (
+        f"permission-denied: READ_UPDATE on prn::/scope:{world['sc']}/stream:st is not granted "
+        "to you (no grant, and this needs the operator role or a stronger one)"
+    )
 
 
 def test_a_user_without_a_role_may_not_even_read(world: dict[str, Any]) -> None:
     client, _ = _client_of(None)
     response = client.get("/v1/scopes")
     assert response.status_code == 403
-    assert response.json()["message"] == "this needs the viewer role or a stronger one"
+    assert response.json()["message"] == (
+        "you may see nothing here: no grant, and this needs the viewer role or a stronger one"
+    )
 
 
 def test_a_viewer_gets_a_read_only_delegation_token(world: dict[str, Any]) -> None:

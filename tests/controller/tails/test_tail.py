@@ -282,7 +282,8 @@ async def test_a_user_without_a_role_reads_nothing(client, history) -> None:
     error = json.loads(await ws.receive_from(10))
     assert (error["code"], error["message"]) == (
         "permission-denied",
-        "this needs the viewer role or a stronger one",
+        "READ on prn::/scope:sc/stream:st is not granted to you (no grant, and this needs the "
+        "viewer role or a stronger one)",
     )
     assert await ws.receive_output(5) == {"type": "websocket.close", "code": 4403}
 
