@@ -106,7 +106,6 @@ def resource_of(kwargs: Mapping[str, Any]) -> str:
     return scope_resource(scope)
 
 
-
 def parse_resource(text: str) -> str:
     """A grant's resource, checked; Pravega's older strings (``*``, ``scope``,
     ``scope/stream``, ``scope/*``) are turned into resource strings. InvalidArgumentError

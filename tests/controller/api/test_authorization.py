@@ -199,7 +199,8 @@ def test_a_viewer_reads_and_is_refused_every_change_and_each_refusal_is_audited(
         assert answer["code"] == "permission-denied"
         assert re.fullmatch(
             r"(READ_UPDATE|MANAGE) on prn::/\S+ is not granted to you \(no grant, and this "
-            r"needs the operator role or a stronger one\)", answer["message"]
+            r"needs the operator role or a stronger one\)",
+            answer["message"],
         ), answer
         refused.append(path)
     assert snapshot(world) == before
