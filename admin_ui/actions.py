@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, parse_when
-from controller_app import audit
+from controller_app import audit, grants
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
@@ -36,7 +36,7 @@ def _confirmed(request: HttpRequest, name: str) -> None:
 # -- scopes -------------------------------------------------------------------------------------
 
 
-@change("scope.create")
+@change("scope.create", resource=lambda r: grants.scope_resource(r.POST.get("scopeName", "")))
 def scope_create(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("scopeName", "").strip()
     audit.name_object(request, name)

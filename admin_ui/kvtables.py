@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, page
-from controller_app import audit
+from controller_app import audit, grants
 from controller_app import selectors as sel
 from controller_app.api.kvtables import describe, entry_json
 from controller_app.errors import ControllerError, InvalidArgumentError
@@ -52,7 +52,9 @@ def _key_of(request: HttpRequest) -> bytes:
 def kvtables(request: HttpRequest, scope: str) -> HttpResponse:
     try:
         scope_row = get_scope(scope)
-        tables = [describe(row) for row in kv.list_kvtables(scope)]
+        rows = grants.visible(request.user, kv.list_kvtables(scope),
+                              lambda row: grants.kvtable_resource(scope, row.name))  # fmt: skip
+        tables = [describe(row) for row in rows]
     except ControllerError:
         raise Http404(f"scope {scope} does not exist") from None
     return render(request, "admin_ui/kvtables.html",

@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, page, reading_post
-from controller_app import audit
+from controller_app import audit, grants
 from controller_app.registry import formats, policies
 from controller_app.registry import service as registry
 from controller_app.registry.errors import RegistryError
@@ -37,7 +37,7 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return {"schema": request.POST.get("schema", ""), "schemaType": schema_type}
 
 
-@page
+@page(resource=lambda request: grants.REGISTRY)
 def subjects(request: HttpRequest) -> HttpResponse:
     prefix = request.GET.get("prefix", "")
     deleted = request.GET.get("deleted") == "1"
@@ -114,7 +114,8 @@ def schema_test(request: HttpRequest, subject: str) -> HttpResponse:
     return _subject_page(request, subject, verdict=verdict, tested=tested)
 
 
-@change("schema.register")
+@change("schema.register",
+        resource=lambda r: grants.subject_resource(r.POST.get("subject", "")))  # fmt: skip
 def schema_register(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("subject", "").strip()
     if not name:

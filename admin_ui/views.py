@@ -16,14 +16,22 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 
 from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
-from controller_app import lag
+from controller_app import grants, lag
 from controller_app import selectors as sel
 from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.choices import SchemaEnforcement
@@ -92,8 +100,10 @@ def _stream_rates(names: list[str]) -> dict[str, tuple[float, float]]:
 # -- dashboard ----------------------------------------------------------------------------------
 
 
-@page
+@page(listing=True)
 def dashboard(request: HttpRequest) -> HttpResponse:
+    if not grants.allowed(request.user, grants.ROOT, grants.READ):
+        return HttpResponseRedirect(reverse("console:scopes"))  # (a team's user: its scopes)
     recent = sel.audit_entries(action="stream.").filter(
         action__in=["stream.scale", "stream.truncate"]
     )
@@ -165,9 +175,12 @@ def cluster(request: HttpRequest) -> HttpResponse:
 # -- scopes -------------------------------------------------------------------------------------
 
 
-@page
+@page(listing=True)
 def scopes(request: HttpRequest) -> HttpResponse:
-    found = paginate(request, sel.scope_listing())
+    rows = sel.scope_listing()
+    if not grants.sees_everything(request.user):
+        rows = grants.visible(request.user, rows, lambda row: grants.scope_resource(row.name))
+    found = paginate(request, rows)
     return render(request, "admin_ui/scopes.html", context(request, page=found))
 
 
@@ -181,7 +194,10 @@ def streams(request: HttpRequest, scope: str) -> HttpResponse:
     sort = request.GET.get("sort", "name")
     if sort not in sel.STREAM_SORTS:
         sort = "name"
-    found = paginate(request, sel.stream_listing(scope_row, text=text, tag=tag, sort=sort))
+    rows = sel.stream_listing(scope_row, text=text, tag=tag, sort=sort)
+    if not grants.sees_everything(request.user):
+        rows = grants.visible(request.user, rows, lambda r: grants.stream_resource(scope, r.name))
+    found = paginate(request, rows)
     rows = list(found.object_list)
     tags = sel.tags_of(rows)
     rates = _stream_rates([r.scoped_name for r in rows]) if rows else {}
@@ -332,7 +348,7 @@ def stream_detail(request: HttpRequest, scope: str, stream: str) -> HttpResponse
 FIND_SHOWN = 50
 
 
-@page
+@page(listing=True)
 def find(request: HttpRequest) -> HttpResponse:
     """The dashboard's search: ``scope/stream`` (or a part of a name). One stream found opens
     its newest events at once; several are listed, each with its events one click away."""
@@ -341,7 +357,10 @@ def find(request: HttpRequest) -> HttpResponse:
     if text:
         scope_part, _, stream_part = text.rpartition("/")
         exact = Stream.objects.filter(scope__name=scope_part, name=stream_part).first()
-        if exact is not None:
+        readable = exact is not None and grants.allowed(
+            request.user, grants.stream_resource(scope_part, stream_part), grants.READ
+        )
+        if exact is not None and readable:
             return redirect("console:events", exact.scope.name, exact.name)
         words = Q(name__icontains=text) | Q(scope__name__icontains=text)
         if scope_part:
@@ -350,6 +369,9 @@ def find(request: HttpRequest) -> HttpResponse:
             Stream.objects.filter(words)
             .select_related("scope")
             .order_by("scope__name", "name")[: FIND_SHOWN + 1]
+        )
+        found = grants.visible(
+            request.user, found, lambda r: grants.stream_resource(r.scope.name, r.name)
         )
         if len(found) == 1:
             return redirect("console:events", found[0].scope.name, found[0].name)
@@ -476,8 +498,10 @@ def _download(stream: Stream, rows: list[dict[str, Any]], kind: str) -> HttpResp
 @page
 def reader_groups(request: HttpRequest, scope: str) -> HttpResponse:
     scope_row = _scope(scope)
+    shown = grants.visible(request.user, sel.reader_groups_of(scope_row),
+                           lambda g: grants.reader_group_resource(scope, g.name))  # fmt: skip
     groups = [{"group": g, "streams": sorted(g.configuration.get("streams", {}))}
-              for g in sel.reader_groups_of(scope_row)]  # fmt: skip
+              for g in shown]  # fmt: skip
     return render(
         request, "admin_ui/reader_groups.html", context(request, scope=scope_row, groups=groups)
     )
@@ -568,7 +592,8 @@ def scope_transactions(request: HttpRequest, scope: str) -> HttpResponse:
     txns = [
         {"txn": t, "id": transactions.transaction_uuid(t), "age": now - t.created_at,
          "lease_left": t.lease_expires_at - now}
-        for t in sel.live_transactions(scope_row)
+        for t in grants.visible(request.user, sel.live_transactions(scope_row),
+                                lambda t: grants.stream_resource(scope, t.stream.name))
     ]  # fmt: skip
     return render(
         request, "admin_ui/transactions.html", context(request, scope=scope_row, txns=txns)

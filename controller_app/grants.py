@@ -31,8 +31,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -44,6 +44,8 @@ __all__ = [
     "MANAGE", "PERMISSIONS", "READ", "READ_UPDATE", "ROOT", "PermissionRefusedError", "Verdict",
     "allowed", "authorize", "judge", "resource_of", "stream_resource",
 ]  # fmt: skip
+
+_T = TypeVar("_T")
 
 READ, READ_UPDATE, MANAGE = "READ", "READ_UPDATE", "MANAGE"
 #: Permissions, weakest first: each includes those before it.
@@ -58,6 +60,21 @@ _PATTERN = re.compile(
     rf"prn::(\*|/(\*|registry(\*|/(\*|subject:[^/]+))?|scope:{_NAME}"
     rf"(/(\*|(stream|reader-group|key-value-table):{_NAME}))?)?)"
 )
+
+
+#: The changes (by the audit log's names, which REST and the console share) that manage what a
+#: scope holds: they need MANAGE. Every other change needs READ_UPDATE, every read READ.
+MANAGING = frozenset({
+    "scope.create", "scope.delete", "stream.create", "stream.update", "stream.seal",
+    "stream.delete", "stream.schema", "kvtable.create", "kvtable.delete",
+})  # fmt: skip
+
+
+def permission_of(action: str | None, reads: bool) -> str:
+    """What a call asks: READ for a read, MANAGE for a managing change, else READ_UPDATE."""
+    if reads:
+        return READ
+    return MANAGE if action in MANAGING else READ_UPDATE
 
 
 # -- resources --------------------------------------------------------------------------------
@@ -259,9 +276,19 @@ def reaches_into(user: Any, resource: str) -> bool:
     )
 
 
-def visible(user: Any, names: Iterable[str], resource: Any) -> list[str]:
-    """``names`` whose resource (``resource(name)``) ``user`` may see, in their order."""
-    return [name for name in names if reaches_into(user, resource(name))]
+def sees_everything(user: Any) -> bool:
+    """Whether ``user`` may read every resource: an admin, a user reading by its role with no
+    grant or denial, or authentication off. Listings skip their filter for it."""
+    if not settings.MILLRACE.auth_enabled or may(user, "admin"):
+        return True
+    return may(user, "read") and not _rules(user)
+
+
+def visible(user: Any, rows: Iterable[_T], resource: Callable[[_T], str]) -> list[_T]:
+    """``rows`` whose resource (``resource(row)``) ``user`` may see, in their order."""
+    if sees_everything(user):
+        return list(rows)
+    return [row for row in rows if reaches_into(user, resource(row))]
 
 
 #: Why a listing is refused.

@@ -158,7 +158,6 @@ def _value(request: Request) -> bytes:
 
 class KvtsView(APIView):
     listing = ("GET",)
-    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "kvtable.create"}
 
     @extend_schema(operation_id="listKeyValueTables", responses=OpenApiTypes.OBJECT)
@@ -187,7 +186,6 @@ class KvtsView(APIView):
 
 
 class KvtView(APIView):
-    permissions = {"DELETE": grants.MANAGE}
     audit_actions = {"DELETE": "kvtable.delete"}
 
     @extend_schema(operation_id="getKeyValueTable", responses=OpenApiTypes.OBJECT)

@@ -3,11 +3,11 @@ call on the resource its path names, or, for the few calls that need the admin r
 
 A view may say what each method needs (``needs = {"POST": "read"}`` for a POST that only
 reads); otherwise GET, HEAD and OPTIONS need ``read`` and every other method ``operate``.
-``read`` asks ``READ`` of the resource, ``operate`` ``READ_UPDATE``, unless the view names the
-permission (``permissions = {"DELETE": MANAGE}``). The resource is the innermost one the path
-names (``resource_of``), or the view's own (``grant_resource(request)``, a create's object is in
-its body). A listing view (``listing = {"GET"}``) lets in whoever may see anything and leaves
-out of its answer what the caller may not see.
+``read`` asks ``READ`` of the resource, ``operate`` ``READ_UPDATE``, or ``MANAGE`` for the
+changes ``grants.MANAGING`` names (by the view's ``audit_actions``). The resource is the
+innermost one the path names (``resource_of``), or the view's own (``grant_resource(request)``,
+a create's object is in its body). A listing view (``listing = {"GET"}``) lets in whoever may
+see anything and leaves out of its answer what the caller may not see.
 
 A refused caller gets 403 ``permission-denied`` naming the resource and the permission it
 lacks (or the role); one with no credentials gets 401.
@@ -32,9 +32,8 @@ def grant_of(view: Any, request: Any) -> tuple[str, str]:
     """(resource, permission) a request asks for."""
     method = request.method
     need = need_of(view, method)
-    permission = getattr(view, "permissions", {}).get(method) or (
-        grants.READ if need == "read" else grants.READ_UPDATE
-    )
+    action = getattr(view, "audit_actions", {}).get(method)
+    permission = grants.permission_of(action, reads=need == "read")
     own = getattr(view, "grant_resource", None)
     resource = own(request) if own is not None else grants.resource_of(view.kwargs)
     return resource, permission

@@ -64,7 +64,6 @@ def _segment(stream: Stream, segment: Segment, offset: int | None = None) -> dic
 
 class ScopesView(APIView):
     listing = ("GET",)
-    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "scope.create"}
 
     @extend_schema(operation_id="listScopes", responses=s.ScopesListSerializer)
@@ -92,7 +91,6 @@ class ScopesView(APIView):
 
 
 class ScopeView(APIView):
-    permissions = {"DELETE": grants.MANAGE}
     audit_actions = {"DELETE": "scope.delete"}
 
     @extend_schema(operation_id="getScope", responses=s.ScopeSerializer)
@@ -110,7 +108,6 @@ class ScopeView(APIView):
 
 class StreamsView(APIView):
     listing = ("GET",)
-    permissions = {"POST": grants.MANAGE}
     audit_actions = {"POST": "stream.create"}
 
     @extend_schema(
@@ -163,7 +160,6 @@ class StreamsView(APIView):
 
 
 class StreamView(APIView):
-    permissions = {"PUT": grants.MANAGE, "DELETE": grants.MANAGE}
     audit_actions = {"PUT": "stream.update", "DELETE": "stream.delete"}
 
     @extend_schema(operation_id="getStream", responses=s.StreamPropertySerializer)
@@ -190,7 +186,6 @@ class StreamView(APIView):
 class StreamSchemaView(APIView):
     """The stream's value subject in the schema registry and how its appends are held to it."""
 
-    permissions = {"PUT": grants.MANAGE}
     audit_actions = {"PUT": "stream.schema"}
 
     @extend_schema(operation_id="getStreamSchema", responses=s.StreamSchemaSerializer)
@@ -209,7 +204,6 @@ class StreamSchemaView(APIView):
 
 
 class StreamStateView(APIView):
-    permissions = {"PUT": grants.MANAGE}
     audit_actions = {"PUT": "stream.seal"}
 
     @extend_schema(
