@@ -1,10 +1,11 @@
 """The browser admin console (views here, HTML in ``templates/``): the dashboard, the cluster,
 scopes and streams, events, transactions, reader groups, key-value tables, schemas, the audit
-log and the Security page, signed in with the node's users and their roles
+log, the Security and Access pages, signed in with the node's users and their roles
 (``docs/components/console.md``).
 
 Its other modules:
 
+* ``access``: the console's Access page: grants, groups, Pravega's password file imported
 * ``actions``: the console's changes (POST)
 * ``apps``: Django app of the browser admin console
 * ``charts``: geometry of the console's server-drawn SVG figures

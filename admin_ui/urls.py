@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth
 from django.urls import path
 
+from admin_ui import access as acl
 from admin_ui import actions as a
 from admin_ui import kvtables as kv
 from admin_ui import schemas as sr
@@ -63,6 +64,11 @@ urlpatterns = [
     path("schemas/<str:subject>/delete", sr.schema_delete, name="schema-delete"),
     path("audit/", v.audit, name="audit"),
     path("security/", sec.security, name="security"),
+    path("security/access/", acl.access, name="access"),
+    path("security/access/grant", acl.grant, name="acl-grant"),
+    path("security/access/revoke", acl.revoke, name="acl-revoke"),
+    path("security/access/members", acl.members, name="acl-members"),
+    path("security/access/import", acl.pravega_import, name="acl-import"),
     path("security/token-secret/rotate", sec.secret_rotate, name="secret-rotate"),
     path("security/users/create", sec.user_create, name="user-create"),
     path("security/users/<str:user>/role", sec.user_role, name="user-role"),
