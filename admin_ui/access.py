@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.models import Group
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -17,6 +18,7 @@ from django.urls import reverse
 
 from admin_ui.console import change, context, done, page
 from controller_app import acl, grants
+from controller_app.errors import InvalidArgumentError, NotFoundError
 
 
 def _unaudited(action: str, obj: str, detail: str) -> None:
@@ -26,17 +28,25 @@ def _unaudited(action: str, obj: str, detail: str) -> None:
 @page
 def access(request: HttpRequest) -> HttpResponse:
     principal = request.GET.get("principal", "").strip()
+    try:
+        listed = acl.listing(principal)
+    except (InvalidArgumentError, NotFoundError) as exc:
+        messages.error(request, str(exc))
+        listed = []
     checked: dict[str, Any] | None = None
     if request.GET.get("check_user"):
-        checked = acl.check(request.GET["check_user"].strip(),
-                            request.GET.get("check_resource", "").strip(),
-                            request.GET.get("check_permission", grants.READ))  # fmt: skip
+        try:
+            checked = acl.check(request.GET["check_user"].strip(),
+                                request.GET.get("check_resource", "").strip(),
+                                request.GET.get("check_permission", grants.READ))  # fmt: skip
+        except (InvalidArgumentError, NotFoundError) as exc:
+            messages.error(request, str(exc))
     groups = [
         {"name": g.name, "members": sorted(u.username for u in g.user_set.all())}
         for g in Group.objects.order_by("name").prefetch_related("user_set")
     ]
     values = context(
-        request, grants=acl.listing(principal), principal=principal, groups=groups,
+        request, grants=listed, principal=principal, groups=groups,
         permissions=grants.PERMISSIONS, checked=checked,
     )  # fmt: skip
     return render(request, "admin_ui/access.html", values)

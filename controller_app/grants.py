@@ -252,10 +252,23 @@ def authorize_streams(user: Any, scoped_names: Iterable[str]) -> None:
         authorize(user, stream_resource(scope, stream), READ)
 
 
+def segments_resource(scope: str, stream: str) -> str:
+    """The resource the segments of ``scope/stream`` answer to. ``<name>_kvtable`` is a key-value
+    table's, or, where no table has that name, a reader group's: Pravega's Rust client keeps a
+    reader group's state in a table segment named after the group."""
+    if stream.endswith(KVTABLE_SUFFIX) and not stream.startswith(READER_GROUP_STREAM_PREFIX):
+        from controller_app.models import KeyValueTable
+
+        name = stream[: -len(KVTABLE_SUFFIX)]
+        if not KeyValueTable.objects.filter(scope__name=scope, name=name).exists():
+            return reader_group_resource(scope, name)
+    return stream_resource(scope, stream)
+
+
 def access_to_stream(user: Any, scope: str, stream: str) -> str:
     """The delegation token access ``user`` gets to a stream's segments: ``READ_UPDATE`` or
     ``READ``; PermissionRefusedError when it may not even read."""
-    resource = stream_resource(scope, stream)
+    resource = segments_resource(scope, stream)
     if allowed(user, resource, READ_UPDATE):
         return READ_UPDATE
     authorize(user, resource, READ)
@@ -263,17 +276,24 @@ def access_to_stream(user: Any, scope: str, stream: str) -> str:
 
 
 def reaches_into(user: Any, resource: str) -> bool:
-    """Whether ``user`` may see ``resource`` in a listing: it may read it, or an allowing grant
-    of its names something inside it (a scope listed for a grant on one of its streams)."""
-    if allowed(user, resource, READ):
+    """Whether ``user`` may see ``resource`` in a listing: it may read it, or it is not denied
+    it and an allowing grant of its names something inside it (a scope is listed for a grant
+    on one of its streams)."""
+    verdict = judge(user, resource, READ)
+    if verdict.allowed:
         return True
-    if not getattr(user, "is_authenticated", False) or not settings.MILLRACE.auth_enabled:
+    if verdict.reason.startswith("denied") or not getattr(user, "is_authenticated", False):
         return False
-    inside = resource.rstrip("/") + "/"
-    return any(
-        not rule.deny and (rule.resource.startswith(inside) or matches(rule.resource, inside + "x"))
-        for rule in _rules(user)
-    )
+    parts = resource.split("/")
+    for rule in _rules(user):
+        pattern = rule.resource.split("/")
+        if (
+            not rule.deny
+            and len(pattern) > len(parts)
+            and all(matches(p, r) for p, r in zip(pattern, parts, strict=False))
+        ):
+            return True
+    return False
 
 
 def sees_everything(user: Any) -> bool:

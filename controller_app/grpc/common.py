@@ -148,7 +148,7 @@ def resource_of(message: Any) -> str:
     """The resource a request message names (``controller_app.grants``), ``prn::/`` for none."""
     fields = message.DESCRIPTOR.fields_by_name
     if message.DESCRIPTOR.name == "StreamInfo":
-        return grants.stream_resource(message.scope, message.stream)
+        return grants.segments_resource(message.scope, message.stream)
     for inner in ("streamInfo", "stream", "position", "streamCut"):
         if inner in fields and fields[inner].message_type is not None:
             return resource_of(getattr(message, inner))
