@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -428,3 +429,36 @@ def test_the_spark_jobs_declare_their_arguments_once(data_dir: Path) -> None:
                         data_dir=data_dir)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "export.py s/t --to out --controller" in done.stdout
+
+
+def test_acl_grants_lists_checks_and_revokes(data_dir: Path, tmp_path: Path) -> None:
+    assert run_millrace("user", "create", "tess", "--role", "viewer",
+                        data_dir=data_dir).returncode == 0  # fmt: skip
+    done = run_millrace("acl", "grant", "group:team-a", "READ_UPDATE", "prn::/scope:team-a*",
+                        data_dir=data_dir)  # fmt: skip
+    assert done.returncode == 0 and "allow group:team-a READ_UPDATE" in done.stdout, done.stderr
+    assert run_millrace("acl", "join", "team-a", "tess", data_dir=data_dir).returncode == 0
+    listed = json.loads(run_millrace("acl", "list", "--principal", "user:tess", "--json",
+                                     data_dir=data_dir).stdout)  # fmt: skip
+    assert [(g["principal"], g["resource"]) for g in listed] == [
+        ("group:team-a", "prn::/scope:team-a*")
+    ]
+    yes = run_millrace("acl", "check", "tess", "READ_UPDATE", "prn::/scope:team-a1/stream:s",
+                       data_dir=data_dir)  # fmt: skip
+    assert yes.returncode == 0 and yes.stdout.startswith("allowed: grant #"), yes.stdout
+    no = run_millrace("acl", "check", "tess", "READ", "prn::/scope:team-b/stream:s",
+                      data_dir=data_dir)  # fmt: skip
+    assert no.returncode == 1 and no.stdout.startswith("refused: no grant covers it")
+    bad = run_millrace("acl", "grant", "user:tess", "READ", "prn::/bucket:x", data_dir=data_dir)
+    assert bad.returncode == 2 and "is not a resource string" in bad.stderr
+    revoked = run_millrace("acl", "revoke", "group:team-a", "prn::/scope:team-a*",
+                           data_dir=data_dir)  # fmt: skip
+    assert revoked.stdout.strip() == "1 removed"
+    audit = (
+        sqlite3.connect(data_dir / "millrace.sqlite3")
+        .execute(
+            "SELECT action FROM controller_app_auditentry WHERE action LIKE 'acl.%' ORDER BY id"
+        )
+        .fetchall()
+    )
+    assert audit == [("acl.grant",), ("acl.join",), ("acl.revoke",)]

@@ -9,6 +9,7 @@ endpoints answer without credentials (and reveal nothing beyond health).
 from __future__ import annotations
 
 import base64
+import json
 import re
 import uuid
 from typing import Any
@@ -261,3 +262,86 @@ def test_with_authentication_off_anyone_may_change(world: dict[str, Any], settin
     response = APIClient().post("/v1/scopes", {"scopeName": "open"}, format="json")
     assert response.status_code == 201
     assert AuditEntry.objects.get(action="scope.create").username == ""
+
+
+# -- grants --------------------------------------------------------------------------------------
+
+
+def _client_with_grants(*grants_given: tuple[str, str, bool]) -> tuple[APIClient, str]:
+    """A user with no role and ``(permission, resource, deny)`` grants."""
+    from controller_app import acl
+
+    client, name = _client_of(None)
+    for permission, resource, deny in grants_given:
+        acl.grant(f"user:{name}", resource, permission, deny=deny, by="test",
+                  audit_as=lambda *a: None)  # fmt: skip
+    return client, name
+
+
+def test_another_teams_user_is_refused_every_call_naming_the_resource(
+    world: dict[str, Any],
+) -> None:
+    """Grants on another scope only: every call on this scope's objects is refused, naming
+    the resource and the permission; listings answer without what it may not see."""
+    client, name = _client_with_grants(("MANAGE", "prn::/scope:other*", False))
+    before = snapshot(world)
+    for method, path, body in endpoints(world):
+        response = getattr(client, method)(path, body, format="json")
+        if path in ("/v1/scopes", f"/v1/scopes/{world['sc']}/readergroups") and method == "get":
+            assert response.status_code == 200, (path, response.json())
+            assert world["sc"] not in json.dumps(response.json()) or path.endswith("groups")
+            continue
+        assert response.status_code == 403, (method, path, response.status_code)
+        answer = response.json()
+        assert answer["code"] == "permission-denied", answer
+        assert re.fullmatch(r"(READ|READ_UPDATE|MANAGE) on prn::/\S* is not granted to you \(.*",
+                            answer["message"]), answer  # fmt: skip
+    assert snapshot(world) == before
+    assert AuditEntry.objects.filter(username=name, result="refused").count() > 30
+
+
+def test_a_teams_manager_may_do_everything_in_its_scopes(world: dict[str, Any]) -> None:
+    client, _ = _client_with_grants(("MANAGE", f"prn::/scope:{world['sc'][:4]}*", False))
+    for method, path, body in endpoints(world):
+        if path in ("/metrics", "/v1/scopes") or path.endswith("/metrics"):
+            continue  # (the cluster's: not the team's)
+        response = getattr(client, method)(path, body, format="json")
+        assert response.status_code not in (401, 403), (method, path, response.json())
+
+
+def test_a_reader_needs_read_on_the_stream_and_read_update_on_its_group(
+    world: dict[str, Any],
+) -> None:
+    """Pravega's trap avoided: READ on the stream and READ_UPDATE on the reader group are
+    enough to join the group, sync positions and get a read token; nothing more is allowed."""
+    import jwt
+
+    sc = world["sc"]
+    client, _ = _client_with_grants(
+        ("READ", f"prn::/scope:{sc}/stream:st", False),
+        ("READ_UPDATE", f"prn::/scope:{sc}/reader-group:rg", False),
+    )
+    group = f"/v1/scopes/{sc}/readergroups/rg"
+    assert client.post(f"{group}/readers", {"readerId": "r2"}, format="json").status_code == 201
+    sync = client.post(f"{group}/readers/r2/sync", {"generation": 0}, format="json")
+    assert sync.status_code == 200, sync.json()
+    token = client.post(f"/v1/scopes/{sc}/streams/st/delegation-token", {}, format="json")
+    assert jwt.decode(token.json()["token"], options={"verify_signature": False})["access"] == READ
+    refused = client.post(f"/v1/scopes/{sc}/streams/st/events", {"events": [{"data": "x"}]},
+                          format="json")  # fmt: skip
+    assert refused.status_code == 403
+    assert refused.json()["message"].startswith(f"READ_UPDATE on prn::/scope:{sc}/stream:st ")
+
+
+def test_a_denial_wins_over_a_wider_grant(world: dict[str, Any]) -> None:
+    sc = world["sc"]
+    client, _ = _client_with_grants(
+        ("READ_UPDATE", f"prn::/scope:{sc}/*", False),
+        ("READ_UPDATE", f"prn::/scope:{sc}/stream:st", True),
+    )
+    assert client.get(f"/v1/scopes/{sc}/streams/st").status_code == 200  # (only writes denied)
+    answer = client.post(f"/v1/scopes/{sc}/streams/st/events", {"events": [{"data": "x"}]},
+                         format="json")  # fmt: skip
+    assert answer.status_code == 403
+    assert "denied by grant" in answer.json()["message"]
+    assert client.get(f"/v1/scopes/{sc}/readergroups/rg").status_code == 200
