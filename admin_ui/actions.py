@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, parse_when
-from controller_app import audit, grants
+from controller_app import audit, grants, quotas
 from controller_app import selectors as sel
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
@@ -49,6 +49,20 @@ def scope_delete(request: HttpRequest, scope: str) -> HttpResponse:
     _confirmed(request, scope)
     scopes.delete_scope(scope)
     return done(request, f"scope {scope} deleted", reverse("console:scopes"))
+
+
+@change("scope.quota", need="admin")
+def scope_quota(request: HttpRequest, scope: str) -> HttpResponse:
+    """Set the scope's limits from the form (an empty field: none)."""
+    limits: dict[str, Any] = {}
+    for field, name in quotas.API_NAMES.items():
+        text = request.POST.get(name, "").strip()
+        try:
+            limits[field] = int(text) or None if text else None
+        except ValueError:
+            raise InvalidArgumentError(f"{name} must be a whole number, not {text!r}") from None
+    quotas.set_quota(scope, limits, request.POST.get("storedPolicy") or None)
+    return done(request, f"the quota of {scope} is set")
 
 
 # -- streams ------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ urlpatterns = [
     path("scopes/", v.scopes, name="scopes"),
     path("scopes/create", a.scope_create, name="scope-create"),
     path(f"{SCOPE}/delete", a.scope_delete, name="scope-delete"),
+    path(f"{SCOPE}/quota", a.scope_quota, name="scope-quota"),
     path(f"{SCOPE}/streams/", v.streams, name="streams"),
     path(f"{SCOPE}/streams/new", v.stream_new, name="stream-new"),
     path(f"{SCOPE}/streams/create", a.stream_create, name="stream-create"),

@@ -31,7 +31,7 @@ from django.utils import timezone
 from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
-from controller_app import grants, lag
+from controller_app import grants, lag, quotas
 from controller_app import selectors as sel
 from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.choices import SchemaEnforcement
@@ -211,9 +211,12 @@ def streams(request: HttpRequest, scope: str) -> HttpResponse:
         }
         for r in rows
     ]
+    quota = quotas.quota_of(scope_row)
     values = context(
         request,
         scope=scope_row,
+        quota=quota,
+        quota_rows=quota_rows(quota),
         page=found,
         table=table,
         q=text,
@@ -224,6 +227,26 @@ def streams(request: HttpRequest, scope: str) -> HttpResponse:
     )
     template = "admin_ui/_stream_table.html" if request.htmx else "admin_ui/streams.html"  # type: ignore[attr-defined]
     return render(request, template, values)
+
+
+#: The quota's rows on a scope's page: (REST field, label).
+QUOTA_ROWS = (
+    ("appendBytesPerSecond", "append bytes/s"), ("appendEventsPerSecond", "append events/s"),
+    ("readBytesPerSecond", "read bytes/s"), ("storedBytes", "stored bytes"),
+    ("streams", "streams"), ("segments", "segments"), ("readerGroups", "reader groups"),
+    ("tables", "key-value tables"),
+)  # fmt: skip
+
+
+def quota_rows(quota: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each limit of a scope's quota with its use, and the part used where both are known."""
+    rows = []
+    for field, label in QUOTA_ROWS:
+        limit, used = quota["limits"][field], quota["used"][field]
+        ratio = min(used / limit, 1.0) if limit and used is not None else None
+        rows.append({"field": field, "label": label, "limit": limit, "used": used,
+                     "ratio": ratio})  # fmt: skip
+    return rows
 
 
 @page

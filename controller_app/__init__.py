@@ -29,6 +29,8 @@ Its other modules:
 * ``outcomes``: how every face answers an error
 * ``ports``: the controller's port to the segment store, as the workflows see it
 * ``process_port``: the metrics port of a worker or beat (``/live``, ``/ready``, ``/metrics``)
+* ``quotas``: quotas per scope: set, shown with their use, and enforced (the nodes' exchange,
+  stored bytes)
 * ``reader_group_state``: the live state of a reader group, and every change to it, as plain
   Python (no database)
 * ``registry``: the schema registry (Confluent's Schema Registry API, its formats and rules)

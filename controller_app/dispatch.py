@@ -28,6 +28,7 @@ from controller_app.task_names import (  # noqa: F401 - sent by name from here
     COMPLETED_TRANSACTION_CLEANUP,
     CREATE_STREAM,
     DELETE_STREAM,
+    QUOTAS,
     READER_GROUP_LAG,
     RETENTION,
     RETENTION_BUCKET,

@@ -120,6 +120,10 @@ class PermissionRefusedError(ControllerError):
         super().__init__(message if permission else resource)
 
 
+class QuotaExceededError(ControllerError):
+    """A create past a count its scope's quota allows (``controller_app.quotas``)."""
+
+
 class BrokerUnavailableError(ControllerError):
     """The Celery broker did not take a workflow's task. The workflow's intent is recorded in
     the database: the task is sent again when the request is repeated or by the sweeper, once

@@ -7,7 +7,8 @@ the controller's memory): streams by state, scales by state (manual and automati
 truncations, transactions by state, each stream's watermark lag, the age of each worker's and
 beat's heartbeat, the workflow tasks' outcomes (``TaskCount``, counted by the workers), and each
 reader group's lag and status as the last lag round measured them (``controller_app.lag``), and
-what the canary last saw of each node (``controller_app.canary``).
+what the canary last saw of each node (``controller_app.canary``), and each scope's quotas,
+stored bytes, and the rates and throttle time its nodes reported (``controller_app.quotas``).
 A handful of grouped queries per scrape, none per stream or group. ``DETAIL`` holds what has a
 series per reader (``/metrics?detail=1``).
 """
@@ -28,13 +29,16 @@ from controller_app.models import (
     CanaryProbe,
     EpochTransition,
     ProcessHeartbeat,
+    QuotaUsage,
     ReaderGroupLag,
+    ScopeQuota,
     Stream,
     TaskCount,
     Transaction,
     TruncationRecord,
     Watermark,
 )
+from controller_app.quotas import LIMITS
 from millrace.kernel.metrics_port import BuildInfo, CertificateEnd
 
 
@@ -55,6 +59,7 @@ class MetadataCollector(Collector):
         yield CounterMetricFamily("millrace_workflow_tasks", "", labels=["task", "outcome"])
         yield from _lag_families().values()
         yield from _canary_families().values()
+        yield from _quota_families().values()
 
     def collect(self) -> Iterator[Any]:
         streams = GaugeMetricFamily("millrace_streams", "Streams by state.", labels=["state"])
@@ -114,6 +119,7 @@ class MetadataCollector(Collector):
         yield tasks
         yield from _lags()
         yield from _canaries()
+        yield from _quotas()
 
 
 _GROUP = ["scope", "readergroup"]
@@ -205,6 +211,45 @@ def _canaries() -> Iterator[Any]:
         families["failed"].add_metric(labels, probe.failures)
         since = probe.succeeded_at or probe.probed_at
         families["age"].add_metric(labels, (at - since).total_seconds())
+    yield from families.values()
+
+
+def _quota_families() -> dict[str, Any]:
+    return {
+        "limit": GaugeMetricFamily(
+            "millrace_scope_quota", "A scope's quota (per second for rates).",
+            labels=["scope", "limit"],
+        ),
+        "throttle": CounterMetricFamily(
+            "millrace_scope_throttle_seconds",
+            "Seconds a node delayed a scope's acknowledgements and reads for its rate quotas"
+            " (since the node started).", labels=["scope", "node"],
+        ),
+        "rate": GaugeMetricFamily(
+            "millrace_scope_rate", "What a node let through of a scope last second (per second).",
+            labels=["scope", "node", "kind"],
+        ),
+        "stored": GaugeMetricFamily(
+            "millrace_scope_stored_bytes",
+            "A scope's stored bytes, as the last quota round measured them.", labels=["scope"],
+        ),
+    }  # fmt: skip
+
+
+def _quotas() -> Iterator[Any]:
+    families = _quota_families()
+    for quota in ScopeQuota.objects.select_related("scope"):
+        scope = quota.scope.name
+        for name in LIMITS:
+            value = getattr(quota, name)
+            if value is not None:
+                families["limit"].add_metric([scope, name], float(value))
+        if quota.stored_bytes is not None:
+            families["stored"].add_metric([scope], float(quota.stored_bytes_used))
+    for row in QuotaUsage.objects.all():
+        families["throttle"].add_metric([row.scope, row.node], row.throttle_seconds)
+        for kind in ("append_bytes_per_s", "append_events_per_s", "read_bytes_per_s"):
+            families["rate"].add_metric([row.scope, row.node, kind], getattr(row, kind))
     yield from families.values()
 
 

@@ -69,6 +69,7 @@ OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
     (ce.InvalidStreamCutError, Outcome(400, "invalid-stream-cut", "INVALID_ARGUMENT")),
     (ce.InvalidArgumentError, Outcome(400, "invalid-argument", "INVALID_ARGUMENT")),
     (ce.PermissionRefusedError, Outcome(403, "permission-denied", "PERMISSION_DENIED")),
+    (ce.QuotaExceededError, Outcome(409, "quota-exceeded", "RESOURCE_EXHAUSTED")),
     (ce.WorkflowTimeoutError, Outcome(504, "workflow-timeout", "DEADLINE_EXCEEDED")),
     # A container with no node yet (a failover under way) is away for a moment, not missing.
     (ce.NoNodeForSegmentError, _away("no-segment-store")),

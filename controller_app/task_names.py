@@ -21,6 +21,7 @@ WATERMARK_BUCKET = "millrace.watermark_bucket"
 AUTOSCALE = "millrace.autoscale"
 READER_GROUP_LAG = "millrace.readergroup_lag"
 CANARY = "millrace.canary"
+QUOTAS = "millrace.quotas"
 
 #: Pravega's event-processor streams: requests serialized per stream (by its state), commits
 #: serial per stream, aborts concurrent. ``millrace worker`` consumes every queue named here.

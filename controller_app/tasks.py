@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F, QuerySet
 
-from controller_app import canary, dispatch, lag
+from controller_app import canary, dispatch, lag, quotas
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
@@ -234,3 +234,10 @@ def reader_group_lag_round() -> int:
 def canary_round() -> dict[str, str]:
     """Write to and read back from every node's canary segments (``controller_app.canary``)."""
     return canary.canary_round(segment_store())
+
+
+@shared_task(name=dispatch.QUOTAS, ignore_result=True)
+def quota_round() -> dict[str, int]:
+    """Measure the stored bytes of the scopes with a stored-bytes quota, truncating those over
+    it that say so (``controller_app.quotas``)."""
+    return quotas.stored_round(segment_store())

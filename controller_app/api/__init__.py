@@ -15,6 +15,7 @@ Its other modules:
 * ``kvtables``: REST views of key-value tables (Millrace's addition
 * ``metrics_views``: ``GET /metrics`` and ``GET /v1/metrics/targets`` (Prometheus)
 * ``permissions``: the REST API's permission (grants on the resource a path names)
+* ``quota_views``: ``/v1/scopes/{scope}/quota``: a scope's quota, its use, its throttle time
 * ``reader_groups``: REST views of reader groups
 * ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under
   ``/registry/``)

@@ -11,6 +11,7 @@ from controller_app.api import views as v
 from controller_app.api.cluster_views import ClusterView
 from controller_app.api.events import EventsView
 from controller_app.api.metrics_views import ScrapeTargetsView
+from controller_app.api.quota_views import QuotaView
 from millrace.kernel.naming import EPOCH_MAX, segment_epoch
 
 
@@ -46,6 +47,7 @@ urlpatterns = [
     path("acl/import", acl.ImportView.as_view()),
     path("scopes", v.ScopesView.as_view()),
     path("scopes/<str:scope>", v.ScopeView.as_view()),
+    path("scopes/<str:scope>/quota", QuotaView.as_view()),
     path("scopes/<str:scope>/streams", v.StreamsView.as_view()),
     path(STREAM, v.StreamView.as_view()),
     path(f"{STREAM}/state", v.StreamStateView.as_view()),

@@ -12,6 +12,7 @@ Its modules:
 * ``grants``: permissions on resource strings, for users and groups (and their denials)
 * ``host``: the host store
 * ``kvt``: key-value table
+* ``quotas``: quotas per scope, and what each node measured of the scopes it serves
 * ``reader_group``: reader groups as the controller knows them, and their subscriptions to
   streams
 * ``registry``: the schema registry (schemas, subjects' versions, settings)
@@ -39,6 +40,7 @@ from controller_app.models.host import (
     TaskCount,
 )
 from controller_app.models.kvt import KeyValueTable
+from controller_app.models.quotas import QuotaUsage, ScopeQuota
 from controller_app.models.reader_group import ReaderGroup, ReaderGroupLag, Subscriber
 from controller_app.models.registry import RegistrySchema, RegistrySetting, SubjectVersion
 from controller_app.models.retention import StreamCutRecord, TruncationRecord
@@ -63,11 +65,13 @@ __all__ = [
     "KeyValueTable",
     "Node",
     "ProcessHeartbeat",
+    "QuotaUsage",
     "ReaderGroup",
     "ReaderGroupLag",
     "RegistrySchema",
     "RegistrySetting",
     "Scope",
+    "ScopeQuota",
     "SegmentRecord",
     "StatefulModel",
     "Stream",

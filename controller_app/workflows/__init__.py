@@ -55,5 +55,6 @@ Its other modules:
 * ``common``: what every workflow module shares
 * ``kvtables``: key-value tables
 * ``retention``: retention
+* ``room``: room in a scope: what it holds against the counts its quota allows
 * ``sweeper``: the sweeper
 """

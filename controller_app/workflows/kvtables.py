@@ -38,6 +38,7 @@ from controller_app.ports import (
 )
 from controller_app.workflows.common import step
 from controller_app.workflows.config import check_name
+from controller_app.workflows.room import check_room
 from controller_app.workflows.scopes import get_scope
 from millrace.kernel.kvt import KvtConfig, KvtError, PartitionWalk, check_value
 
@@ -72,6 +73,7 @@ def create_kvtable(
         with transaction.atomic():
             existing = KeyValueTable.objects.filter(scope=scope_row, name=name).first()
             if existing is None:
+                check_room(scope, tables=1)
                 row = KeyValueTable.objects.create(
                     scope=scope_row, name=name, state=KvtState.CREATING,
                     partitions=config.partitions, primary_key_length=config.primary_key_length,

@@ -47,6 +47,7 @@ from controller_app.stream_reads import tail_cut
 from controller_app.workflows import scopes
 from controller_app.workflows.common import get_stream, now_ms
 from controller_app.workflows.config import check_name
+from controller_app.workflows.room import check_room
 
 T = TypeVar("T")
 
@@ -189,6 +190,7 @@ def create_reader_group(
         if ReaderGroupConfig.from_json(existing.configuration) == config:
             return existing
         raise AlreadyExistsError(f"reader group {scope}/{name} exists with another configuration")
+    check_room(scope, reader_groups=1)
     positions = _start_positions(store, config)
     try:
         with transaction.atomic():

@@ -30,6 +30,7 @@ from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
+from controller_app.workflows.room import check_room
 from controller_app.workflows.streams import start_when_active
 from millrace.kernel.naming import segment_epoch, segment_number
 
@@ -100,6 +101,7 @@ def scale_stream(
     earlier = _same_scale(stream, wanted, new_ranges)
     if earlier is not None:  # a repeat (the first answered 503, or its answer was lost)
         return _repeated(earlier, wait, f"scale of stream {scope}/{name}")
+    check_room(scope, segments=len(new_ranges) - len(wanted))
     unknown = [i for i in wanted if i not in current]
     for segment_id in unknown:
         try:

@@ -41,6 +41,7 @@ from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, bucket_for, encode_segments, uniform_ranges
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
+from controller_app.workflows.room import check_room
 from controller_app.workflows.scopes import get_scope
 from millrace.kernel.naming import transaction_segment_name
 
@@ -75,6 +76,8 @@ def create_stream(store: SegmentStorePort, scope: str, name: str, config: Stream
             stream = Stream.objects.select_related("scope").filter(scope=scope_row, name=name)
             existing = stream.first()
             if existing is None:
+                if not name.startswith(sel.INTERNAL_PREFIX):
+                    check_room(scope, streams=1, segments=config.min_segments)
                 created = _insert_stream(scope_row, name, config)
             elif existing.state == StreamState.CREATING and _same_config(existing, config):
                 created = existing

@@ -4,7 +4,8 @@ The wire codec (``wire``), segment names and ids (``naming``), delegation-token 
 the token-secret keyring (``claims``), typed settings read from the environment (``config``),
 logging with redaction (``logs``), TLS contexts (``tls``), the cluster membership contract
 (``membership``), the schema policy a segment store holds streams' appends to
-(``schema_policy``), key-value table keys and placement (``kvt``), status files
+(``schema_policy``), the scope quotas it holds them to (``quotas``), key-value table keys and
+placement (``kvt``), status files
 (``status_files``), the HTTP port each process answers probes and scrapes on
 (``metrics_port``), OpenTelemetry's spans, off unless set up (``traces``) and the allocator
 tuning of bulk-data processes (``memory``). It imports no Django and no role: the standard

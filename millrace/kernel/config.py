@@ -575,6 +575,11 @@ class WebSettings:
         "seconds between reader-group lag rounds (a status looks at the last 10)", low=1, high=3600,
     )  # fmt: skip
     traces: str = _traces_setting()
+    quota_period_s: int = env_int(
+        "MILLRACE_QUOTA_PERIOD_S", 10,
+        "seconds between measurements of the scopes' stored bytes (their stored-bytes quotas)",
+        low=1, high=86400,
+    )  # fmt: skip
     canary_period_s: int = env_int(
         "MILLRACE_CANARY_PERIOD_S", 30,
         "seconds between canary rounds (an event written to and read from every segment store"

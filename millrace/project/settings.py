@@ -349,6 +349,12 @@ CELERY_BEAT_SCHEDULE = {
         # (a round no worker took within its period is dropped: the next one measures)
         "options": {"expires": float(MILLRACE.lag_period_s)},
     },
+    # Scopes' stored bytes against their quotas (controller_app/quotas.py).
+    "quotas": {
+        "task": task_names.QUOTAS,
+        "schedule": float(MILLRACE.quota_period_s),
+        "options": {"expires": float(MILLRACE.quota_period_s)},
+    },
     # The canary: an event written to and read from every node (controller_app/canary.py).
     **(
         {

@@ -12,6 +12,8 @@ Its other modules:
 * ``membership``: a node's membership of a cluster
 * ``metrics``: the segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``,
   9092)
+* ``quotas``: scopes' quotas on a node: appends and reads delayed to its share of the rates,
+  appends refused at a stored-bytes limit
 * ``schema_guard``: appends held to their streams' schemas (``--schemas``)
 * ``traffic``: the traffic monitor
 """

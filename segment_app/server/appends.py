@@ -36,6 +36,7 @@ from millrace.kernel.wire.fastpath import (
 )
 from segment_app.engine.api import AppendItem
 from segment_app.engine.errors import (
+    AppendsRefusedError,
     BadEventNumberError,
     BadOffsetError,
     ContainerOfflineError,
@@ -113,6 +114,7 @@ class AppendPath:
         self.batch: list[_PendingAppend] = []
         self._traffic = server.traffic.record if self.config.traffic_monitor else None
         self._guard = server.schema_guard
+        self._quotas = server.quotas
 
     # -- append sessions ------------------------------------------------------------------------
 
@@ -336,6 +338,8 @@ class AppendPath:
         """Hand the appends collected from one received buffer to the store, together."""
         batch, self.batch = self.batch, []
         started = time.monotonic()
+        if self._quotas is not None and self._quotas.allowances:
+            batch = self._refuse_over_stored_quota(batch, started)
         try:
             parts = self.store.append_group_nowait(batch)
         except Exception as exc:
@@ -346,6 +350,22 @@ class AppendPath:
                 future.add_done_callback(functools.partial(self._part_done, part, started))
         self.connection.update_reading()
 
+    def _refuse_over_stored_quota(
+        self, batch: list[_PendingAppend], started: float
+    ) -> list[_PendingAppend]:
+        """The appends of ``batch`` whose scope may take them; the others fail at once,
+        refused (retriable: the writer sends them again until its delivery timeout)."""
+        quotas = self._quotas
+        assert quotas is not None
+        kept = []
+        for pending in batch:
+            reason = quotas.refusal(pending.segment)
+            if reason is None:
+                kept.append(pending)
+            else:
+                self._part_done([pending], started, _failed_future(AppendsRefusedError(reason)))
+        return kept
+
     def _part_done(
         self, part: list[_PendingAppend], started: float, future: asyncio.Future[object]
     ) -> None:
@@ -354,6 +374,11 @@ class AppendPath:
             if self._traffic is not None:
                 self.server.traffic.record_latency(time.monotonic() - started)
                 self._count_traffic(part)
+            delay = self._throttle(part) if self._quotas is not None else 0.0
+            if delay > 0:  # over the scope's rate: the acknowledgements wait (Kafka's throttle)
+                self.connection.hold(delay)
+                asyncio.get_running_loop().call_later(delay, self._release, part)
+                return
             self._replies_of_part(part)
             self.connection.update_reading()
             return
@@ -370,6 +395,24 @@ class AppendPath:
         for writer in writers.values():
             self._send_replies(writer)
         self.connection.update_reading()
+
+    def _throttle(self, part: list[_PendingAppend]) -> float:
+        """Charge the acknowledged appends to their scopes' quotas: how long their replies
+        wait (the longest the part's scopes ask)."""
+        charge = self._quotas.charge_append  # type: ignore[union-attr]
+        delay = 0.0
+        for pending in part:
+            result = pending.result
+            if pending.error is None and result is not None:
+                events = pending.event_number - max(result.previous_event_number, 0)
+                delay = max(delay, charge(pending.segment, pending.size, max(events, 1)))
+        return delay
+
+    def _release(self, part: list[_PendingAppend]) -> None:
+        """The replies of a throttled part, once its delay is over."""
+        if not self.connection.closed:
+            self._replies_of_part(part)
+            self.connection.update_reading()
 
     def _count_traffic(self, part: list[_PendingAppend]) -> None:
         """Tell the traffic monitor what the store acknowledged (events and bytes a block)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,8 @@ class WireConnection(asyncio.BufferedProtocol):
         self.immediate_in_flight = 0
         self.closed = False
         self._write_paused = False
+        #: Read nothing more from the client until then (``hold``; monotonic seconds).
+        self._held_until = 0.0
         self._reading_paused = False
         #: Encoded replies not yet handed to the transport (sent together, see ``send``).
         self._out: list[bytes | bytearray | memoryview] = []
@@ -197,11 +200,19 @@ class WireConnection(asyncio.BufferedProtocol):
     def _peer(self) -> object:
         return self.transport.get_extra_info("peername") if self.transport else None
 
+    def hold(self, seconds: float) -> None:
+        """Read nothing more from this client for ``seconds`` (a scope over its quota: its
+        replies wait that long too)."""
+        self._held_until = max(self._held_until, time.monotonic() + seconds)
+        self.update_reading()
+        asyncio.get_running_loop().call_later(seconds, self.update_reading)
+
     def update_reading(self) -> None:
         if self.closed or self.transport is None:
             return
         pause = (
             self._write_paused
+            or (self._held_until > 0.0 and time.monotonic() < self._held_until)
             or self.appends.in_flight >= self.config.appends_in_flight_max
             or self.appends.bytes_in_flight >= self.config.append_bytes_in_flight_max
             or len(self.tasks) + self.immediate_in_flight >= self.config.requests_in_flight_max

@@ -27,6 +27,7 @@ from millrace.kernel import logs
 from millrace.kernel.config import LogSettings, SegmentStoreSettings, TlsSettings
 from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
+from millrace.kernel.quotas import QuotaSource
 from millrace.kernel.schema_policy import SchemaPolicies
 from millrace.kernel.status_files import node_status_path, write_status
 from millrace.kernel.tls import CertificateReloader, server_context
@@ -42,6 +43,7 @@ from segment_app.engine.errors import EngineError
 from segment_app.engine.store import SegmentStore
 from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
+from segment_app.server.quotas import ScopeThrottles, exchange_loop
 from segment_app.server.schema_guard import SchemaGuard
 from segment_app.server.server import SegmentStoreServer, ServerConfig
 from tiers.base import TierError
@@ -142,12 +144,14 @@ async def run_node(
     membership: Membership | None = None,
     tls: TlsSettings | None = None,
     schema_policies: SchemaPolicies | None = None,
+    quota_source: QuotaSource | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server.
     With ``config.advertise``, the node joins the cluster through ``membership`` and serves
     the containers its leader assigns; without, it serves every container. With ``tls``
     enabled, the wire and metrics ports serve TLS with a certificate re-read when its files
-    change. With ``schema_policies``, appends are held to their streams' schemas."""
+    change. With ``schema_policies``, appends are held to their streams' schemas; with
+    ``quota_source``, to their scopes' quotas."""
     stop = stop or asyncio.Event()
     if config.advertise is not None and membership is None:
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
@@ -158,8 +162,7 @@ async def run_node(
     reloader = CertificateReloader(context, tls).start() if context and tls else None
     server = SegmentStoreServer(store, server_config(config), tls=context)  # checks the config
     server.tables.check_versions = "no-table-versions" not in config.unsafe  # (TEST-ONLY switch)
-    if schema_policies is not None:
-        server.schema_guard = SchemaGuard(schema_policies)
+    _guard_appends(server, schema_policies, quota_source)
     await store.start()
     try:
         await server.start()
@@ -178,6 +181,7 @@ async def run_node(
                 on_ready(server)
             guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
             reporter = asyncio.create_task(_report_status(config, store, server.port, guard))
+            quotas = _exchange_quotas(config, server, quota_source)
 
             status = _status_now(store, guard)
             cert = tls.cert_file if context is not None and tls is not None else None
@@ -198,7 +202,9 @@ async def run_node(
                         server.traffic.tick()
                         status = _status_now(store, guard)
             finally:
-                reporter.cancel()
+                for task in (reporter, quotas):
+                    if task is not None:
+                        task.cancel()
                 if session is not None:  # leaves the cluster: the leader moves on at once
                     session.cancel()
                     await asyncio.gather(session, return_exceptions=True)
@@ -377,12 +383,36 @@ def _stop_on_signals(stop: asyncio.Event) -> Any:
             loop.remove_signal_handler(sig)
 
 
+def _guard_appends(
+    server: SegmentStoreServer,
+    schema_policies: SchemaPolicies | None,
+    quota_source: QuotaSource | None,
+) -> None:
+    """Appends held to their streams' schemas and their scopes' quotas (before the server
+    takes its first connection: each connection reads them when it is made)."""
+    if schema_policies is not None:
+        server.schema_guard = SchemaGuard(schema_policies)
+    if quota_source is not None:
+        server.quotas = server.requests.quotas = ScopeThrottles()
+
+
+def _exchange_quotas(
+    config: SegmentStoreSettings, server: SegmentStoreServer, source: QuotaSource | None
+) -> asyncio.Task[None] | None:
+    """The task that trades this node's measured demand for its quota allowances."""
+    if source is None or server.quotas is None:
+        return None
+    node = config.node_id or f"{config.host}:{server.port}"
+    return asyncio.create_task(exchange_loop(node, server.quotas, source))
+
+
 def serve(
     settings: SegmentStoreSettings,
     log: LogSettings | None = None,
     membership: Membership | None = None,
     tls: TlsSettings | None = None,
     schema_policies: SchemaPolicies | None = None,
+    quota_source: QuotaSource | None = None,
 ) -> int:
     """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
     as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
@@ -397,7 +427,8 @@ def serve(
     keep_freed_memory()
     try:
         asyncio.run(run_node(settings, membership=membership, tls=tls,
-                             schema_policies=schema_policies))  # fmt: skip
+                             schema_policies=schema_policies,
+                             quota_source=quota_source))  # fmt: skip
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

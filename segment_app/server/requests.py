@@ -21,6 +21,7 @@ from segment_app.engine.errors import BadAttributeUpdateError, InvalidArgumentEr
 from segment_app.engine.tables import TableEntry, TableSegments
 from segment_app.server.auth import Authorizer
 from segment_app.server.locate import EventLocator
+from segment_app.server.quotas import ScopeThrottles
 from segment_app.server.replies import UnsupportedOperationError
 
 __all__ = ["MERGE_ATTRIBUTE_UPDATES_UNSUPPORTED", "Pending", "RequestHandlers", "RequestSettings"]
@@ -61,6 +62,8 @@ class RequestHandlers:
         self.settings = settings
         self.locator = EventLocator(store)
         self.tables = tables or TableSegments(store)
+        #: Scopes' quotas (read rates), set by a node with a quota source.
+        self.quotas: ScopeThrottles | None = None
         self.handlers: dict[int, Handler] = {
             wire.ReadSegment.TYPE: self.read_segment,
             wire.GetStreamSegmentInfo.TYPE: self.get_info,
@@ -103,6 +106,11 @@ class RequestHandlers:
         result = await self.store.read(
             cmd.segment, cmd.offset, length, wait_seconds=self.settings.read_tail_wait_seconds
         )
+        quotas = self.quotas
+        if quotas is not None:  # over the scope's read rate: the reply waits
+            delay = quotas.charge_read(cmd.segment, len(result.data))
+            if delay > 0:
+                await asyncio.sleep(delay)
         return wire.SegmentRead(
             cmd.segment,
             cmd.offset,

@@ -25,6 +25,7 @@ from segment_app.engine.api import SegmentStoreAPI
 from segment_app.engine.tables import TableSegments
 from segment_app.server.auth import AllowAll, Authorizer
 from segment_app.server.connection import WireConnection
+from segment_app.server.quotas import ScopeThrottles
 from segment_app.server.requests import RequestHandlers, RequestSettings
 from segment_app.server.schema_guard import SchemaGuard
 from segment_app.server.traffic import TrafficMonitor
@@ -121,6 +122,8 @@ class SegmentStoreServer:
         self.traffic = TrafficMonitor(self.config.autoscale_window_s)
         #: Holds appends to their streams' schemas (None: not at all, no metadata to read).
         self.schema_guard: SchemaGuard | None = None
+        #: Scopes' quotas (a node with a quota source), else None.
+        self.quotas: ScopeThrottles | None = None
         self._server: asyncio.Server | None = None
 
     @property

@@ -354,8 +354,27 @@ class GrantFactory(DjangoModelFactory):
     permission = models.Grant.Permission.READ
 
 
+class ScopeQuotaFactory(DjangoModelFactory):
+    class Meta:
+        model = models.ScopeQuota
+
+    scope = factory.SubFactory(ScopeFactory)
+    append_bytes_per_s = 1_000_000
+
+
+class QuotaUsageFactory(DjangoModelFactory):
+    class Meta:
+        model = models.QuotaUsage
+
+    node = factory.Sequence(lambda n: f"node-{n}")
+    scope = "sc"
+    at = factory.LazyFunction(timezone.now)
+
+
 ALL_FACTORIES = [
     CanaryProbeFactory,
+    ScopeQuotaFactory,
+    QuotaUsageFactory,
     GrantFactory,
     CredentialsGenerationFactory,
     ReaderGroupLagFactory,

@@ -130,8 +130,9 @@ def _segmentstore_options(store: Any) -> None:
     )
     store.add_argument(
         "--schemas", action="store_true",
-        help="hold appends to their streams' schemas, read from the controller's metadata "
-        "database (DATABASE_URL, else the data directory's); on with --advertise",
+        help="hold appends to their streams' schemas and their scopes' quotas, read from the "
+        "controller's metadata database (DATABASE_URL, else the data directory's); on with "
+        "--advertise",
     )  # fmt: skip
     store.add_argument(
         "--read-tail-wait", type=float, metavar="SECONDS",
@@ -182,7 +183,9 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     _traces("segmentstore", settings.traces)
     membership = _membership(settings)
     policies = _schema_policies() if args.schemas or membership is not None else None
-    return int(node.serve(settings, log, membership, TlsSettings.from_env(), policies))
+    # (a node that reads the metadata database for schemas reads its scopes' quotas too)
+    quotas = needs("controller_app.quotas", "quotas").DatabaseQuotas() if policies else None
+    return int(node.serve(settings, log, membership, TlsSettings.from_env(), policies, quotas))
 
 
 def _traces(role: str, mode: str) -> None:

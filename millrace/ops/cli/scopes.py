@@ -1,4 +1,4 @@
-"""``millrace scope create|list|delete``."""
+"""``millrace scope create|list|delete|quota``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from millrace.ops.cli import remote
-from millrace.ops.cli.base import Parents, command
+from millrace.ops.cli.base import EXIT_USAGE, CommandError, Parents, command
 
 
 def register(commands: Any, parents: Parents) -> None:
@@ -22,6 +22,54 @@ def register(commands: Any, parents: Parents) -> None:
                 parents=common).add_argument("name")  # fmt: skip
     command(verbs, "list", remote.handler(scope_list), "List scopes.",
             variables=remote.VARIABLES, parents=common)  # fmt: skip
+    quota = command(
+        verbs, "quota", remote.handler(scope_quota),
+        "Show a scope's quota and its use; with options, set limits (the admin role; 0 removes "
+        "one).", variables=remote.VARIABLES, parents=common,
+    )  # fmt: skip
+    quota.add_argument("name")
+    for option, field, unit in _LIMITS:
+        quota.add_argument(f"--{option}", type=int, metavar="N", dest=field.replace("-", "_"),
+                           help=unit)  # fmt: skip
+    quota.add_argument("--stored-policy", choices=("refuse", "truncate"),
+                       help="at the stored-bytes limit: refuse new appends or truncate the "
+                       "oldest data")  # fmt: skip
+
+
+#: (option, REST field, help) of each limit.
+_LIMITS = (
+    ("append-bytes", "appendBytesPerSecond", "bytes appended per second, cluster-wide"),
+    ("append-events", "appendEventsPerSecond", "events appended per second, cluster-wide"),
+    ("read-bytes", "readBytesPerSecond", "bytes read per second, cluster-wide"),
+    ("stored-bytes", "storedBytes", "bytes stored"),
+    ("streams", "streams", "streams"),
+    ("segments", "segments", "segments of the streams' current epochs"),
+    ("reader-groups", "readerGroups", "reader groups"),
+    ("tables", "tables", "key-value tables"),
+)
+
+
+def scope_quota(args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {}
+    for _, field, _ in _LIMITS:
+        value = getattr(args, field)
+        if value is not None:
+            if value < 0:
+                raise CommandError(f"--{field}: a limit is 0 (none) or more", EXIT_USAGE)
+            body[field] = value or None
+    if args.stored_policy:
+        body["storedPolicy"] = args.stored_policy
+    path = f"/scopes/{args.name}/quota"
+    found = remote.call(args, "PUT", path, body) if body else remote.call(args, "GET", path)
+    lines = [f"{'LIMIT':<22} {'USED':>16} {'QUOTA':>16}"]
+    for _, field, _ in _LIMITS:
+        limit = found["limits"][field]
+        used = found["used"][field]
+        shown = "-" if used is None else f"{used:,.0f}"
+        lines.append(f"{field:<22} {shown:>16} {'none' if limit is None else f'{limit:,}':>16}")
+    lines.append(f"stored policy: {found['storedPolicy']}; throttled "
+                 f"{found['throttleSeconds']:.1f} s in all")  # fmt: skip
+    remote.out(args, found, "\n".join(lines))
 
 
 def scope_create(args: argparse.Namespace) -> None:
