@@ -150,8 +150,7 @@ async def run_node(
     With ``config.advertise``, the node joins the cluster through ``membership`` and serves
     the containers its leader assigns; without, it serves every container. With ``tls``
     enabled, the wire and metrics ports serve TLS with a certificate re-read when its files
-    change. With ``schema_policies``, appends are held to their streams' schemas; with
-    ``quota_source``, to their scopes' quotas."""
+    change. Appends are held to their streams' schemas and scopes' quotas (``_guard_appends``)."""
     stop = stop or asyncio.Event()
     if config.advertise is not None and membership is None:
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
