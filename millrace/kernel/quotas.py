@@ -98,3 +98,8 @@ class Bucket:
         self._refill()
         self.level -= amount
         return min(-self.level / self.rate, DELAY_MAX_SECONDS) if self.level < 0 else 0.0
+
+    def debt_seconds(self) -> float:
+        """Seconds until the debt is paid (0: none)."""
+        self._refill()
+        return -self.level / self.rate if self.level < 0 else 0.0

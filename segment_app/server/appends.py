@@ -57,6 +57,9 @@ __all__ = ["AppendPath"]
 
 log = logging.getLogger(__name__)
 
+#: The longest one hold of a client's reading (then the quota is looked at again): short
+#: enough that the client's keep-alives are answered within its patience.
+HOLD_MAX_SECONDS = 1.0
 #: Block data at least this long is handed on as a view of the received frame, shorter data as
 #: a copy (cheaper than a view to make, and not tracked by the garbage collector).
 _VIEW_BYTES_MIN = 4096
@@ -72,6 +75,10 @@ class _PendingAppend(AppendItem):
     writer: _Writer | None = None
     #: Its outcome (``result`` or ``error``) is final.
     done: bool = False
+    #: The events of the block (what a scope's events-per-second quota counts).
+    events: int = 1
+    #: When its acknowledgement may go (monotonic seconds): its scope's rate quota is paid.
+    release_at: float = 0.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -115,6 +122,10 @@ class AppendPath:
         self._traffic = server.traffic.record if self.config.traffic_monitor else None
         self._guard = server.schema_guard
         self._quotas = server.quotas
+        #: The scopes with a quota this client appended to (a hold ends when all are paid).
+        self.charged: set[str] = set()
+        #: Since when this client is held for its scopes' rates (None: it is not).
+        self.held_since: float | None = None
 
     # -- append sessions ------------------------------------------------------------------------
 
@@ -190,6 +201,7 @@ class AppendPath:
             size,
             writer,
         )
+        pending.events = num_events
         self._queue(writer, pending)
         return True
 
@@ -204,7 +216,8 @@ class AppendPath:
             )
             return
         writer.last_event_number = cmd.last_event_number
-        self._enqueue(writer, cmd.writer_id, cmd.data, cmd.last_event_number, cmd.request_id, None)
+        self._enqueue(writer, cmd.writer_id, cmd.data, cmd.last_event_number, cmd.request_id, None,
+                      events=max(cmd.num_events, 1))  # fmt: skip
 
     def conditional_block_end(self, cmd: wire.ConditionalBlockEnd) -> None:
         writer = self._writer(cmd.writer_id, cmd.request_id)
@@ -234,6 +247,7 @@ class AppendPath:
         event_number: int,
         request_id: int,
         expected_offset: int | None,
+        events: int = 1,
     ) -> None:
         if writer.failure is not None:
             self._enqueue_failed(writer, writer_id, event_number, request_id, writer.failure)
@@ -248,6 +262,7 @@ class AppendPath:
             conditional=expected_offset is not None,
             size=len(data),
             writer=writer,
+            events=events,
         )
         self._queue(writer, pending)
 
@@ -340,6 +355,7 @@ class AppendPath:
         started = time.monotonic()
         if self._quotas is not None and self._quotas.allowances:
             batch = self._refuse_over_stored_quota(batch, started)
+            self._charge(batch)
         try:
             parts = self.store.append_group_nowait(batch)
         except Exception as exc:
@@ -374,10 +390,11 @@ class AppendPath:
             if self._traffic is not None:
                 self.server.traffic.record_latency(time.monotonic() - started)
                 self._count_traffic(part)
-            delay = self._throttle(part) if self._quotas is not None else 0.0
-            if delay > 0:  # over the scope's rate: the acknowledgements wait (Kafka's throttle)
-                self.connection.hold(delay)
-                asyncio.get_running_loop().call_later(delay, self._release, part)
+            release = max(pending.release_at for pending in part)
+            if release > time.monotonic():  # its scope is over its rate: the replies wait
+                asyncio.get_running_loop().call_later(
+                    release - time.monotonic(), self._release, part
+                )
                 return
             self._replies_of_part(part)
             self.connection.update_reading()
@@ -396,20 +413,54 @@ class AppendPath:
             self._send_replies(writer)
         self.connection.update_reading()
 
-    def _throttle(self, part: list[_PendingAppend]) -> float:
-        """Charge the acknowledged appends to their scopes' quotas: how long their replies
-        wait (the longest the part's scopes ask)."""
-        charge = self._quotas.charge_append  # type: ignore[union-attr]
-        delay = 0.0
-        for pending in part:
-            result = pending.result
-            if pending.error is None and result is not None:
-                events = pending.event_number - max(result.previous_event_number, 0)
-                delay = max(delay, charge(pending.segment, pending.size, max(events, 1)))
-        return delay
+    def _charge(self, batch: list[_PendingAppend]) -> None:
+        """Charge the appends just received to their scopes' rate quotas; while a scope is
+        over its share, read nothing more from this client (Kafka's throttle: its writers then
+        wait, at the rate, on their own windows)."""
+        quotas = self._quotas
+        assert quotas is not None
+        delay, now = 0.0, time.monotonic()
+        for pending in batch:
+            scope = quotas.scope_charged(pending.segment, pending.size, pending.events)
+            if scope is not None:
+                self.charged.add(scope)
+                wait = quotas.wait(scope)
+                if wait > 0:
+                    pending.release_at = now + wait
+                    delay = max(delay, wait)
+        if delay > 0:
+            self._hold(delay)
+
+    def _hold(self, delay: float) -> None:
+        if self.held_since is not None:
+            return  # (its recheck holds it again)
+        self.held_since = time.monotonic()
+        self._hold_again(delay)
+
+    def _hold_again(self, delay: float) -> None:
+        seconds = min(delay, HOLD_MAX_SECONDS)
+        self.connection.hold(seconds)
+        asyncio.get_running_loop().call_later(seconds, self._recheck)
+
+    def _recheck(self) -> None:
+        """The end of a hold: hold again while a scope this client charged is still over,
+        with a KeepAlive sent (what it sent meanwhile is not read: it hears the node is there
+        and keeps the connection, rather than giving it up after its silence and sending its
+        appends again on another)."""
+        if self.connection.closed or self._quotas is None:
+            return
+        delay = max((self._quotas.wait(scope) for scope in self.charged), default=0.0)
+        if delay > 0:
+            self.connection.send(wire.KeepAlive())
+            self._hold_again(delay)
+            return
+        if self.held_since is not None:
+            self._quotas.held(self.charged, time.monotonic() - self.held_since)
+            self.held_since = None
+        self.connection.update_reading()
 
     def _release(self, part: list[_PendingAppend]) -> None:
-        """The replies of a throttled part, once its delay is over."""
+        """The replies of a part held for its scope's rate, once its time has come."""
         if not self.connection.closed:
             self._replies_of_part(part)
             self.connection.update_reading()

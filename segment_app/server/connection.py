@@ -201,11 +201,10 @@ class WireConnection(asyncio.BufferedProtocol):
         return self.transport.get_extra_info("peername") if self.transport else None
 
     def hold(self, seconds: float) -> None:
-        """Read nothing more from this client for ``seconds`` (a scope over its quota: its
-        replies wait that long too)."""
+        """Read nothing more from this client for ``seconds`` (a scope over its quota); the
+        caller calls ``update_reading`` when they are over."""
         self._held_until = max(self._held_until, time.monotonic() + seconds)
         self.update_reading()
-        asyncio.get_running_loop().call_later(seconds, self.update_reading)
 
     def update_reading(self) -> None:
         if self.closed or self.transport is None:

@@ -2,12 +2,14 @@
 each scope's rate quotas by delaying them, and appends refused while a scope is at its
 stored-bytes quota (with ``refuse``).
 
-Responsibility: count what each scope appends and reads here, and answer how long an
-acknowledgement or a read reply waits (``charge_append``, ``charge_read``); the connection
-holds the reply that long and reads nothing more from that client meanwhile (Kafka's throttle:
-the client's own window then keeps it at the rate). Once a second ``exchange`` hands the
-measured demand to the ``QuotaSource`` and takes the new allowances (``millrace.kernel.quotas``).
-Scopes without a quota cost one dictionary lookup per acknowledged part.
+Responsibility: count what each scope appends and reads here and charge it to the scope's
+buckets. An append charged while its scope is over (``scope_charged``, ``wait``) holds its
+client's connection: nothing more is read from it until the scope is back within its rate
+(Kafka's throttle, which mutes the channel: the writers then wait on their own windows, and
+their acknowledgements come at the rate). A read reply waits (``charge_read``). Once a second
+``exchange`` hands the measured demand to the ``QuotaSource`` and takes the new allowances
+(``millrace.kernel.quotas``). Nothing is charged on a node with no quota at all; a scope without
+one costs a dictionary lookup per append received.
 """
 
 from __future__ import annotations
@@ -49,23 +51,37 @@ class ScopeThrottles:
             bucket = self._buckets[scope, kind] = Bucket(rate, self._clock)
         return bucket.charge(amount)
 
-    def charge_append(self, segment: str, size: int, events: int) -> float:
-        """Count an acknowledged append; the seconds its acknowledgement waits."""
+    def scope_charged(self, segment: str, size: int, events: int) -> str | None:
+        """Count an append just received and charge it to its scope's rate quotas; the scope
+        when it has any (its client then ``wait``s), else None."""
         scope = scope_of(segment)
         if scope is None:
-            return 0.0
+            return None
         counted = self._counted[scope]
         counted[0] += size
         counted[1] += events
         allowance = self.allowances.get(scope)
-        if allowance is None:
-            return 0.0
-        delay = max(
-            self._delay(scope, "append_bytes", allowance.append_bytes, size),
-            self._delay(scope, "append_events", allowance.append_events, events),
-        )
-        self.throttled[scope] += delay
-        return delay
+        if allowance is None or (
+            allowance.append_bytes is None and allowance.append_events is None
+        ):
+            return None
+        self._delay(scope, "append_bytes", allowance.append_bytes, size)
+        self._delay(scope, "append_events", allowance.append_events, events)
+        return scope
+
+    def wait(self, scope: str) -> float:
+        """Seconds until ``scope`` is back within its append rates here (0: it is)."""
+        return max(
+            (b.debt_seconds() for (s, kind), b in self._buckets.items()
+             if s == scope and kind.startswith("append")),
+            default=0.0,
+        )  # fmt: skip
+
+    def held(self, scopes: set[str], seconds: float) -> None:
+        """A client of ``scopes`` was held ``seconds`` (the throttle time they are charged)."""
+        for scope in scopes:
+            if scope in self.allowances:
+                self.throttled[scope] += seconds
 
     def charge_read(self, segment: str, size: int) -> float:
         """Count a read's bytes; the seconds its reply waits."""
