@@ -47,7 +47,8 @@ def test_an_admin_sets_a_quota_others_read_it_and_counts_refuse_creates(
     shown = operator.get(f"/v1/scopes/{sc}/quota").json()
     assert shown["limits"]["streams"] == 1 and shown["storedPolicy"] == "truncate"
     assert shown["used"]["streams"] == 0
-    too_many = {"streamName": "s", "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 4}}
+    fixed = {"type": "FIXED_NUM_SEGMENTS", "minSegments": 4}
+    too_many = {"streamName": "s", "scalingPolicy": fixed}
     refused = operator.post(f"/v1/scopes/{sc}/streams", too_many, format="json")
     assert refused.status_code == 409, refused.json()
     assert refused.json() == {
