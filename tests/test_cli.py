@@ -106,7 +106,7 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Replace ``segment_app.server.node`` with a stub whose ``serve`` records the settings."""
     calls: list[Any] = []
     module = types.ModuleType("segment_app.server.node")
-    module.serve = lambda settings, log, membership, tls, policies: calls.append(settings) or 0  # type: ignore[attr-defined]
+    module.serve = lambda settings, *_: calls.append(settings) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "segment_app.server.node", module)
     return calls
 
@@ -161,7 +161,9 @@ def test_log_level_option_reaches_the_environment(
 def test_configuration_error_inside_a_command_exits_2(
     env_data_dir: Path, fake_node: list, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    def failing(settings: Any, log: Any, membership: Any, tls: Any, policies: Any) -> None:
+    def failing(
+        settings: Any, log: Any, membership: Any, tls: Any, policies: Any, quotas: Any
+    ) -> None:
         raise ConfigError("MILLRACE_TIER1='x': unknown tier-1 backend")
 
     monkeypatch.setattr(sys.modules["segment_app.server.node"], "serve", failing)
@@ -186,7 +188,7 @@ def test_exit_status_of_the_command_is_returned(
     monkeypatch.setattr(
         sys.modules["segment_app.server.node"],
         "serve",
-        lambda settings, log, membership, tls, policies: 3,
+        lambda settings, log, membership, tls, policies, quotas: 3,
     )
     assert cli.main(["segmentstore"]) == 3
 

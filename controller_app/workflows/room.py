@@ -11,10 +11,10 @@ from controller_app.models import KeyValueTable, ReaderGroup, Scope, ScopeQuota
 def counts(scope: Scope) -> dict[str, int]:
     """How many streams (the user's), segments (of their current epochs), reader groups and
     tables ``scope`` holds."""
-    streams = list(sel.streams_in(scope))
+    streams = list(sel.stream_listing(scope))  # (each with its tail epoch's segments: 1 query)
     return {
         "streams": len(streams),
-        "segments": sum(len(sel.current_segments(s)) for s in streams),
+        "segments": sum(len(s.segment_list or ()) for s in streams),  # type: ignore[attr-defined]
         "reader_groups": ReaderGroup.objects.filter(scope=scope).count(),
         "tables": KeyValueTable.objects.filter(scope=scope).count(),
     }

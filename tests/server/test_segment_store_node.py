@@ -52,9 +52,7 @@ async def test_run_node_serves_until_stopped(tmp_path, capsys) -> None:
 def test_settings_from_environment_and_options(tmp_path, monkeypatch) -> None:
     """The node's settings are read once: the environment, then the command line over it."""
     seen: list[SegmentStoreSettings] = []
-    monkeypatch.setattr(
-        node, "serve", lambda settings, log, membership, tls, policies: seen.append(settings) or 0
-    )
+    monkeypatch.setattr(node, "serve", lambda settings, *_: seen.append(settings) or 0)
     env = {
         "MILLRACE_DATA_DIR": str(tmp_path / "env"),
         "MILLRACE_SEGMENTSTORE_PORT": "2000",
