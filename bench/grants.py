@@ -81,13 +81,10 @@ def _team_token(data_dir: Path) -> str:
 
 
 def _run(case: str, base: str, token: str, args: argparse.Namespace) -> float:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", case, "--base", base, "--token", token,
-         "--events", str(args.events), "--flush-every", str(args.flush_every)],
-        capture_output=True, text=True, check=True, timeout=1200,
-    )  # fmt: skip
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return float(json.loads(line[len("RESULT ") :])["events_per_s"])
+    found = services.child_result([__file__, "--child", case, "--base", base, "--token", token,
+                                   "--events", str(args.events),
+                                   "--flush-every", str(args.flush_every)])  # fmt: skip
+    return float(found["events_per_s"])
 
 
 def main() -> None:

@@ -242,8 +242,15 @@ def run_round_child(
     the JSON of its ``RESULT`` line: the periodic-round benches' parent side."""
     with scratch_backend(backend, postgres_url) as env:
         env["MILLRACE_AUTH"] = "off"
-        command = [sys.executable, script, "--child", *argv]
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+        return child_result([script, "--child", *argv], env=env)
+
+
+def child_result(
+    argv: list[str], env: dict[str, str] | None = None, timeout: float = 1200
+) -> dict[str, Any]:
+    """Run ``python argv`` (a bench's child) and return the JSON of its ``RESULT`` line."""
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True,
+                          check=True, timeout=timeout)  # fmt: skip
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
 

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,14 +73,10 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _run(case: str, base: str, token: str, stream: str, args: argparse.Namespace) -> float:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", case, "--base", base, "--token", token,
-         "--stream", stream, "--events", str(args.events),
-         "--flush-every", str(args.flush_every)],
-        capture_output=True, text=True, check=True, timeout=1200,
-    )  # fmt: skip
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return float(json.loads(line[len("RESULT ") :])["events_per_s"])
+    found = services.child_result([__file__, "--child", case, "--base", base, "--token", token,
+                                   "--stream", stream, "--events", str(args.events),
+                                   "--flush-every", str(args.flush_every)])  # fmt: skip
+    return float(found["events_per_s"])
 
 
 def main() -> None:

@@ -16,9 +16,8 @@ from millrace.ops.cli.base import (
     CommandError,
     Parents,
     command,
-    migrate,
-    needs,
 )
+from millrace.ops.cli.users import metadata_database
 
 _WEB = variables(WebSettings)
 _PERMISSIONS = ("READ", "READ_UPDATE", "MANAGE")
@@ -71,8 +70,7 @@ def register(commands: Any, parents: Parents) -> None:
 
 
 def run_acl(args: argparse.Namespace, rest: list[str]) -> int:
-    needs("django", "the metadata database")
-    migrate(verbosity=0)
+    metadata_database()
     import getpass
 
     from controller_app import acl

@@ -143,14 +143,14 @@ def _register_users(commands: Any, parents: Parents) -> None:
         action.add_argument("name", metavar="NAME")
 
 
-def _metadata_database() -> None:
+def metadata_database() -> None:
     """Django set up on the metadata database, its tables current (the server extra)."""
     needs("django", "the metadata database")
     migrate(verbosity=0)
 
 
 def run_token_create(args: argparse.Namespace, rest: list[str]) -> int:
-    _metadata_database()
+    metadata_database()
     from controller_app.users import create_user_token
 
     print(
@@ -161,7 +161,7 @@ def run_token_create(args: argparse.Namespace, rest: list[str]) -> int:
 
 def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
     """A new user with a role: its console password, then its API token alone on the last line."""
-    _metadata_database()
+    metadata_database()
     from controller_app.users import create_user
 
     try:
@@ -174,7 +174,7 @@ def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def run_user_list(args: argparse.Namespace, rest: list[str]) -> int:
-    _metadata_database()
+    metadata_database()
     from controller_app.users import users
 
     found = users()
@@ -191,7 +191,7 @@ def run_user_list(args: argparse.Namespace, rest: list[str]) -> int:
 
 def run_user_change(args: argparse.Namespace, rest: list[str]) -> int:
     """``user role|password|disable|enable|delete NAME``."""
-    _metadata_database()
+    metadata_database()
     from controller_app import users
 
     name, action = args.name, args.user_command
@@ -213,7 +213,7 @@ def run_user_change(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def run_token_list(args: argparse.Namespace, rest: list[str]) -> int:
-    _metadata_database()
+    metadata_database()
     from controller_app.users import api_tokens
 
     tokens = api_tokens()
@@ -228,7 +228,7 @@ def run_token_list(args: argparse.Namespace, rest: list[str]) -> int:
 
 def run_token_change(args: argparse.Namespace, rest: list[str]) -> int:
     """``token rotate USER`` (prints the new token) and ``token revoke USER``."""
-    _metadata_database()
+    metadata_database()
     from controller_app.users import revoke_token, rotate_token
 
     try:
