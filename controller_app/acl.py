@@ -8,6 +8,7 @@ is made if it does not exist; ``join``/``leave`` change its members.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import hashlib
 import hmac
@@ -24,6 +25,8 @@ from controller_app.errors import InvalidArgumentError, NotFoundError
 from controller_app.models import Grant
 
 Audit = Callable[[str, str, str], None]
+#: The longest password value Django keeps (``AbstractBaseUser.password``).
+PASSWORD_LENGTH_MAX = 128
 
 
 def _principal(text: str, *, make_group: bool = False) -> dict[str, Any]:
@@ -134,21 +137,30 @@ def members(group: str, username: str, *, join: bool, audit_as: Audit) -> None:
 # -- Pravega's password file ------------------------------------------------------------------
 
 
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 class PravegaPasswordHasher(BasePasswordHasher):
     """Verifies the passwords of Pravega's password file (``PasswordCreatorTool``: PBKDF2 with
-    HMAC-SHA1, 1,000 or more iterations, a random salt, a 64-byte key), kept as imported
-    (``pravega_pbkdf2_sha1$ITERATIONS$SALT_HEX$HASH_HEX``). Django re-hashes each with its
-    preferred hasher at the user's first successful sign-in."""
+    HMAC-SHA1, a random salt, a 64-byte key), kept as imported
+    (``pravega$ITERATIONS$SALT$KEY``, salt and key in unpadded URL-safe base64: within the 128
+    characters Django keeps a password in). Django re-hashes each with its preferred hasher at
+    the user's first successful sign-in."""
 
-    algorithm = "pravega_pbkdf2_sha1"
+    algorithm = "pravega"
 
     def encode(self, password: str, salt: str, iterations: int | None = None) -> str:
         rounds = iterations or 5000
-        key = hashlib.pbkdf2_hmac("sha1", password.encode(), bytes.fromhex(salt), rounds, 64)
-        return f"{self.algorithm}${rounds}${salt}${key.hex()}"
+        key = hashlib.pbkdf2_hmac("sha1", password.encode(), _unb64(salt), rounds, 64)
+        return f"{self.algorithm}${rounds}${salt}${_b64(key)}"
 
     def salt(self) -> str:
-        return super().salt().encode().hex()
+        return _b64(super().salt().encode())
 
     def decode(self, encoded: str) -> dict[str, Any]:
         algorithm, rounds, salt, key = encoded.split("$", 3)
@@ -172,13 +184,16 @@ def _imported_password(field: str, line: int) -> str:
     """A Django password value for a Pravega password field (hex of ``ITER:SALT:HASH``)."""
     try:
         rounds, salt, key = bytes.fromhex(field).decode().split(":")
-        int(rounds), bytes.fromhex(salt), bytes.fromhex(key)
+        stored = (f"{PravegaPasswordHasher.algorithm}${int(rounds)}"
+                  f"${_b64(bytes.fromhex(salt))}${_b64(bytes.fromhex(key))}")  # fmt: skip
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise InvalidArgumentError(
             f"line {line}: the password is not one PasswordCreatorTool wrote (hex of "
             "iterations:salt:hash); plain-text passwords are not imported"
         ) from None
-    return f"{PravegaPasswordHasher.algorithm}${int(rounds)}${salt}${key}"
+    if len(stored) > PASSWORD_LENGTH_MAX:
+        raise InvalidArgumentError(f"line {line}: the password's salt or hash is too long")
+    return stored
 
 
 def import_password_file(text: str, *, by: str, audit_as: Audit) -> dict[str, int]:

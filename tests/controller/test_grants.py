@@ -129,11 +129,13 @@ def test_pravegas_password_file_is_imported_whole_or_not_at_all() -> None:
     ])  # fmt: skip
     found = acl.import_password_file(text, by="test", audit_as=lambda *a: None)
     assert found == {"users": 2, "usersCreated": 2, "grants": 3}
-    assert not get_user_model().objects.get(username="pat").check_password("wrong")
+    imported = get_user_model().objects.get(username="pat")
+    assert imported.password.startswith("pravega$5000$") and len(imported.password) <= 128
+    assert not imported.check_password("wrong")
     pat = authenticate(RequestFactory().post("/login/"), username="pat", password="secret-pw")
     assert pat is not None
     pat.refresh_from_db()
-    assert not pat.password.startswith("pravega_pbkdf2_sha1$")  # re-hashed at the sign-in
+    assert not pat.password.startswith("pravega$")  # re-hashed at the sign-in
     assert grants.allowed(pat, "prn::/scope:shop/stream:orders", "READ_UPDATE")
     assert not grants.allowed(pat, "prn::/scope:shop/stream:other", "READ")
     bad = text + "\nmallory:plain-text:prn::*,READ_UPDATE;"
@@ -172,3 +174,25 @@ def test_the_acl_api_grants_lists_checks_revokes_and_refuses_non_admins() -> Non
     assert bad.status_code == 400 and "is not a resource string" in bad.json()["message"]
     assert admin.post("/v1/acl/revoke", body, format="json").json() == {"removed": 1}
     assert not Grant.objects.exists()
+
+
+def test_the_schema_registry_is_judged_by_its_own_resources() -> None:
+    """A team's user with a grant on its subject only: that subject's versions may be
+    registered and read; the registry's listing and another subject are refused, naming the
+    resource, in Confluent's error body."""
+    member = _user()
+    _grant(member, "READ_UPDATE", "prn::/registry/subject:team-a-*")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member)}")
+    schema = {"schema": '{"type": "string"}'}
+    made = client.post("/registry/subjects/team-a-orders/versions", schema, format="json")
+    assert made.status_code == 200, made.json()
+    assert client.get("/registry/subjects/team-a-orders/versions").json() == [1]
+    other = client.post("/registry/subjects/team-b-orders/versions", schema, format="json")
+    assert other.status_code == 403
+    assert other.json() == {
+        "error_code": 403,
+        "message": "READ_UPDATE on prn::/registry/subject:team-b-orders is not granted to you "
+        "(no grant covers it)",
+    }
+    assert client.get("/registry/subjects").status_code == 403
