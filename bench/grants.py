@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,22 +39,7 @@ CASES = ("off", "on")
 
 
 def _child(args: argparse.Namespace) -> None:
-    from millrace.client.manager import StreamManager
-
-    with (
-        StreamManager(args.base, token=args.token) as manager,
-        manager.create_writer("bench", "st") as writer,
-    ):
-        writer.write_event(b"w", routing_key="k")  # (connections made before the clock)
-        writer.flush()
-        started = time.perf_counter()
-        for i in range(args.events):
-            writer.write_event(b"x" * 100, routing_key=f"k{i % 16}")
-            if (i + 1) % args.flush_every == 0:
-                writer.flush()
-        writer.flush()
-        took = time.perf_counter() - started
-    print("RESULT " + json.dumps({"events_per_s": args.events / took}), flush=True)
+    services.timed_writes(args.base, args.token, "st", args.events, args.flush_every)
 
 
 def _millrace(data_dir: Path, *args: str) -> str:

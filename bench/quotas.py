@@ -12,7 +12,10 @@ second. The phases:
 
 1. ``free`` alone (one writer) for ``--seconds``: its rate alone;
 2. ``lim`` (one writer per stream, ``--lim-writers``, four by default) and ``free`` (one
-   writer) together for ``--seconds``.
+   writer) together for ``--seconds``;
+3. with ``--control``: ``peer``, a scope without a quota whose writers (as many as ``lim``'s)
+   pace themselves to ``--quota`` in all, and ``free`` together: what the same bytes cost
+   ``free`` with no quota at work, so that phase 2 less phase 3 is what the quota costs.
 
 Rates are counted over the phase less its first 5 s (the writers connecting).
 
@@ -40,13 +43,18 @@ EVENT = b"q" * 500
 WARM_SECONDS = 5.0
 
 
-def _child(base: str, token: str, scope: str, stream: str, seconds: float, out: Path) -> None:
+def _child(base: str, token: str, scope: str, stream: str, seconds: float, out: Path,
+           pace: float = 0.0) -> None:  # fmt: skip
+    """Write for ``seconds``; with ``pace``, no more than that many bytes a second."""
     from millrace.client.manager import StreamManager
 
     acked, marks = 0, []
     started = time.monotonic()
     with StreamManager(base, token=token) as manager, manager.create_writer(scope, stream) as w:
-        while time.monotonic() - started < seconds:
+        while (now := time.monotonic()) - started < seconds:
+            if pace and acked * len(EVENT) > pace * (now - started):
+                time.sleep(20 * len(EVENT) / pace)
+                continue
             for i in range(20):
                 w.write_event(EVENT, routing_key=f"k{i}")
             w.flush()
@@ -55,13 +63,19 @@ def _child(base: str, token: str, scope: str, stream: str, seconds: float, out: 
     out.write_text(json.dumps(marks))
 
 
-def _writers(cluster: LocalCluster, scope: str, streams: list[str], seconds: float,
-             where: Path) -> list[tuple[subprocess.Popen[bytes], Path]]:  # fmt: skip
+def _writers(
+    cluster: LocalCluster,
+    scope: str,
+    streams: list[str],
+    seconds: float,
+    where: Path,
+    pace: float = 0.0,
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
     found = []
     for stream in streams:
         out = where / f"{scope}-{stream}-{time.monotonic_ns()}.json"
         proc = subprocess.Popen([sys.executable, __file__, "--child", cluster.base(), cluster.token,
-                                 scope, stream, str(seconds), str(out)])  # fmt: skip
+                                 scope, stream, str(seconds), str(out), str(pace)])  # fmt: skip
         found.append((proc, out))
     return found
 
@@ -84,11 +98,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--lim-writers", type=int, default=4, choices=range(1, 5),
                         help="writer processes of the limited scope, one per stream")  # fmt: skip
-    parser.add_argument("--child", nargs=6)
+    parser.add_argument("--control", action="store_true",
+                        help="also: as many bytes through a scope with no quota")  # fmt: skip
+    parser.add_argument("--child", nargs=7)
     args = parser.parse_args()
     if args.child:
-        base, token, scope, stream, seconds, out = args.child
-        _child(base, token, scope, stream, float(seconds), Path(out))
+        base, token, scope, stream, seconds, out, pace = args.child
+        _child(base, token, scope, stream, float(seconds), Path(out), float(pace))
         return
     bin_dir = postgres_bin()
     if bin_dir is None:
@@ -103,7 +119,8 @@ def main() -> None:
                                environ={"MILLRACE_CANARY_PERIOD_S": "0"})  # fmt: skip
         try:
             cluster.start()
-            figures = measure(cluster, args.quota, args.seconds, where, args.lim_writers)
+            figures = measure(cluster, args.quota, args.seconds, where, args.lim_writers,
+                              args.control)  # fmt: skip
         finally:
             cluster.close()
             postgres.stop()
@@ -111,13 +128,18 @@ def main() -> None:
 
 
 def measure(
-    cluster: LocalCluster, quota: int, seconds: float, where: Path, lim_writers: int
+    cluster: LocalCluster,
+    quota: int,
+    seconds: float,
+    where: Path,
+    lim_writers: int,
+    control: bool = False,
 ) -> dict[str, float]:
     from millrace.client.manager import StreamManager
 
     base, token = cluster.base(), cluster.token
     with StreamManager(base, token=token) as manager:
-        for scope in ("lim", "free"):
+        for scope in ("lim", "free", "peer"):
             manager.create_scope(scope)
             for stream in ("a", "b", "c", "d"):
                 manager.create_stream(scope, stream, initial_segments=6)
@@ -135,12 +157,23 @@ def measure(
     free_rate = _rate(free, started + WARM_SECONDS, started + seconds)
     print(f"together: lim {lim_rate:,.0f} B/s (quota {quota:,}), free {free_rate:,.0f} B/s",
           flush=True)  # fmt: skip
-    return {
+    figures = {
         "quota": quota, "seconds": seconds, "lim_writers": lim_writers, "lim": lim_rate,
         "lim_vs_quota": lim_rate / quota,
         "free_alone": alone_rate, "free_beside": free_rate,
         "free_beside_vs_alone": free_rate / alone_rate,
     }  # fmt: skip
+    if control:
+        started = time.time()
+        streams = ["a", "b", "c", "d"][:lim_writers]
+        peer = _writers(cluster, "peer", streams, seconds, where, pace=quota / lim_writers)
+        free = _writers(cluster, "free", ["c"], seconds, where)
+        peer_rate = _rate(peer, started + WARM_SECONDS, started + seconds)
+        free_rate = _rate(free, started + WARM_SECONDS, started + seconds)
+        print(f"control: peer {peer_rate:,.0f} B/s (paced), free {free_rate:,.0f} B/s", flush=True)
+        figures |= {"peer": peer_rate, "free_beside_peer": free_rate,
+                    "free_beside_peer_vs_alone": free_rate / alone_rate}  # fmt: skip
+    return figures
 
 
 if __name__ == "__main__":

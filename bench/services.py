@@ -255,6 +255,28 @@ def child_result(
     return dict(json.loads(line[len("RESULT ") :]))
 
 
+def timed_writes(base: str, token: str, stream: str, events: int, flush_every: int) -> None:
+    """In a bench's child: write ``events`` events of 100 B to ``bench/<stream>`` through the
+    blocking writer as the README shows it, ``flush()`` every ``flush_every``; print the rate as
+    the ``RESULT`` line ``child_result`` reads."""
+    from millrace.client.manager import StreamManager
+
+    with (
+        StreamManager(base, token=token) as manager,
+        manager.create_writer("bench", stream) as writer,
+    ):
+        writer.write_event(b"w", routing_key="k")  # (connections made before the clock)
+        writer.flush()
+        started = time.perf_counter()
+        for i in range(events):
+            writer.write_event(b"x" * 100, routing_key=f"k{i % 16}")
+            if (i + 1) % flush_every == 0:
+                writer.flush()
+        writer.flush()
+        took = time.perf_counter() - started
+    print("RESULT " + json.dumps({"events_per_s": events / took}), flush=True)
+
+
 @contextlib.contextmanager
 def round_child_node() -> Iterator[Any]:
     """In a round bench's child: Django set up and migrated on the scratch data directory, a

@@ -28,7 +28,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,22 +53,7 @@ def _child(args: argparse.Namespace) -> None:
         sink = open("/dev/null", "w")  # noqa: SIM115 - lives as long as the child
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sink)))
         trace.set_tracer_provider(provider)
-    from millrace.client.manager import StreamManager
-
-    with (
-        StreamManager(args.base, token=args.token) as manager,
-        manager.create_writer("bench", args.stream) as writer,
-    ):
-        writer.write_event(b"w", routing_key="k")  # (connections made before the clock)
-        writer.flush()
-        started = time.perf_counter()
-        for i in range(args.events):
-            writer.write_event(b"x" * 100, routing_key=f"k{i % 16}")
-            if (i + 1) % args.flush_every == 0:
-                writer.flush()
-        writer.flush()
-        took = time.perf_counter() - started
-    print("RESULT " + json.dumps({"events_per_s": args.events / took}), flush=True)
+    services.timed_writes(args.base, args.token, args.stream, args.events, args.flush_every)
 
 
 def _run(case: str, base: str, token: str, stream: str, args: argparse.Namespace) -> float:

@@ -311,6 +311,13 @@ def visible(user: Any, rows: Iterable[_T], resource: Callable[[_T], str]) -> lis
     return [row for row in rows if reaches_into(user, resource(row))]
 
 
+def readable(user: Any, rows: Iterable[_T], resource: Callable[[_T], str]) -> list[_T]:
+    """``rows`` whose resource ``user`` may READ, in their order."""
+    if sees_everything(user):
+        return list(rows)
+    return [row for row in rows if allowed(user, resource(row), READ)]
+
+
 #: Why a listing is refused.
 NOTHING_VISIBLE = f"you may see nothing here: no grant, and {refusal('read')}"
 

@@ -212,17 +212,19 @@ def stored_round(store: SegmentStorePort) -> dict[str, int]:
 
 def _truncate_oldest(store: SegmentStorePort, measured: list[_Measured], excess: int) -> None:
     """Truncate each stream by its part of ``excess`` (in proportion to its size), at the newest
-    of its retention records (one is collected each round) that frees as much, as retention
-    truncates; audited as ``system:quota``."""
+    of its retention records (one is collected each round the scope is over) that frees as
+    much, as retention truncates (the worker carries it out); audited as ``system:quota``."""
     from controller_app.workflows.common import now_ms
-    from controller_app.workflows.retention import collect_cut
+    from controller_app.workflows.retention import collect_cut, forget_behind
     from controller_app.workflows.truncate import truncate_stream
 
     total = sum(m.size for m in measured) or 1
     for m in measured:
         want = excess * m.size // total
+        if want <= 0:
+            continue
         latest = collect_cut(store, m.stream, now_ms(), 0)  # (the tail, as a record)
-        if want <= 0 or latest is None:
+        if latest is None:
             continue
         keep = m.size - want  # the newest record leaving at least that much behind it
         chosen = (
@@ -238,7 +240,7 @@ def _truncate_oldest(store: SegmentStorePort, measured: list[_Measured], excess:
         ):
             continue
         try:
-            truncate_stream(store, m.stream.scope.name, m.stream.name, chosen.cut_ids(), wait=30)
+            truncate_stream(store, m.stream.scope.name, m.stream.name, chosen.cut_ids(), wait=None)
         except ControllerError as exc:
             log.warning("quota truncation of %s waits: %s", m.stream.scoped_name, exc)
             continue
@@ -246,3 +248,4 @@ def _truncate_oldest(store: SegmentStorePort, measured: list[_Measured], excess:
             "stream.truncate", m.stream.scoped_name, username="system:quota", source="workflow",
             detail=f"stored-bytes quota of scope {m.stream.scope.name}",
         )  # fmt: skip
+        forget_behind(m.stream, chosen.cut_ids())  # (as retention does: the records stay few)

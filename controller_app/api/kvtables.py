@@ -162,10 +162,8 @@ class KvtsView(APIView):
 
     @extend_schema(operation_id="listKeyValueTables", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, scope: str) -> Response:
-        rows = [
-            row for row in kv.list_kvtables(scope)
-            if grants.allowed(request.user, grants.kvtable_resource(scope, row.name), grants.READ)
-        ]  # fmt: skip
+        rows = grants.readable(request.user, kv.list_kvtables(scope),
+                               lambda row: grants.kvtable_resource(scope, row.name))  # fmt: skip
         return Response({"kvtables": [describe(row) for row in rows]})
 
     @extend_schema(

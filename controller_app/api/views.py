@@ -131,11 +131,9 @@ class StreamsView(APIView):
         else:
             rows = sel.streams_in(scope_row, internal=kind == "showInternalStreams")
             found = list(rows[:STREAMS_LIST_MAX])
-        found = [
-            x
-            for x in found
-            if grants.allowed(request.user, grants.stream_resource(scope, x.name), grants.READ)
-        ]
+        found = grants.readable(
+            request.user, found, lambda x: grants.stream_resource(scope, x.name)
+        )
         tags = sel.tags_of(found)
         return Response(
             {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}

@@ -138,7 +138,7 @@ def truncation_point(stream: Stream, now: int, latest: StreamCutRecord, head: Cu
     return max_cut
 
 
-def _forget_behind(stream: Stream, cut: Mapping[int, int]) -> int:
+def forget_behind(stream: Stream, cut: Mapping[int, int]) -> int:
     """Delete the retention records behind ``cut`` but the newest of them."""
     size = sel.size_till_stream_cut(stream, cut)
     newest = (
@@ -179,7 +179,7 @@ def apply_retention(
     except ControllerError as exc:
         log.warning("retention of %s could not truncate at %s: %s", stream, target, exc)
         return None
-    _forget_behind(stream, target)
+    forget_behind(stream, target)
     audit.record(
         "stream.truncate", stream.scoped_name, username="system:retention", source="workflow",
         detail=f"retention ({stream.retention_type}) at {target}",

@@ -100,3 +100,30 @@ def test_the_stored_bytes_are_measured(registered_node: Any) -> None:
     write_events(registered_node.port, sel.segment_name(stream, segment.id), b"x" * 292)
     assert quotas.stored_round(segment_store())[sc] == 300  # (with the event's 8-byte header)
     assert quotas.quota_of(scopes.get_scope(sc))["used"]["storedBytes"] == 300
+
+
+def test_a_truncating_scope_is_cut_oldest_first_and_keeps_few_records(
+    registered_node: Any,
+) -> None:
+    from controller_app import selectors as sel
+    from controller_app.choices import StreamState
+    from controller_app.models import AuditEntry, StreamCutRecord
+    from controller_app.workflows.truncate import run_truncate
+
+    sc = f"q{uuid.uuid4().hex[:8]}"
+    scopes.create_scope(sc)
+    stream = streams.create_stream(segment_store(), sc, "s", StreamConfig(min_segments=1))
+    quotas.set_quota(sc, {"stored_bytes": 1_000}, "truncate")
+    name = sel.segment_name(stream, sel.current_segments(stream)[0].id)
+    stored = []
+    for _ in range(5):  # each round the scope is 3,000 bytes more over its quota
+        for _ in range(10):
+            write_events(registered_node.port, name, b"x" * 292)
+        stored.append(quotas.stored_round(segment_store())[sc])
+        assert StreamCutRecord.objects.filter(stream=stream).count() <= 2
+        if sel.get_stream(sc, "s").state == StreamState.TRUNCATING:
+            run_truncate(segment_store(), stream.pk)  # (as the worker does)
+    # cut back to 3,000 each round from the second on (the first records where to cut)
+    assert stored == [3_000] * 5, stored
+    assert sel.head_segments(stream)[sel.current_segments(stream)[0]] == 12_000
+    assert AuditEntry.objects.filter(username="system:quota", object=f"{sc}/s").count() == 4
