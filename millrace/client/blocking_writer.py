@@ -90,6 +90,8 @@ class EventWriter:
         self._error: BaseException | None = None
         self._closed = False
         self._wake: asyncio.Event | None = None
+        #: Set by the pump each time it has taken what it found (``flush`` waits on it).
+        self._pumped: asyncio.Event | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._idle = threading.Event()
         self._idle.set()
@@ -98,6 +100,7 @@ class EventWriter:
 
     async def _start(self) -> None:
         self._wake = asyncio.Event()
+        self._pumped = asyncio.Event()
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
     # -- the writing thread ---------------------------------------------------------------------
@@ -232,6 +235,8 @@ class EventWriter:
                     self._error = exc
             finally:
                 self._idle.set()
+                assert self._pumped is not None
+                self._pumped.set()
 
     async def _take(self, count: int) -> None:
         pop = self._buffer.popleft
@@ -286,13 +291,13 @@ class EventWriter:
         self._room.set()
 
     async def _handed_over(self) -> None:
-        """Until the buffer is handed to the async writer."""
-        assert self._wake is not None
-        self._wake.set()
-        await asyncio.sleep(0)
+        """Until the buffer is handed to the async writer (woken by the pump, not polled: a
+        lone event's ``flush`` waits no longer than its hand-over)."""
+        assert self._wake is not None and self._pumped is not None
         while self._buffer or not self._idle.is_set():
+            self._pumped.clear()
             self._wake.set()
-            await asyncio.sleep(0.001)
+            await self._pumped.wait()
 
     async def _flush(self) -> None:
         await self._handed_over()

@@ -25,6 +25,7 @@ from typing import Any
 
 from millrace.kernel import logs
 from millrace.kernel.config import LogSettings, SegmentStoreSettings, TlsSettings
+from millrace.kernel.event_loop import event_loop_factory
 from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.quotas import QuotaSource
@@ -418,6 +419,7 @@ def serve(
     stop, 1 when it cannot go on, 2 when a setting is wrong."""
     try:
         server_config(settings)  # checks the server's options before anything starts
+        loop_factory = event_loop_factory()
     except ValueError as exc:
         print(f"millrace segmentstore: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -425,9 +427,10 @@ def serve(
         logs.configure(log)
     keep_freed_memory()
     try:
-        asyncio.run(run_node(settings, membership=membership, tls=tls,
-                             schema_policies=schema_policies,
-                             quota_source=quota_source))  # fmt: skip
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run_node(settings, membership=membership, tls=tls,
+                                schema_policies=schema_policies,
+                                quota_source=quota_source))  # fmt: skip
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

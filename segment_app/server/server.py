@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from millrace.kernel import event_loop
 from millrace.kernel.claims import TokenKeys, TokenVerifier
 from millrace.kernel.config import SegmentStoreSettings
 from segment_app.engine.api import SegmentStoreAPI
@@ -143,8 +144,8 @@ class SegmentStoreServer:
             ssl=self.tls,
         )
         log.info(
-            "wire server listening on %s://%s:%d",
-            "tls" if self.tls else "tcp", self.config.host, self.port,
+            "wire server listening on %s://%s:%d (event loop: %s)",
+            "tls" if self.tls else "tcp", self.config.host, self.port, event_loop.name_of(loop),
         )  # fmt: skip
 
     async def stop(self) -> None:

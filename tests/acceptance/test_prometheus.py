@@ -11,8 +11,9 @@ Prometheus's HTTP API, as an operator's tools and Grafana do:
   and freed; a segment store that stops answering (SIGSTOP, the supervisor's liveness restart
   switched off) and so fails the canary too, then goes on (SIGCONT);
 * a three-node cluster (``tests.acceptance.cluster``, on a PostgreSQL of the test's own):
-  every controller, node, worker and beat found and up; a node SIGKILLed fires
-  ``MillraceProcessDown`` naming it and ``MillraceFailover``; started again, it resolves.
+  every controller, node, worker and beat found and up, and ``millrace doctor`` finds all OK;
+  a node SIGKILLed fires ``MillraceProcessDown`` naming it and ``MillraceFailover`` (and the
+  doctor names it); started again, it resolves.
 
 The rules' waits (``for:``) and the canary's threshold are shortened to the test's periods
 (a 1 s scrape and evaluation, a 2 s canary); the expressions are the shipped ones.
@@ -236,6 +237,17 @@ def cluster(postgres: PrivatePostgres, tmp_path: Path) -> Iterator[LocalCluster]
     yield from cluster.running()
 
 
+def _doctor(cluster: LocalCluster) -> tuple[int, str]:
+    """``millrace doctor`` as an operator runs it against the cluster's first controller."""
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace.ops.cli", "doctor", "--url", cluster.base(0),
+         "--token", cluster.token],
+        env=cluster.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stdout
+
+
 def test_prometheus_follows_a_three_node_cluster_through_a_sigkilled_node(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -254,6 +266,10 @@ def test_prometheus_follows_a_three_node_cluster_through_a_sigkilled_node(
             targets = (api(prometheus, "targets") or {}).get("activeTargets", [])
             seen = [(t["labels"], t["health"], t["lastError"]) for t in targets]
             raise AssertionError(f"not every process up: {seen}") from None
+        code, said = _doctor(cluster)
+        assert code == 0 and all(line.startswith("OK") for line in said.splitlines()), said
+        for who in ("segmentstore node-0", "segmentstore node-1", "segmentstore node-2"):
+            assert f"OK    process: {who}" in said, said
         cluster.processes["node-1"].signal(signal.SIGKILL)
 
         def down() -> bool:
@@ -262,6 +278,8 @@ def test_prometheus_follows_a_three_node_cluster_through_a_sigkilled_node(
             return nodes == {"node-1"} and "MillraceFailover" in now
 
         eventually(down, 120, "MillraceProcessDown for node-1 and MillraceFailover", every=0.5)
+        code, said = _doctor(cluster)
+        assert code == 1 and "FAIL  process: segmentstore node-1 at" in said, said
         cluster.start_node(1)
 
         def back() -> bool:

@@ -111,6 +111,9 @@ def test_serve_rejects_bad_configuration(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("MILLRACE_SEGMENTSTORE_PORT")
     assert cli.main(["segmentstore", "--read-tail-wait", "90"]) == node.EXIT_USAGE
     assert "read_tail_wait_seconds must be within" in capsys.readouterr().err
+    monkeypatch.setenv("MILLRACE_EVENT_LOOP", "trio")
+    assert cli.main(["segmentstore"]) == node.EXIT_USAGE
+    assert "MILLRACE_EVENT_LOOP must be one of auto, uvloop, asyncio" in capsys.readouterr().err
 
 
 async def start_node_process(
@@ -143,8 +146,12 @@ async def test_node_process_stops_cleanly_on_sigterm(tmp_path) -> None:
 
 
 @pytest.mark.slow
-async def test_node_process_keeps_data_across_restart(tmp_path) -> None:
-    process, port = await start_node_process(str(tmp_path))
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_node_process_keeps_data_across_restart(tmp_path, loop: str) -> None:
+    """On either event loop (``MILLRACE_EVENT_LOOP``): the pure-Python one stays served."""
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    process, port = await start_node_process(str(tmp_path), MILLRACE_EVENT_LOOP=loop)
     client = await SegmentStoreClient.connect("127.0.0.1", port)
     await client.create_segment(SEG)
     writer = uuid.uuid4()
@@ -154,7 +161,7 @@ async def test_node_process_keeps_data_across_restart(tmp_path) -> None:
     process.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(process.wait(), 60) == 0
 
-    process, port = await start_node_process(str(tmp_path))
+    process, port = await start_node_process(str(tmp_path), MILLRACE_EVENT_LOOP=loop)
     client = await SegmentStoreClient.connect("127.0.0.1", port)
     assert await client.setup_append(SEG, writer) == 2
     data = (await client.read_segment(SEG, 0)).data
