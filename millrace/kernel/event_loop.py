@@ -1,9 +1,12 @@
-"""Which event loop the server processes run on: uvloop where it is installed (the ``server``
-extra installs it on the platforms it supports), else asyncio's own.
+"""Which event loop the segment store and the blocking client's I/O thread run on: uvloop where
+it is installed (the ``server`` extra installs it on the platforms it supports), else asyncio's
+own. (The asyncio client runs on its caller's loop, whichever that is.)
 
 ``MILLRACE_EVENT_LOOP``: ``auto`` (the default: uvloop when it imports), ``uvloop`` (refuse to
-start without it) or ``asyncio`` (the pure-Python loop, whatever is installed). Both loops run
-the same code; CI runs the suite's server tests on each.
+start without it) or ``asyncio`` (the pure-Python loop, whatever is installed). Both run the
+same code: the suite's in-process tests run on asyncio's loop (pytest-asyncio's), the node
+processes and blocking clients on uvloop, and a node process and a blocking client are tested
+on each.
 """
 
 from __future__ import annotations

@@ -457,7 +457,7 @@ class AppendPath:
         if self.held_since is not None:
             self._quotas.held(self.charged, time.monotonic() - self.held_since)
             self.held_since = None
-        self.connection.update_reading()
+        self.connection.end_hold()
 
     def _release(self, part: list[_PendingAppend]) -> None:
         """The replies of a part held for its scope's rate, once its time has come."""

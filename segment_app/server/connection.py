@@ -202,8 +202,15 @@ class WireConnection(asyncio.BufferedProtocol):
 
     def hold(self, seconds: float) -> None:
         """Read nothing more from this client for ``seconds`` (a scope over its quota); the
-        caller calls ``update_reading`` when they are over."""
+        caller calls ``end_hold`` when they are over."""
         self._held_until = max(self._held_until, time.monotonic() + seconds)
+        self.update_reading()
+
+    def end_hold(self) -> None:
+        """The hold is over: read again (unless something else pauses reading). Not left to
+        the clock: a loop's timer may fire a little before ``time.monotonic()`` reaches the
+        hold's end (uvloop's do, by up to a millisecond), and then nothing would resume it."""
+        self._held_until = 0.0
         self.update_reading()
 
     def update_reading(self) -> None:

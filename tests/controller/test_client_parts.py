@@ -1,6 +1,8 @@
 """The client's parts one at a time (the writer, the reader group, the key-value table),
 against a controller served in this process (Django's live server) and a segment store node:
-smaller than the whole-process acceptance tests, and what shows a client regression first."""
+smaller than the whole-process acceptance tests, and what shows a client regression first.
+Each runs with the blocking client's I/O thread on uvloop (where installed) and on asyncio's
+own loop (``MILLRACE_EVENT_LOOP``)."""
 
 from __future__ import annotations
 
@@ -28,9 +30,19 @@ def token(live_server: Any, registered_node: NodeProcess) -> str:
     return token_for(user)
 
 
+@pytest.fixture(params=["uvloop", "asyncio"])
+def event_loop_choice(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The blocking client's event loop for the test."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    monkeypatch.setenv("MILLRACE_EVENT_LOOP", request.param)
+    return str(request.param)
+
+
 @pytest.fixture
-def manager(live_server: Any, token: str) -> Iterator[StreamManager]:
+def manager(live_server: Any, token: str, event_loop_choice: str) -> Iterator[StreamManager]:
     with StreamManager(live_server.url, token=token) as made:
+        assert type(made._loop.loop).__module__.split(".")[0] == event_loop_choice
         yield made
 
 

@@ -1,4 +1,5 @@
-"""The I/O thread of the blocking clients: one asyncio event loop on a daemon thread.
+"""The I/O thread of the blocking clients: one event loop on a daemon thread (uvloop where
+installed, as ``MILLRACE_EVENT_LOOP`` says: ``millrace.kernel.event_loop``).
 
 Responsibility: ``IoLoop`` runs the asyncio client for a ``StreamManager`` and the objects it
 creates, and for a ``SyncSegmentStoreClient``. ``run`` blocks the calling thread on a coroutine
@@ -23,6 +24,8 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from millrace.kernel.event_loop import event_loop_factory
+
 __all__ = ["EXIT_CLOSE_SECONDS", "IoLoop"]
 
 log = logging.getLogger("millrace.client")
@@ -39,7 +42,7 @@ class IoLoop:
     """An event loop on a daemon thread."""
 
     def __init__(self, name: str = "millrace-client") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop_factory()()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name=name)
         self.thread.start()
         #: Closers of the objects still open, run at interpreter exit (see ``on_exit``).
