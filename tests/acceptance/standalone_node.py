@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -222,15 +223,29 @@ def new_stream(node: Standalone, segments: int) -> tuple[StreamManager, str]:
     return manager, scope
 
 
+#: Ports ``free_ports`` gave this process lately: never given twice, so that the ports of one
+#: test's processes (asked for in several calls: the nodes', then the controllers') never meet
+#: (the kernel may give a port just closed to the next bind to port 0).
+_GIVEN: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports of 127.0.0.1 that were free a moment ago."""
+    """``count`` distinct TCP ports of 127.0.0.1 that were free a moment ago, none given by an
+    earlier call of this process lately."""
     import socket
 
-    sockets = [socket.socket() for _ in range(count)]
+    found: list[int] = []
+    sockets = []
     try:
-        for sock in sockets:
+        while len(found) < count:
+            sock = socket.socket()
+            sockets.append(sock)  # (held until all are found: no port twice in one call)
             sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+            port = int(sock.getsockname()[1])
+            if port not in _GIVEN:
+                found.append(port)
+                _GIVEN.append(port)
+        return found
     finally:
         for sock in sockets:
             sock.close()
