@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,10 +21,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind to it soon)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind to it soon), never one this
+    process was given lately."""
+    from tests.acceptance.standalone_node import free_ports
+
+    return free_ports(1)[0]
 
 
 @pytest.fixture
