@@ -41,5 +41,5 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def name_of(loop: asyncio.AbstractEventLoop) -> str:
-    """``uvloop`` or ``asyncio``: what ``loop`` is (logged at start, exported as a metric)."""
+    """``uvloop`` or ``asyncio``: what ``loop`` is (the segment store logs it at start)."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
