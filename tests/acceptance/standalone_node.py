@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
@@ -223,54 +222,68 @@ def new_stream(node: Standalone, segments: int) -> tuple[StreamManager, str]:
     return manager, scope
 
 
-#: Ports ``free_ports`` gave this process lately: never given twice, so that the ports of one
-#: test's processes (asked for in several calls: the nodes', then the controllers') never meet
-#: (the kernel may give a port just closed to the next bind to port 0).
-_GIVEN: collections.deque[int] = collections.deque(maxlen=4096)
+def _port_pool() -> Iterator[int]:
+    """This process's ports, in turn: a slice of the numbers just below the kernel's ephemeral
+    range (which ``bind(port 0)`` and every outgoing connection draw from, so no other process
+    takes one of these by chance), each pytest-xdist worker a slice of its own (so two workers
+    never plan one port), started at a random place (so runs in a row do not meet)."""
+    import random
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = low - 1
+    bottom = max(10000, top - 12000)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (top - bottom) // max(workers, 1)
+    first = bottom + size * (worker % max(workers, 1))
+    offset = random.randrange(size)
+    while True:
+        offset = (offset + 1) % size
+        yield first + offset
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports of 127.0.0.1 that were free a moment ago, none given by an
-    earlier call of this process lately."""
+_POOL = _port_pool()
+
+
+def _bindable(ports: range) -> bool:
     import socket
 
-    found: list[int] = []
     sockets = []
     try:
-        while len(found) < count:
+        for port in ports:
             sock = socket.socket()
-            sockets.append(sock)  # (held until all are found: no port twice in one call)
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-            if port not in _GIVEN:
-                found.append(port)
-                _GIVEN.append(port)
-        return found
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
     finally:
         for sock in sockets:
             sock.close()
 
 
-def free_port_run(count: int) -> int:
-    """The first of ``count`` consecutive ports of 127.0.0.1 that were free a moment ago."""
-    import socket
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports of 127.0.0.1 that were free a moment ago, taken in turn from
+    this process's pool (``_port_pool``): none is given twice until the pool comes round."""
+    found: list[int] = []
+    for port in _POOL:
+        if _bindable(range(port, port + 1)):
+            found.append(port)
+        if len(found) == count:
+            return found
+    raise AssertionError("unreachable")  # (the pool never ends)
 
-    for _ in range(100):
-        first = free_ports(1)[0]
-        if first + count > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive ports of 127.0.0.1 that were free a moment ago, taken
+    in turn from this process's pool (the run's other ports too: no later call meets them)."""
+    for _ in range(1000):
+        run = [next(_POOL) for _ in range(count)]
+        if run == list(range(run[0], run[0] + count)) and _bindable(range(run[0], run[-1] + 1)):
+            return run[0]
     raise AssertionError(f"no {count} consecutive free ports")
 
 

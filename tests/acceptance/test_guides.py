@@ -60,6 +60,17 @@ def _stop(process: subprocess.Popen[bytes], output: Path) -> None:
     raise AssertionError(f"did not stop:\n{output.read_text()[-3000:]}")
 
 
+def _started(output: Path, line: str, timeout: float, data: Path) -> None:
+    """Wait for the block's ``line``; a failure shows the end of what the block printed and
+    the logs under ``data`` (a process that did not start says why there)."""
+    try:
+        eventually(lambda: line in output.read_text(), timeout, line)
+    except AssertionError as exc:
+        logs = sorted(data.rglob("*.log")) if data.is_dir() else []
+        tails = [f"--- {p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in logs]
+        raise AssertionError("\n".join([str(exc), output.read_text()[-3000:], *tails])) from None
+
+
 def _cluster_spread(http: int, token: str) -> bool:
     try:
         status, found = request(f"http://127.0.0.1:{http}", "GET", "/v1/cluster", token)
@@ -87,7 +98,7 @@ def test_the_cluster_guide_runs_as_written(postgres: PrivatePostgres, tmp_path: 
                                    f" --segmentstore-port {wire}\n"},
     )  # fmt: skip
     try:
-        eventually(lambda: "The local cluster is running" in output.read_text(), 180, "start")
+        _started(output, "The local cluster is running", 180, where / "cluster")
         assert "created the PostgreSQL database 'millrace'" in output.read_text()
         token = (where / "cluster" / "admin-token").read_text().strip()
         eventually(lambda: _cluster_spread(http, token), 60, "containers on all three nodes")
