@@ -101,6 +101,8 @@ def node_acks(store: int, token: str) -> tuple[float, float]:
     acknowledged, seconds from their arrival to their acknowledgement, summed)."""
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     environ = Path(f"/proc/{store}/environ").read_bytes().split(b"\0")
     port = next(
         v.split(b"=", 1)[1] for v in environ if v.startswith(b"MILLRACE_SEGMENTSTORE_METRICS_PORT=")
@@ -108,13 +110,12 @@ def node_acks(store: int, token: str) -> tuple[float, float]:
     asking = urllib.request.Request(
         f"http://127.0.0.1:{int(port)}/metrics", headers={"Authorization": f"Bearer {token}"}
     )
-    text = urllib.request.urlopen(asking, timeout=10).read()
-    found = {}
-    for line in text.decode().splitlines():
-        for name in ("_count", "_sum"):
-            if line.startswith(f"millrace_append_ack_latency_seconds{name} "):
-                found[name] = float(line.split()[-1])
-    return found["_count"], found["_sum"]
+    text = urllib.request.urlopen(asking, timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "millrace_append_ack_latency_seconds":
+            found = {sample.name: sample.value for sample in family.samples}
+            return found[f"{family.name}_count"], found[f"{family.name}_sum"]
+    raise LookupError("the node exports no millrace_append_ack_latency_seconds")
 
 
 def one_count(
