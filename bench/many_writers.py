@@ -72,7 +72,7 @@ async def _sensors(base: str, token: str, first: int, count: int, args: Any, sta
     async def sensor(i: int, writer: Any) -> None:
         nonlocal written
         key = f"sensor-{first + i}"
-        at = begin + period * ((first + i) % 1000) / 1000  # (spread over the period)
+        at = begin + period * (first + i) / args.everyone  # (all of them, spread over the period)
         while at < end:
             await asyncio.sleep(max(0.0, at - loop.time()))
             # (counted by when it was due: a late one of the warm-up stays out of the count)
@@ -129,7 +129,8 @@ def one_count(
     start_at = time.time() + 20 + writers / 10  # (time for every writer to connect)
     children, first = [], 0
     for share in shares:
-        work = (base, token, first, share, args, start_at, out)
+        work = (base, token, first, share, argparse.Namespace(**vars(args), everyone=writers),
+                start_at, out)  # fmt: skip
         child = context.Process(target=_child, args=work)
         child.start()
         children.append(child)
