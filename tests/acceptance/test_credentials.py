@@ -6,7 +6,6 @@ that expire, rotate and are revoked through ``millrace token``."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sqlite3
 import stat
@@ -20,6 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from millrace.kernel.claims import parse_keyring
+from millrace.kernel.config import SegmentStoreSettings
 from tests.acceptance.standalone_node import Standalone, request, running_standalone
 
 pytestmark = pytest.mark.slow
@@ -28,10 +29,16 @@ pytestmark = pytest.mark.slow
 TOKEN_TTL_S = 3
 
 
-def cli(node: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
+def node_env(node: Standalone) -> dict[str, str]:
+    """The environment the node's own commands run in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILLRACE_")}
     env.update({k: v for k, v in node.environ.items() if k.startswith("MILLRACE_")})
     env["MILLRACE_DATA_DIR"] = str(node.data_dir)
+    return env
+
+
+def cli(node: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
+    env = node_env(node)
     return subprocess.run(
         [sys.executable, "-m", "millrace.ops.cli", *args],
         env=env, capture_output=True, text=True, timeout=120,
@@ -101,7 +108,9 @@ def test_the_token_secret_rotates_under_load_with_no_error(node: Standalone) -> 
         # A loaded machine can take longer than the overlap to start the two commands; then the
         # retiring secret is rightly no longer shown, and the keyring file is looked at instead.
         shown_in_time = time.time() < asked + 2 * TOKEN_TTL_S
-        keyring = json.loads((node.data_dir / "secrets" / "token-keyring").read_text())
+        keyring = SegmentStoreSettings.from_env(node_env(node)).token_keyring
+        assert keyring is not None
+        _, retiring = parse_keyring(keyring.read_text())
         time.sleep(3 * TOKEN_TTL_S + 1)
         stop.set()
         for thread in threads:
@@ -113,8 +122,8 @@ def test_the_token_secret_rotates_under_load_with_no_error(node: Standalone) -> 
         assert "signing" in shown
         if shown_in_time:
             assert "retiring" in shown  # the old one, until its time
-        (retiring,) = keyring["retiring"]
-        assert asked + 2 * TOKEN_TTL_S <= retiring["until"] <= time.time()
+        [(_, until)] = retiring
+        assert asked + 2 * TOKEN_TTL_S <= until <= time.time()
     else:
         assert errors, "the reader went on with a secret retired at once: the overlap is moot"
         assert "signature matches no current token secret" in str(errors[0])
