@@ -80,7 +80,9 @@ run_tests() {
   local failed=() step
   for step in "ruff check ." "ruff format --check ." "lint-imports" "mypy"; do
     echo "dev.sh: $step"
+    SECONDS=0
     $step || failed+=("$step")
+    echo "dev.sh: $step took ${SECONDS}s"
   done
   # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
   # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
@@ -99,7 +101,9 @@ run_tests() {
   fi
   echo "dev.sh: pytest ${spread[*]} $*"
   # pytest exits 5 when it collected no test: that is a failure here too.
+  SECONDS=0
   pytest "${spread[@]}" "$@" || failed+=("pytest")
+  echo "dev.sh: pytest took ${SECONDS}s"
   [ -z "$scratch" ] || rm -rf "$scratch"
   if [ ${#failed[@]} -gt 0 ]; then
     echo "dev.sh: FAILED: ${failed[*]}" >&2
@@ -116,8 +120,10 @@ case "${1:-}" in
     ;;
   test)
     shift
+    SECONDS=0
     setup dev
     ensure_debian_packages
+    echo "dev.sh: set up in ${SECONDS}s"
     run_tests "$@"
     ;;
   *)

@@ -15,6 +15,9 @@ def pytest_configure(config: pytest.Config) -> None:
     still checks. Whole-process tests (their own nodes) and production keep the defaults."""
     from django.conf import settings
 
+    from tests import timing
+
+    timing.install(config)
     fast = "django.contrib.auth.hashers.MD5PasswordHasher"
     settings.PASSWORD_HASHERS = [fast, *settings.PASSWORD_HASHERS]
 
