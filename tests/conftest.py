@@ -37,3 +37,18 @@ def data_dir(tmp_path: Path) -> Path:
     path = tmp_path / "data"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """The test process's own SQLite test database is not synced at every commit
+    (``synchronous=NORMAL`` in its WAL mode: safe against a process's crash, not a power
+    loss, which no test makes of it): creating it (60-odd migrations) and flushing it after
+    each transactional test waited on the disk for most of their time. The nodes and workers
+    the tests start keep the product's setting (each commit synced); PostgreSQL is as it is."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        options = database.setdefault("OPTIONS", {})
+        options["init_command"] = options.get("init_command", "") + " PRAGMA synchronous=NORMAL;"
