@@ -24,7 +24,9 @@ def _limit() -> float:
     try:
         return float(raw)
     except ValueError:
-        raise pytest.UsageError(f"MILLRACE_TEST_MAX_SECONDS={raw!r} is not a number of seconds")
+        raise pytest.UsageError(
+            f"MILLRACE_TEST_MAX_SECONDS={raw!r} is not a number of seconds"
+        ) from None
 
 
 class SuiteClock:
