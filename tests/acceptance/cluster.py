@@ -310,6 +310,30 @@ class LocalCluster:
                 return False
         return True
 
+    def restore(self, timeout: float = 120) -> None:
+        """Leave the cluster as a test found it (one shared by a module's tests): every
+        process woken and running (a killed one started again, on the same ports), every
+        controller answering, every container on a live node and served."""
+        for process in self.processes.values():
+            process.signal(signal.SIGCONT)
+        for name, process in self.processes.items():
+            if process.alive:
+                continue
+            kind, _, index = name.rpartition("-")
+            if kind == "controller":
+                self.start_controller(int(index))
+            elif kind == "node":
+                self.start_node(int(index))
+            else:
+                process.start()
+        for port in self.http_ports:
+            eventually(lambda p=port: self._answers(p), timeout, f"the controller on port {port}")
+        eventually(self.spread, timeout, "every container assigned to a live node")
+        if self.tls_ca is None:
+            eventually(self.settled, timeout, "every node running the containers assigned to it")
+        dead = [name for name, process in self.processes.items() if not process.alive]
+        assert not dead, f"not running after a restart: {dead}\n{self.outputs()}"
+
     def leader(self) -> str | None:
         found = self.status()["leader"]
         return None if found is None else str(found["holder"])

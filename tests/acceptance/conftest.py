@@ -10,7 +10,7 @@ import pytest
 
 from millrace.client.manager import StreamManager
 from tests.acceptance.nodes import NodeFactory
-from tests.acceptance.postgres import postgres  # noqa: F401 - a fixture of these tests
+from tests.acceptance.postgres import module_postgres, postgres  # noqa: F401 - fixtures
 from tests.acceptance.standalone_node import READY_LINE, Standalone, free_ports
 
 

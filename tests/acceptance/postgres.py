@@ -19,7 +19,7 @@ import pytest
 
 from tests.acceptance.standalone_node import free_ports
 
-__all__ = ["PrivatePostgres", "postgres"]
+__all__ = ["PrivatePostgres", "module_postgres", "postgres"]
 
 
 class PrivatePostgres:
@@ -75,6 +75,13 @@ def postgres_bin() -> Path | None:
 
 @pytest.fixture
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+    yield from private_postgres()
+
+
+@pytest.fixture(scope="module")
+def module_postgres() -> Iterator[PrivatePostgres]:
+    """One server for a module whose tests share a cluster (a test that stops it starts it
+    again)."""
     yield from private_postgres()
 
 

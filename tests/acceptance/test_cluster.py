@@ -261,9 +261,29 @@ class SparkIngest:
         assert sorted(events) == sorted(f"spark-{i}" for i in range(self.ROWS))
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(
+    module_postgres: PrivatePostgres,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Any:
+    """A cluster shared by the module's tests that ask for it with the same switches
+    (``request.param``, none by default), each instance on a database of its own on the
+    module's PostgreSQL server."""
+    where = tmp_path_factory.mktemp("cluster")
+    database = f"{module_postgres.url.rsplit('/', 1)[0]}/c{uuid.uuid4().hex[:8]}"
+    yield from LocalCluster(where, database, unsafe=getattr(request, "param", "")).running()
+
+
 @pytest.fixture
-def cluster(postgres: PrivatePostgres, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    yield from LocalCluster(tmp_path, postgres.url, unsafe=getattr(request, "param", "")).running()
+def cluster(shared_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The module's cluster, left as the test found it (``LocalCluster.restore``)."""
+    yield shared_cluster
+    shared_cluster.restore()
+
+
+#: The tests that share the module's cluster keep to one worker.
+shares_the_cluster = pytest.mark.xdist_group("cluster")
 
 
 def _leader_and_follower(cluster: LocalCluster) -> tuple[str, int]:
@@ -278,6 +298,7 @@ def _leader_and_follower(cluster: LocalCluster) -> tuple[str, int]:
     raise AssertionError(f"no controller process has pid {pid} ({holder})")
 
 
+@shares_the_cluster
 def test_nodes_and_the_leader_fail_under_load_and_nothing_is_lost(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -482,7 +503,8 @@ def check(where: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("cluster", ["no-wrong-host"], indirect=True)
+@shares_the_cluster
+@pytest.mark.parametrize("shared_cluster", ["no-wrong-host"], indirect=True)
 def test_without_wrong_host_the_clients_cannot_follow_a_moved_container(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -510,8 +532,9 @@ def test_without_wrong_host_the_clients_cannot_follow_a_moved_container(
         run.kill_all()
 
 
+@shares_the_cluster
 def test_a_database_outage_moves_no_container_and_appends_go_on(
-    cluster: LocalCluster, postgres: PrivatePostgres, tmp_path: Path
+    cluster: LocalCluster, module_postgres: PrivatePostgres, tmp_path: Path
 ) -> None:
     """PostgreSQL stopped for 20 s (four session timeouts): nobody can renew, and nobody is
     judged gone; the writers' appends are acknowledged throughout; once it is back, the leader
@@ -522,13 +545,13 @@ def test_a_database_outage_moves_no_container_and_appends_go_on(
     run = Run(cluster, cluster.base(other), tmp_path)
     try:
         run.wait_written(0.1)
-        postgres.stop()
+        module_postgres.stop()
         try:
             before = run.written()
             time.sleep(OUTAGE_SECONDS)
             during = run.written() - before
         finally:
-            postgres.start()
+            module_postgres.start()
         assert during >= WRITE_RATE * OUTAGE_SECONDS / 2, f"{during} events written in the outage"
         time.sleep(2 * SESSION_TIMEOUT_SECONDS)
         assert eventually(lambda: _status_or_none(cluster, other), 60, "REST answering again")

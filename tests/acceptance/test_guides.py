@@ -164,11 +164,14 @@ def test_the_kvt_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
         assert '"name": "Ada Lovelace"' in shown or "Ada Lovelace" in shown, shown
 
 
-@pytest.mark.timeout(900)  # (five Spark jobs, each a JVM of its own)
+@pytest.mark.timeout(900)  # (three Spark jobs, each a JVM of its own)
 def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> None:
-    """The page's first example in a PySpark program (whose ``spark`` the shell would give),
-    copying the README's ``demo/orders`` into ``demo/copy`` in capitals; its typed write and
-    read; then its bulk ingest and export, twice."""
+    """The page's Python examples in one PySpark program, one after the other as a user types
+    them into the shell whose ``spark`` it gives (one Spark for the page): the first copies the
+    README's ``demo/orders`` into ``demo/copy`` in capitals, the second writes and reads typed
+    records. Then its bulk ingest and export, as ``millrace`` commands. (The bulk block run a
+    second time, appending and overwriting its export, is ``tests/spark/test_jobs.py``'s, on
+    the shared Spark: twice here was two more JVMs for nothing the page says.)"""
     where = repository_like(tmp_path / "cwd", node.data_dir)
     env, substitutions = node_terminal(node), node_ports(node)
     manager = node.manager()
@@ -178,25 +181,24 @@ def test_the_spark_page_runs_as_written(node: Standalone, tmp_path: Path) -> Non
     with manager.create_writer("demo", "orders") as writer:
         for i in range(20):
             writer.write_event(f"order {i}", routing_key=f"customer-{i % 3}")
-    (language, example), *rest = blocks("docs/components/spark.md")
+    (language, example), (_, typed), (bulk_language, bulk), (_, tuning) = blocks(
+        "docs/components/spark.md"
+    )
+    assert language == "python"
     shell = "from pyspark.sql import SparkSession\n"
     shell += 'spark = SparkSession.builder.master("local[1]").getOrCreate()\n'
-    run_block(where, language, shell + example, env, substitutions)
+    shown = run_block(where, "python", shell + example + typed, env, substitutions)
     reader = manager.create_reader("demo", "copy")
     copied = {bytes(e.data) for e in iter(lambda: reader.read_next(timeout=5), None)}
     assert copied == {f"ORDER {i}".encode() for i in range(20)}
-    [(_, typed), (language, bulk), (_, tuning)] = rest
-    shown = run_block(where, "python", shell + typed, env, substitutions)
     assert "|   s-1|   21.5|" in shown and "|   s-2|   19.0|" in shown, shown
-    for attempt in (1, 2):
-        shown = run_block(where, language, bulk, env, substitutions)
-        assert "ingested into demo/bulk: 3 events" in shown, shown
-        assert "exported demo/bulk to" in shown
-        line = shown[shown.index("spark-submit ") :].splitlines()[0]
-        assert "spark_bridge/jobs/ingest.py" in line and '"$MILLRACE_TOKEN"' in line, line
-        assert node.token not in line  # (a cluster's line names the variable, never the token)
-        # each run appends its 3 events; the export (--overwrite) holds every one so far
-        assert pyarrow.parquet.read_table(where / "bulk-export").num_rows == 3 * attempt
+    shown = run_block(where, bulk_language, bulk, env, substitutions)
+    assert "ingested into demo/bulk: 3 events" in shown, shown
+    assert "exported demo/bulk to" in shown
+    line = shown[shown.index("spark-submit ") :].splitlines()[0]
+    assert "spark_bridge/jobs/ingest.py" in line and '"$MILLRACE_TOKEN"' in line, line
+    assert node.token not in line  # (a cluster's line names the variable, never the token)
+    assert pyarrow.parquet.read_table(where / "bulk-export").num_rows == 3
     assert "maxBytesPerBatch" in tuning  # (a setting for one's own session: not run alone)
     manager.close()
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -35,7 +34,8 @@ from tests.acceptance.netns import PrivateNetwork, available
 from tests.acceptance.network_faults import FaultRun, cluster_on_hosts
 from tests.acceptance.standalone_node import eventually, request
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+#: The tests share one cluster (``hosts``), so they keep to one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.xdist_group("partitions")]
 
 #: From a fault to every key acknowledged again, at most: the target is 10 s (the bench's
 #: median, docs/BENCHMARKS.md); a loaded 2-core CI machine gets some slack.
@@ -44,18 +44,30 @@ RECOVERY_BOUND_S = 20.0
 FAULT_SECONDS = 30.0
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[tuple[LocalCluster, PrivateNetwork]]:
+@pytest.fixture(scope="module")
+def hosts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalCluster, PrivateNetwork]]:
+    """One private network, PostgreSQL server and cluster for the module's tests (on one
+    worker: ``xdist_group``); each test leaves it as it found it (``cluster``)."""
     why = available()
     if why is not None:
         pytest.skip(f"network namespaces cannot be made here: {why}")
-    with cluster_on_hosts(tmp_path) as made:
+    with cluster_on_hosts(tmp_path_factory.mktemp("hosts")) as made:
         yield made
 
 
 @pytest.fixture
-def cluster(hosts: tuple[LocalCluster, PrivateNetwork]) -> LocalCluster:
-    return hosts[0]
+def cluster(hosts: tuple[LocalCluster, PrivateNetwork]) -> Iterator[LocalCluster]:
+    """The module's cluster, whole when a test gets it and again when it ends: every process
+    running (a killed controller started again), every container on a live node and served."""
+    made, network = hosts
+    yield made
+    for i in range(len(made.node_ports)):  # (a test that failed mid-fault left it so)
+        network.heal(i)
+        network.unblackhole(i, network.database)
+        network.unblackhole(i, network.gateway)
+    made.restore()
 
 
 @pytest.fixture

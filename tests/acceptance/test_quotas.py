@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,17 +17,21 @@ from tests.acceptance.cluster import LocalCluster
 from tests.acceptance.postgres import PrivatePostgres
 from tests.acceptance.standalone_node import eventually, request
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("quotas")]
 
 QUOTA = 150_000  # bytes per second, cluster-wide
 EVENT = b"q" * 500
 SECONDS = 12.0
 
 
-@pytest.fixture
-def cluster(postgres: PrivatePostgres, tmp_path: Path) -> Iterator[LocalCluster]:
+@pytest.fixture(scope="module")
+def cluster(
+    module_postgres: PrivatePostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """One cluster for the module's tests (each its own scope; on one worker)."""
     environ = {"MILLRACE_QUOTA_PERIOD_S": "1", "MILLRACE_CANARY_PERIOD_S": "0"}
-    yield from LocalCluster(tmp_path / "cluster", postgres.url, environ=environ).running()
+    where = tmp_path_factory.mktemp("quotas") / "cluster"
+    yield from LocalCluster(where, module_postgres.url, environ=environ).running()
 
 
 class Writers:

@@ -45,6 +45,32 @@ def test_ingest_then_export_round_trip(spark: Any, node: Standalone, tmp_path: P
     assert sorted(r["event"] for r in exported) == sorted(r["event"] for r in rows)
 
 
+def test_the_bulk_block_run_again_appends_and_its_export_overwrites(
+    spark: Any, node: Standalone, tmp_path: Path
+) -> None:
+    """What the Spark page's bulk block does when a user runs it a second time (the executed
+    page runs it once): the ingest, still asked to create the stream, appends to the one it
+    made; the export with ``overwrite`` replaces the folder with every event so far; without
+    it, an existing folder is refused and left as it was."""
+    (tmp_path / "orders.json").write_text(
+        "".join(f'{{"customer": "c-{n}", "body": "order {n}"}}\n' for n in (1, 2, 3))
+    )
+    write = {**options(node, "again"), "default_num_segments": "4"}
+    out = tmp_path / "bulk-export"
+    for attempt in (1, 2):
+        summary = ingest(spark, [str(tmp_path / "orders.json")], write, fmt="json",
+                         key_column="customer", event_column="body",
+                         show_progress=False)  # fmt: skip
+        assert summary.events == 3
+        done = export(spark, options(node, "again"), str(out), show_progress=False,
+                      overwrite=True)  # fmt: skip
+        assert done.events == 3 * attempt
+        assert spark.read.parquet(str(out)).count() == 3 * attempt
+    with pytest.raises(Exception, match="already exists"):
+        export(spark, options(node, "again"), str(out), show_progress=False)
+    assert spark.read.parquet(str(out)).count() == 6
+
+
 def test_ingest_without_an_event_column_writes_each_row_as_json(
     spark: Any, node: Standalone, tmp_path: Path
 ) -> None:
