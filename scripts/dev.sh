@@ -3,6 +3,7 @@
 #   bash scripts/dev.sh standalone [ARGS...]  run a node on ./data (SQLite, file tiers, no services)
 #   bash scripts/dev.sh test [PYTEST ARGS...]  ruff, import contracts, mypy, then the whole test suite
 #                                             (installs Debian's chromium and prometheus for the tests)
+#   bash scripts/dev.sh pytest [PYTEST ARGS...]  the tests alone, on the same workers as test
 # Both create .venv (with $MILLRACE_PYTHON, default python3.11) and install into it what they
 # need when missing: standalone millrace[server,spark] (a node, the client, the Spark bridge
 # of the README's examples), test millrace[dev]
@@ -84,32 +85,45 @@ run_tests() {
     $step || failed+=("$step")
     echo "dev.sh: $step took ${SECONDS}s"
   done
-  # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
-  # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
-  # to whichever worker is free (--dist loadgroup: the tests of a module marked xdist_group
-  # keep to one worker, so test_query_budgets builds its long stream once); each worker has a
-  # data directory of its own (MILLRACE_DATA_DIR), so that the embedded broker and database
-  # of one are never the other's (a Celery worker one test starts would take the other's tasks).
-  local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n
-  if [ "$workers" -gt 0 ]; then
-    scratch=$(mktemp -d -t millrace-tests-XXXXXX)
-    spread=(--dist loadgroup)
-    for ((n = 0; n < workers; n++)); do
-      mkdir -p "$scratch/gw$n"
-      spread+=(--tx "popen//env:MILLRACE_DATA_DIR=$scratch/gw$n")
-    done
-  fi
-  echo "dev.sh: pytest ${spread[*]} $*"
-  # pytest exits 5 when it collected no test: that is a failure here too.
-  SECONDS=0
-  pytest "${spread[@]}" "$@" || failed+=("pytest")
-  echo "dev.sh: pytest took ${SECONDS}s"
-  [ -z "$scratch" ] || rm -rf "$scratch"
+  run_pytest "$@" || failed+=("pytest")
   if [ ${#failed[@]} -gt 0 ]; then
     echo "dev.sh: FAILED: ${failed[*]}" >&2
     return 1
   fi
   echo "dev.sh: all checks passed"
+}
+
+run_pytest() {
+  # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
+  # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
+  # to whichever worker is free (--dist loadgroup: the tests marked xdist_group keep to one
+  # worker, so test_query_budgets builds its long stream once and the cluster tests that
+  # share a cluster find it there); each worker has a data directory of its own
+  # (MILLRACE_DATA_DIR), so that the embedded broker and database of one are never the
+  # other's (a Celery worker one test starts would take the other's tasks), and with
+  # REDIS_URL set a Redis database of its own (1, 2, ...: the same reason; pytest-django gives
+  # each its own test database on PostgreSQL).
+  export PATH="$PWD/$venv/bin:$PATH"
+  local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n tx status=0
+  if [ "$workers" -gt 0 ]; then
+    scratch=$(mktemp -d -t millrace-tests-XXXXXX)
+    spread=(--dist loadgroup)
+    for ((n = 0; n < workers; n++)); do
+      mkdir -p "$scratch/gw$n"
+      tx="popen//env:MILLRACE_DATA_DIR=$scratch/gw$n"
+      if [ -n "${REDIS_URL:-}" ]; then
+        tx+="//env:REDIS_URL=${REDIS_URL%/*}/$((n + 1))"
+      fi
+      spread+=(--tx "$tx")
+    done
+  fi
+  echo "dev.sh: pytest ${spread[*]} $*"
+  # pytest exits 5 when it collected no test: that is a failure here too.
+  SECONDS=0
+  pytest "${spread[@]}" "$@" || status=$?
+  echo "dev.sh: pytest took ${SECONDS}s"
+  [ -z "$scratch" ] || rm -rf "$scratch"
+  return $status
 }
 
 case "${1:-}" in
@@ -126,8 +140,13 @@ case "${1:-}" in
     echo "dev.sh: set up in ${SECONDS}s"
     run_tests "$@"
     ;;
+  pytest)
+    shift
+    setup dev
+    run_pytest "$@"
+    ;;
   *)
-    echo "usage: bash scripts/dev.sh standalone [ARGS...] | test [PYTEST ARGS...]" >&2
+    echo "usage: bash scripts/dev.sh standalone [ARGS...] | test [PYTEST ARGS...] | pytest [PYTEST ARGS...]" >&2
     exit 2
     ;;
 esac
