@@ -45,6 +45,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 OUTAGE_SECONDS = 30.0
 WRITE_RATE = 300.0
+#: How long the writer goes on once the database is back (at least: it stops at its next
+#: thousand events).
+AFTER_SECONDS = 8.0
 
 
 def _get(base: str, path: str, token: str) -> tuple[int, Any, Any]:
@@ -182,11 +185,17 @@ def _run(tmp_path: Path, postgres: PrivatePostgres, unsafe: str = "") -> dict[st
         restarts = {name: child["restarts"] for name, child in node.supervisor_state().items()}
         before = roles.written()
         seen = _outage(node, postgres)
-        seen["written_in_outage"] = roles.written() - before
+        after = roles.written()
+        seen["written_in_outage"] = after - before
         seen["restarts"] = {
             name: child["restarts"] - restarts[name]
             for name, child in node.supervisor_state().items()
         }
+        # Writes go on after the return for AFTER_SECONDS' worth of events, then the writer is
+        # told to stop (its count is only the cap, for a machine too slow to get there).
+        eventually(lambda: roles.written() >= after + WRITE_RATE * AFTER_SECONDS, 120,
+                   "the writer writing on after the outage")  # fmt: skip
+        (tmp_path / "w.json.stop").touch()
         assert roles.procs["w"].wait(180) == 0, (tmp_path / "w.stderr").read_text()[-3000:]
         status, answer = request(base, "PUT", f"/v1/scopes/{scope}/streams/st/state", token,
                                  {"streamState": "SEALED"})  # fmt: skip
