@@ -43,8 +43,8 @@ def data_dir(tmp_path: Path) -> Path:
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
     """The test process's own SQLite test database is not synced at every commit
     (``synchronous=NORMAL`` in its WAL mode: safe against a process's crash, not a power
-    loss, which no test makes of it): creating it (60-odd migrations) and flushing it after
-    each transactional test waited on the disk for most of their time. The nodes and workers
+    loss, which no test makes of it): creating it (50-odd migrations) and flushing it after
+    each transactional test need not wait on the disk. The nodes and workers
     the tests start keep the product's setting (each commit synced); PostgreSQL is as it is."""
     from django.conf import settings
 

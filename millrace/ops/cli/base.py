@@ -173,8 +173,8 @@ def _unsynced_sqlite() -> Iterator[None]:
     for this connection: in WAL mode a power loss may roll back the last commits, never
     corrupt the file), and the whole is synced once at the end (a checkpoint). Each migration
     records itself in the transaction that applies it, so one rolled back is applied again by
-    the next ``migrate``. A fresh database's 60-odd migrations took 32 s on a disk whose syncs
-    are slow, nearly all of it waiting for those syncs. Elsewhere: nothing changes."""
+    the next ``migrate``. A fresh database has 50-odd migrations: that many syncs, each one
+    a wait where the disk syncs slowly. Elsewhere: nothing changes."""
     from django.db import connection
 
     if connection.vendor != "sqlite":
