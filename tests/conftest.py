@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests import timing
 
     timing.install(config)
+    # Every Spark JVM of the suite (and of the processes it starts) reads the tests' Spark
+    # configuration: tests/spark_conf/spark-defaults.conf says what and why.
+    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "spark_conf"))
     fast = "django.contrib.auth.hashers.MD5PasswordHasher"
     settings.PASSWORD_HASHERS = [fast, *settings.PASSWORD_HASHERS]
 
