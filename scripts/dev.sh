@@ -96,9 +96,10 @@ run_tests() {
 run_pytest() {
   # Two workers (MILLRACE_TEST_WORKERS; 0: none): most whole-process tests wait on their
   # processes, so a second worker nearly halves the suite's time even on two cores. Tests go
-  # to whichever worker is free (--dist loadgroup: the tests marked xdist_group keep to one
-  # worker, so test_query_budgets builds its long stream once and the cluster tests that
-  # share a cluster find it there); each worker has a data directory of its own
+  # to whichever worker is free, a module's tests together (--dist loadgroup, each module a
+  # group: tests/conftest.py; so a module's node or browser is made once, and the tests marked
+  # with a group of their own, which share a cluster or test_query_budgets' long stream, find
+  # it there); each worker has a data directory of its own
   # (MILLRACE_DATA_DIR), so that the embedded broker and database of one are never the
   # other's (a Celery worker one test starts would take the other's tasks), and with
   # REDIS_URL set a Redis database of its own (1, 2, ...: the same reason; pytest-django gives

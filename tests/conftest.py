@@ -56,3 +56,18 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     if database["ENGINE"].endswith("sqlite3"):
         options = database.setdefault("OPTIONS", {})
         options["init_command"] = options.get("init_command", "") + " PRAGMA synchronous=NORMAL;"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers (``--dist loadgroup``), a module's tests keep to one worker,
+    as ``--dist loadscope`` would have them, so that a module's fixtures (its node, its
+    browser, its Spark) are made once and not once on each worker; a test marked with a group
+    of its own (tests that share a cluster) keeps that group. Runs before xdist's own hook,
+    which names each test's group in its id (``...::test@group``)."""
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(module))
