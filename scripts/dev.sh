@@ -101,21 +101,15 @@ run_pytest() {
   # with a group of their own, which share a cluster or test_query_budgets' long stream, find
   # it there); each worker has a data directory of its own
   # (MILLRACE_DATA_DIR), so that the embedded broker and database of one are never the
-  # other's (a Celery worker one test starts would take the other's tasks), and with
-  # REDIS_URL set a Redis database of its own (1, 2, ...: the same reason; pytest-django gives
-  # each its own test database on PostgreSQL).
+  # other's (a Celery worker one test starts would take the other's tasks).
   export PATH="$PWD/$venv/bin:$PATH"
-  local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n tx status=0
+  local workers=${MILLRACE_TEST_WORKERS:-2} spread=() scratch="" n status=0
   if [ "$workers" -gt 0 ]; then
     scratch=$(mktemp -d -t millrace-tests-XXXXXX)
     spread=(--dist loadgroup)
     for ((n = 0; n < workers; n++)); do
       mkdir -p "$scratch/gw$n"
-      tx="popen//env:MILLRACE_DATA_DIR=$scratch/gw$n"
-      if [ -n "${REDIS_URL:-}" ]; then
-        tx+="//env:REDIS_URL=${REDIS_URL%/*}/$((n + 1))"
-      fi
-      spread+=(--tx "$tx")
+      spread+=(--tx "popen//env:MILLRACE_DATA_DIR=$scratch/gw$n")
     done
   fi
   echo "dev.sh: pytest ${spread[*]} $*"
