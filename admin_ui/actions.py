@@ -20,9 +20,10 @@ from controller_app.errors import InvalidArgumentError
 from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows import scale, scopes, streams, transactions, truncate
-from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
+from controller_app.workflows.common import get_stream
 from controller_app.workflows.scopes import get_scope
 from millrace.client.streamcut import StreamCut
+from millrace.kernel import defaults
 
 #: Parts one split makes, at most.
 SPLIT_PARTS_MAX = 16
@@ -156,7 +157,9 @@ def stream_update(request: HttpRequest, scope: str, stream: str) -> HttpResponse
     if failed is not None:
         return failed
     try:
-        streams.update_stream(scope, stream, serializer.to_config(), wait=FACE_WAIT_SECONDS)
+        streams.update_stream(
+            scope, stream, serializer.to_config(), wait=defaults.WORKFLOW_WAIT_SECONDS
+        )
     except InvalidArgumentError as exc:
         return _form_again(request, scope, {"form": f"invalid-argument: {exc}"}, editing=row)
     return done(request, f"stream {scope}/{stream} updated", _detail_url(scope, stream))
@@ -168,14 +171,14 @@ def _detail_url(scope: str, stream: str) -> str:
 
 @change("stream.seal")
 def stream_seal(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
-    streams.seal_stream(scope, stream, wait=FACE_WAIT_SECONDS)
+    streams.seal_stream(scope, stream, wait=defaults.WORKFLOW_WAIT_SECONDS)
     return done(request, f"stream {scope}/{stream} sealed")
 
 
 @change("stream.delete")
 def stream_delete(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
     _confirmed(request, stream)
-    streams.delete_stream(scope, stream, wait=FACE_WAIT_SECONDS)
+    streams.delete_stream(scope, stream, wait=defaults.WORKFLOW_WAIT_SECONDS)
     return done(
         request, f"stream {scope}/{stream} deleted", reverse("console:streams", args=[scope])
     )
@@ -226,7 +229,7 @@ def stream_scale(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
     parts_text = request.POST.get("parts", "2")
     parts = int(parts_text) if parts_text.isdigit() else 0
     ranges = scale_plan(current, chosen, request.POST.get("how", ""), parts)
-    scale.scale_stream(scope, stream, chosen, ranges, wait=FACE_WAIT_SECONDS)
+    scale.scale_stream(scope, stream, chosen, ranges, wait=defaults.WORKFLOW_WAIT_SECONDS)
     row = get_stream(scope, stream)
     return done(request, f"stream {scope}/{stream} scaled: epoch {row.current_epoch}")
 
@@ -253,7 +256,9 @@ def stream_truncate(request: HttpRequest, scope: str, stream: str) -> HttpRespon
         if (parsed.scope, parsed.stream) != (scope, stream):
             raise InvalidArgumentError(f"the stream cut is of {parsed.scope}/{parsed.stream}")
         cut = dict(parsed.positions)
-    truncate.truncate_stream(segment_store(), scope, stream, cut, wait=FACE_WAIT_SECONDS)
+    truncate.truncate_stream(
+        segment_store(), scope, stream, cut, wait=defaults.WORKFLOW_WAIT_SECONDS
+    )
     return done(request, f"stream {scope}/{stream} truncated")
 
 
@@ -263,7 +268,7 @@ def stream_truncate(request: HttpRequest, scope: str, stream: str) -> HttpRespon
 @change("transaction.commit")
 def txn_commit(request: HttpRequest, scope: str, stream: str, txn_id: str) -> HttpResponse:
     transactions.commit_transaction(
-        scope, stream, transactions.parse_txn_id(txn_id), wait=FACE_WAIT_SECONDS
+        scope, stream, transactions.parse_txn_id(txn_id), wait=defaults.WORKFLOW_WAIT_SECONDS
     )
     return done(request, f"transaction {txn_id} committed")
 
@@ -274,14 +279,14 @@ def txn_commit_many(request: HttpRequest, scope: str, stream: str) -> HttpRespon
     ids = [transactions.parse_txn_id(text) for text in request.POST.getlist("txn")]
     if not ids:
         raise InvalidArgumentError("tick the transactions to commit")
-    transactions.commit_transactions(scope, stream, ids, wait=FACE_WAIT_SECONDS)
+    transactions.commit_transactions(scope, stream, ids, wait=defaults.WORKFLOW_WAIT_SECONDS)
     return done(request, f"{len(ids)} transactions of {scope}/{stream} committed")
 
 
 @change("transaction.abort")
 def txn_abort(request: HttpRequest, scope: str, stream: str, txn_id: str) -> HttpResponse:
     transactions.abort_transaction(
-        scope, stream, transactions.parse_txn_id(txn_id), wait=FACE_WAIT_SECONDS
+        scope, stream, transactions.parse_txn_id(txn_id), wait=defaults.WORKFLOW_WAIT_SECONDS
     )
     return done(request, f"transaction {txn_id} aborted")
 

@@ -41,7 +41,7 @@ async def run(args: argparse.Namespace) -> list[float]:
     ids = [uuid.uuid4() for _ in range(args.writers)]
     for writer_id in ids:
         client.appends.sessions[writer_id.int] = Session(
-            client=client.appends, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
+            owner=client.appends, segment=f"bench/{writer_id}", writer_id=writer_id, open_first=1
         )
     writers = ids if args.ids else [client.writer_handle(w) for w in ids]
     laps = writers * (args.step // len(writers) + 2)  # (a step's ring is one slice of it)

@@ -17,6 +17,7 @@ from celery import signals
 from celery.beat import PersistentScheduler
 
 from controller_app import heartbeats, process_port
+from millrace.kernel import status_files
 
 __all__ = ["HeartbeatScheduler", "connect_worker_heartbeat"]
 
@@ -62,13 +63,13 @@ class HeartbeatScheduler(PersistentScheduler):
         now = time.monotonic()
         if not self._last_heartbeat:  # the first tick
             process_port.start("beat")
-        if now - self._last_heartbeat >= heartbeats.HEARTBEAT_INTERVAL_SECONDS:
+        if now - self._last_heartbeat >= status_files.HEARTBEAT_INTERVAL_SECONDS:
             heartbeats.record("beat")
             self._last_heartbeat = now
         if not self._may_tick(now):
-            return heartbeats.HEARTBEAT_INTERVAL_SECONDS  # standing by
+            return status_files.HEARTBEAT_INTERVAL_SECONDS  # standing by
         interval: float = super().tick(*args, **kwargs)
-        return min(interval, heartbeats.HEARTBEAT_INTERVAL_SECONDS)
+        return min(interval, status_files.HEARTBEAT_INTERVAL_SECONDS)
 
     def _may_tick(self, now: float) -> bool:
         from django.conf import settings

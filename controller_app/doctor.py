@@ -30,8 +30,8 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from controller_app.choices import SessionState
-from controller_app.heartbeats import HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_STALE_SECONDS
 from controller_app.models import Node, ProcessHeartbeat, ReaderGroupLag
+from millrace.kernel.status_files import HEARTBEAT_INTERVAL_SECONDS, HEARTBEAT_STALE_SECONDS
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 #: A clock this far from the database's is worth a warning (seconds).

@@ -11,7 +11,7 @@ Responsibility: answer "can this node take writes, and if not, which part is dow
 * ``tiers``: what the segment store reports of tier-1 (a container stopped by a tier-1 failure)
   and tier-2 (failing flushes: data waits in tier-1, acknowledgements go on), naming the tier.
 * ``worker`` and ``beat``: the newest heartbeat of a Celery worker (or of beat's tick) is
-  younger than ``HEARTBEAT_STALE_SECONDS`` (``controller_app.heartbeats``).
+  younger than ``HEARTBEAT_STALE_SECONDS`` (``millrace.kernel.status_files``).
 * ``broker``: the Celery broker accepts a connection (Redis, or the filesystem broker's
   folders).
 * ``grpc``: this controller's gRPC endpoint for Pravega's clients serves (its address), or
@@ -50,6 +50,7 @@ from controller_app import heartbeats
 from controller_app import selectors as sel
 from controller_app.choices import SessionState
 from millrace.client.transport.probe import ProbeError, probe_segment_store
+from millrace.kernel import status_files
 from millrace.kernel.status_files import (
     node_status_path,
     node_status_paths,
@@ -257,13 +258,13 @@ def heartbeat_health(role: str, child: dict[str, Any] | None) -> Health:
             details["error"] = f"cannot read heartbeats: {type(exc).__name__}"
             return Health.of(role, False, details)
         details["lastHeartbeat"] = f"{age:.1f} s ago (this host's file)"
-        return Health.of(role, up and age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
+        return Health.of(role, up and age < status_files.HEARTBEAT_STALE_SECONDS, details)
     if latest is None:
         details["lastHeartbeat"] = "never"
         return Health.of(role, False, details)
     age = heartbeats.age_seconds(latest)
     details["lastHeartbeat"] = f"{age:.1f} s ago ({latest.process})"
-    return Health.of(role, up and age < heartbeats.HEARTBEAT_STALE_SECONDS, details)
+    return Health.of(role, up and age < status_files.HEARTBEAT_STALE_SECONDS, details)
 
 
 def broker_health() -> Health:

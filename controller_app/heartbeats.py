@@ -25,18 +25,18 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
+from controller_app import process_port
 from controller_app.models import ProcessHeartbeat
-from millrace.kernel.status_files import heartbeat_path, heartbeat_paths, read_fresh, write_status
+from millrace.kernel.status_files import (
+    HEARTBEAT_FORGET_SECONDS,
+    HEARTBEAT_INTERVAL_SECONDS,
+    heartbeat_path,
+    heartbeat_paths,
+    read_fresh,
+    write_status,
+)
 
 log = logging.getLogger(__name__)
-
-#: Seconds between two heartbeats of a process.
-HEARTBEAT_INTERVAL_SECONDS = 2.0
-#: A role whose newest heartbeat is older than this is down.
-HEARTBEAT_STALE_SECONDS = 10.0
-#: Rows of processes silent for this long are deleted, when a process of the role starts
-#: (restarted processes get new rows).
-HEARTBEAT_FORGET_SECONDS = 3600.0
 
 _started = timezone.now()
 #: Roles whose stale rows this process has deleted (it does so once, at its first heartbeat).
@@ -68,8 +68,6 @@ def record(role: str) -> None:
     """This process of ``role`` is alive now: its file, then its row. An error (a full disk,
     the database away) is logged, never raised: a heartbeat must not stop the process that
     sends it."""
-    from controller_app import process_port
-
     process_port.beating()
     now = timezone.now()
     path = heartbeat_file(role, os.getpid())

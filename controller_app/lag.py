@@ -46,6 +46,7 @@ from controller_app import selectors as sel
 from controller_app.models import ReaderGroup, ReaderGroupLag
 from controller_app.ports import SegmentTraffic, Traffic
 from controller_app.reader_group_state import GroupState, split_key
+from millrace.kernel import defaults
 
 __all__ = ["STATUSES", "WINDOW", "age_ms", "judge", "lag_of", "lag_round", "measure"]
 
@@ -148,7 +149,7 @@ def measure(
 ) -> dict[str, Any]:  # fmt: skip
     """Measure ``group`` into ``row`` (not saved): the report, one more sample, the status."""
     state = GroupState.load(group.sync_state)
-    timeout = int(group.configuration.get("readerTimeoutMs", 30_000))
+    timeout = int(group.configuration.get("readerTimeoutMs", defaults.READER_TIMEOUT_MS))
     places: list[tuple[str | None, str, int]] = []  # (reader or None, segment key, position)
     for reader, member in sorted(state.readers.items()):
         places += [(reader, key, offset) for key, offset in sorted(member["segments"].items())]

@@ -7,7 +7,7 @@ Responsibility: what a worker and beat know of themselves. The port listens on
 its file), where the controller's scrape targets (``GET /v1/metrics/targets``) find it.
 
 * **live** while the process's heartbeat runs: the worker's heartbeat thread, beat's tick
-  (stale after ``heartbeats.HEARTBEAT_STALE_SECONDS``);
+  (stale after ``HEARTBEAT_STALE_SECONDS``);
 * **ready**, a worker: live, and its consumer runs with a connection to the broker, so it takes
   tasks. Beat: live. A standby beat (another holds the ``beat`` lease) is ready too: it takes
   over when the holder stops;
@@ -38,6 +38,7 @@ from millrace.kernel.metrics_port import (
     PortApp,
     fresh,
 )
+from millrace.kernel.status_files import HEARTBEAT_STALE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,6 @@ def beating() -> None:
 
 
 def live() -> Answer:
-    from controller_app.heartbeats import HEARTBEAT_STALE_SECONDS
-
     return fresh(state["beat_at"], HEARTBEAT_STALE_SECONDS, "the heartbeat ran")
 
 

@@ -17,7 +17,8 @@ from millrace.kernel import wire as wire
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import SegmentStoreConfig
 from segment_app.engine.store import SegmentStore
-from segment_app.server.server import SegmentStoreServer, ServerConfig
+from segment_app.server.server import SegmentStoreServer
+from segment_app.server.services import ServerConfig
 from tiers.memory import clear_chunk_stores, clear_log_stores
 
 SECRET = "test-secret-for-wire-tests-0123456789"

@@ -16,6 +16,7 @@ import pytest
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from millrace.kernel import defaults
 from millrace.kernel.config import ConfigError, SegmentStoreSettings, WebSettings, persisted_secret
 from millrace.project import settings as millrace_settings
 
@@ -239,6 +240,22 @@ def test_bad_segment_store_value_is_one_clear_line(
 def test_bad_web_value_names_the_variable(data_dir: Path, variable: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"^{variable}="):
         WebSettings.from_env({"MILLRACE_DATA_DIR": str(data_dir), variable: value})
+
+
+@pytest.mark.parametrize("settings", [WebSettings, SegmentStoreSettings])
+def test_a_session_timeout_at_or_below_the_clients_silence_limit_is_refused(
+    data_dir: Path, settings: type[WebSettings] | type[SegmentStoreSettings]
+) -> None:
+    """A client gives a silent node up after ``CLIENT_SILENCE_SECONDS``; a session timeout not
+    above it would move a node's containers before its clients noticed the silence."""
+    base = {"MILLRACE_DATA_DIR": str(data_dir)}
+    limit = int(defaults.CLIENT_SILENCE_SECONDS)
+    for value in (2, limit):
+        with pytest.raises(ConfigError, match="above the clients' silence limit"):
+            settings.from_env({**base, "MILLRACE_NODE_SESSION_TIMEOUT_S": str(value)})
+    chosen = settings.from_env({**base, "MILLRACE_NODE_SESSION_TIMEOUT_S": str(limit + 1)})
+    assert chosen.session_timeout_s == limit + 1
+    assert settings.from_env(base).session_timeout_s > defaults.CLIENT_SILENCE_SECONDS
 
 
 def test_delegation_token_lifetime(data_dir: Path) -> None:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.fixtures.import_graph import cycles, import_graph
 from tests.fixtures.source_tree import parse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,3 +216,62 @@ def test_every_package_docstring_names_its_modules() -> None:
                         if (d / "__init__.py").exists() and d.name != "migrations"]  # fmt: skip
             unnamed += [f"{init.parent.relative_to(ROOT)}: {m}" for m in modules if m not in doc]
     assert not unnamed, "a package's docstring does not name:\n" + "\n".join(unnamed)
+
+
+def test_no_module_cycle() -> None:
+    """No two of the project's modules import each other, however indirectly: an import inside
+    a function or under ``TYPE_CHECKING`` counts (``tests.fixtures.import_graph``)."""
+    graph = import_graph(ROOT, PACKAGES)
+    found = [
+        " -> ".join(component) + "\n    " + "\n    ".join(
+            f"{module} imports {', '.join(sorted(graph[module] & set(component)))}"
+            for module in component
+        )
+        for component in cycles(graph)
+    ]  # fmt: skip
+    assert not found, "modules in a circle:\n" + "\n".join(found)
+
+
+#: Names whose default is a domain default of ``millrace.kernel.defaults``: a parameter or a
+#: field of one of these names may not default to a number written out.
+DEFAULTED_NAMES = {
+    "lease_ms", "reader_timeout_ms", "delivery_timeout_s", "wait", "frame_bytes_max", "silence_s",
+}  # fmt: skip
+#: Numbers that are one of those defaults wherever they are written (30,000 ms: the lease, the
+#: reader timeout; 120.0 s: the delivery timeout).
+DEFAULT_NUMBERS = {(int, 30_000), (float, 120.0)}
+
+
+def _numbers_defaulted(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and (type(node.value), node.value) in DEFAULT_NUMBERS:
+            yield node.lineno, f"the number {node.value!r}"
+        pairs: list[tuple[str, ast.expr | None]] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            pairs += zip([a.arg for a in positional[len(positional) - len(args.defaults):]],
+                         args.defaults, strict=True)  # fmt: skip
+            pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            pairs.append((node.target.id, node.value))
+        for name, value in pairs:
+            numeric = isinstance(value, ast.BinOp) or (
+                isinstance(value, ast.Constant) and type(value.value) in (int, float)
+            )
+            if name in DEFAULTED_NAMES and numeric:
+                yield value.lineno, f"{name} defaulting to a number"  # type: ignore[union-attr]
+
+
+def test_each_default_has_one_home() -> None:
+    """The domain defaults (a transaction's lease, a reader's timeout, the delivery timeout,
+    the workflow wait, the largest frame, the clients' silence limit) are written once, in
+    ``millrace/kernel/defaults.py``; everything else names them."""
+    home = ROOT / "millrace" / "kernel" / "defaults.py"
+    found = [
+        f"{path.relative_to(ROOT)}:{line} writes {what} (its home: millrace/kernel/defaults.py)"
+        for path in sources(*PACKAGES)
+        if path != home
+        for line, what in _numbers_defaulted(parse(path.read_text()))
+    ]
+    assert not found, "\n".join(found)

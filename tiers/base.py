@@ -54,6 +54,8 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar, TypeVarTuple, Unpack
 
+from millrace.kernel import defaults
+
 __all__ = [
     "BadChunkOffsetError",
     "ChunkExistsError",
@@ -253,7 +255,9 @@ class DurableDataLog(abc.ABC):
         tier options set them: where a local backend keeps its files, which log to open."""
         return {}
 
-    def __init__(self, *, frame_bytes_max: int = 8 * 1024 * 1024, batch_frames_max: int = 256):
+    def __init__(
+        self, *, frame_bytes_max: int = defaults.FRAME_BYTES_MAX, batch_frames_max: int = 256
+    ):
         self.frame_bytes_max = frame_bytes_max
         self.batch_frames_max = batch_frames_max
         self._epoch: int | None = None

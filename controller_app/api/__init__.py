@@ -19,6 +19,7 @@ Its other modules:
 * ``reader_groups``: REST views of reader groups
 * ``registry``: the schema registry's REST API (Confluent's Schema Registry API v1, under
   ``/registry/``)
+* ``registry_media``: the registry's media type and renderer (its views' and its shortcut's)
 * ``registry_shortcut``: the registry's lookup by id, answered in front of Django for a
   credential Django allowed lately (ADR 0015)
 """

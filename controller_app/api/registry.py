@@ -29,6 +29,7 @@ from controller_app.api.authentication import (
     LimitedBasicAuthentication,
 )
 from controller_app.api.fields import JSONParser
+from controller_app.api.registry_media import MEDIA_TYPE, RegistryRenderer
 from controller_app.models import CredentialsGeneration
 from controller_app.registry import formats
 from controller_app.registry import service as registry
@@ -36,14 +37,9 @@ from controller_app.registry.errors import RegistryError
 
 __all__ = ["urlpatterns"]
 
-MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 #: The credentials of a header, which the lookup by id may take in front of Django
 #: (``registry_shortcut``); a console's session cookie is not one.
 HEADER_AUTHENTICATORS = (BearerOrTokenAuthentication, LimitedBasicAuthentication)
-
-
-class RegistryRenderer(renderers.JSONRenderer):
-    media_type = MEDIA_TYPE
 
 
 class RegistryParser(JSONParser):

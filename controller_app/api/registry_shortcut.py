@@ -81,7 +81,7 @@ def _allowed_under(credential: bytes) -> int | None:
 
 
 def _answer(schema_id: int, generation: int) -> bytes:
-    from controller_app.api.registry import RegistryRenderer
+    from controller_app.api.registry_media import RegistryRenderer
     from controller_app.models import CredentialsGeneration
     from controller_app.registry import service
 
@@ -115,7 +115,7 @@ class RegistryShortcut:
 
 
 async def _send(send: Any, body: bytes) -> None:
-    from controller_app.api.registry import MEDIA_TYPE
+    from controller_app.api.registry_media import MEDIA_TYPE
 
     headers = [
         (b"content-type", MEDIA_TYPE.encode()),

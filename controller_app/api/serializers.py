@@ -17,7 +17,7 @@ from controller_app.choices import RetentionPolicyType, ScalingPolicyType
 from controller_app.models import Stream
 from controller_app.models.stream import RETENTION_MAX_DEFAULT
 from controller_app.workflows.config import TAG_LENGTH_MAX, StreamConfig
-from controller_app.workflows.transactions import LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN
+from millrace.kernel import defaults
 from millrace.kernel.schema_policy import MODES
 
 MIB = 1024 * 1024
@@ -332,8 +332,11 @@ class TruncateResultSerializer(serializers.Serializer):
 
 
 class TransactionCreateSerializer(serializers.Serializer):
-    leaseMs = serializers.IntegerField(min_value=LEASE_MS_MIN, max_value=LEASE_MS_MAX,
-                                       default=LEASE_MS_DEFAULT)  # fmt: skip
+    leaseMs = serializers.IntegerField(
+        min_value=defaults.TRANSACTION_LEASE_MS_MIN,
+        max_value=defaults.TRANSACTION_LEASE_MS_MAX,
+        default=defaults.TRANSACTION_LEASE_MS,
+    )
     writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
@@ -367,7 +370,9 @@ class TransactionSerializer(serializers.Serializer):
 
 
 class PingSerializer(serializers.Serializer):
-    leaseMs = serializers.IntegerField(min_value=LEASE_MS_MIN, max_value=LEASE_MS_MAX)
+    leaseMs = serializers.IntegerField(
+        min_value=defaults.TRANSACTION_LEASE_MS_MIN, max_value=defaults.TRANSACTION_LEASE_MS_MAX
+    )
 
 
 class CommitSerializer(serializers.Serializer):

@@ -28,7 +28,8 @@ from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
 from controller_app.tokens import stream_token_for
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
-from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
+from controller_app.workflows.common import get_stream
+from millrace.kernel import defaults
 
 #: How long a request workflow is waited for before the answer is 504 (it goes on).
 #: Streams listed per scope, at most (Pravega pages; one page here).
@@ -172,12 +173,14 @@ class StreamView(APIView):
     def put(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         serializer = _valid(s.StreamUpdateSerializer, request.data)
-        streams.update_stream(scope, stream, serializer.to_config(), wait=FACE_WAIT_SECONDS)
+        streams.update_stream(
+            scope, stream, serializer.to_config(), wait=defaults.WORKFLOW_WAIT_SECONDS
+        )
         return Response(_property(get_stream(scope, stream)))
 
     @extend_schema(operation_id="deleteStream", responses={204: None})
     def delete(self, request: Request, scope: str, stream: str) -> Response:
-        streams.delete_stream(scope, stream, wait=FACE_WAIT_SECONDS)
+        streams.delete_stream(scope, stream, wait=defaults.WORKFLOW_WAIT_SECONDS)
         return Response(status=204)
 
 
@@ -212,7 +215,7 @@ class StreamStateView(APIView):
     def put(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         _valid(s.StreamStateSerializer, request.data)
-        streams.seal_stream(scope, stream, wait=FACE_WAIT_SECONDS)
+        streams.seal_stream(scope, stream, wait=defaults.WORKFLOW_WAIT_SECONDS)
         return Response({"streamState": "SEALED"})
 
 
@@ -453,7 +456,7 @@ class ScaleView(APIView):
             data["sealedSegments"],
             [tuple(r) for r in data["newRanges"]],
             scale_time=data.get("scaleTime"),
-            wait=FACE_WAIT_SECONDS,
+            wait=defaults.WORKFLOW_WAIT_SECONDS,
         )
         row = get_stream(scope, stream)
         return Response(
@@ -476,7 +479,9 @@ class TruncateView(APIView):
     def post(self, request: Request, scope: str, stream: str) -> Response:
         get_stream(scope, stream)
         cut = _valid(s.StreamCutRequestSerializer, request.data).validated_data["streamCut"]
-        truncate.truncate_stream(segment_store(), scope, stream, cut, wait=FACE_WAIT_SECONDS)
+        truncate.truncate_stream(
+            segment_store(), scope, stream, cut, wait=defaults.WORKFLOW_WAIT_SECONDS
+        )
         row = get_stream(scope, stream)
         return Response({"head": [_segment(row, g, o) for g, o in sel.head_segments(row).items()]})
 

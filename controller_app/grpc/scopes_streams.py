@@ -42,8 +42,9 @@ from controller_app.workflows import (
     streams,
 )
 from controller_app.workflows import truncate as truncation
-from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
+from controller_app.workflows.common import get_stream
 from controller_app.workflows.config import check_name
+from millrace.kernel import defaults
 
 
 class ScopesAndStreams(RpcArea):
@@ -123,7 +124,7 @@ class ScopesAndStreams(RpcArea):
         config = _config_of(request)
         return self._update_status(
             scope, name,
-            lambda: streams.update_stream(scope, name, config, wait=FACE_WAIT_SECONDS),
+            lambda: streams.update_stream(scope, name, config, wait=defaults.WORKFLOW_WAIT_SECONDS),
         )  # fmt: skip
 
     @rpc("operate")
@@ -133,7 +134,7 @@ class ScopesAndStreams(RpcArea):
         return self._update_status(
             scope, name,
             lambda: truncation.truncate_stream(
-                segment_store(), scope, name, cut, wait=FACE_WAIT_SECONDS
+                segment_store(), scope, name, cut, wait=defaults.WORKFLOW_WAIT_SECONDS
             ),
         )  # fmt: skip
 
@@ -141,7 +142,9 @@ class ScopesAndStreams(RpcArea):
     def sealStream(self, request: pb.StreamInfo, user: Any) -> pb.UpdateStreamStatus:
         scope, name = _names(request)
         return self._update_status(
-            scope, name, lambda: streams.seal_stream(scope, name, wait=FACE_WAIT_SECONDS)
+            scope,
+            name,
+            lambda: streams.seal_stream(scope, name, wait=defaults.WORKFLOW_WAIT_SECONDS),
         )
 
     @rpc("operate", grants.MANAGE)
@@ -155,7 +158,7 @@ class ScopesAndStreams(RpcArea):
         if row.state != StreamState.SEALED:
             return status(status=status.STREAM_NOT_SEALED)
         try:
-            streams.delete_stream(scope, name, wait=FACE_WAIT_SECONDS)
+            streams.delete_stream(scope, name, wait=defaults.WORKFLOW_WAIT_SECONDS)
         except StreamNotFoundError:
             return status(status=status.STREAM_NOT_FOUND)
         return status(status=status.SUCCESS)

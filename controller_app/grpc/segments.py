@@ -29,7 +29,8 @@ from controller_app.grpc.common import (
 from controller_app.workflows import (
     scale,
 )
-from controller_app.workflows.common import FACE_WAIT_SECONDS, get_stream
+from controller_app.workflows.common import get_stream
+from millrace.kernel import defaults
 from millrace.kernel.kvt import KVTABLE_SUFFIX
 from millrace.kernel.naming import qualified_segment_name
 
@@ -161,7 +162,7 @@ class Segments(RpcArea):
         try:
             scale.scale_stream(
                 scope, name, list(request.sealedSegments), ranges,
-                scale_time=request.scaleTimestamp or None, wait=FACE_WAIT_SECONDS,
+                scale_time=request.scaleTimestamp or None, wait=defaults.WORKFLOW_WAIT_SECONDS,
             )  # fmt: skip
         except (PreconditionFailedError, ConflictError, InvalidArgumentError) as exc:
             log.info("scale of %s/%s refused: %s", scope, name, exc)

@@ -34,6 +34,7 @@ from controller_app.workflows import (
     transactions,
 )
 from controller_app.workflows.common import get_stream
+from millrace.kernel import defaults
 
 
 class Transactions(RpcArea):
@@ -45,7 +46,7 @@ class Transactions(RpcArea):
     def createTransaction(self, request: pb.CreateTxnRequest, user: Any) -> pb.CreateTxnResponse:
         scope, name = _names(request.streamInfo)
         txn = transactions.create_transaction(
-            segment_store(), scope, name, lease_ms=request.lease or transactions.LEASE_MS_DEFAULT
+            segment_store(), scope, name, lease_ms=request.lease or defaults.TRANSACTION_LEASE_MS
         )
         row = get_stream(scope, name)
         segments = sel.epoch_record(row, txn.epoch).segment_list()

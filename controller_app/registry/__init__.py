@@ -15,4 +15,5 @@ Its other modules:
 * ``json_format``: JSON Schema schemas (``jsonschema``) and their compatibility rules
 * ``protobuf_format``: Protobuf schemas (``protoc`` and protobuf's descriptors) and their
   compatibility rules
+* ``schema_types``: what the formats share (their errors, references, compact JSON)
 """

@@ -19,7 +19,7 @@ import avro.schema
 import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from controller_app.registry.formats import (
+from controller_app.registry.schema_types import (
     InvalidSchemaError,
     Reference,
     UndecodableError,

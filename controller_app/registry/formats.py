@@ -17,8 +17,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 from typing import Any
+
+from controller_app.registry.schema_types import (
+    InvalidSchemaError,
+    Reference,
+    UndecodableError,
+    compact_json,
+)
 
 __all__ = [
     "TYPES",
@@ -26,6 +32,7 @@ __all__ = [
     "Parsed",
     "Reference",
     "UndecodableError",
+    "compact_json",
     "decode",
     "incompatibilities",
     "parse",
@@ -33,25 +40,6 @@ __all__ = [
 
 #: The schema types, as Confluent names them (``GET /schemas/types``).
 TYPES = ("AVRO", "JSON", "PROTOBUF")
-
-
-class InvalidSchemaError(ValueError):
-    """The schema does not parse (Confluent's 42201), with the library's reason."""
-
-
-class UndecodableError(ValueError):
-    """An event's body does not decode with its schema, with the library's reason."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """A schema a schema refers to: the name it is imported or referred by, and its text and
-    own references (resolved)."""
-
-    name: str
-    schema_type: str
-    text: str
-    references: tuple[Reference, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -113,11 +101,3 @@ def _module(schema_type: str) -> Any:
     from controller_app.registry import avro_format, json_format, protobuf_format
 
     return {"AVRO": avro_format, "JSON": json_format, "PROTOBUF": protobuf_format}[schema_type]
-
-
-def compact_json(text: str, *, sort_keys: bool = False) -> str:
-    """``text`` as compact JSON (``InvalidSchemaError`` if it is not JSON)."""
-    try:
-        return json.dumps(json.loads(text), separators=(",", ":"), sort_keys=sort_keys)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidSchemaError(f"the schema is not JSON: {exc}") from None

@@ -28,7 +28,7 @@ import referencing
 import referencing.jsonschema
 from jsonschema.exceptions import SchemaError, best_match
 
-from controller_app.registry.formats import (
+from controller_app.registry.schema_types import (
     InvalidSchemaError,
     Reference,
     UndecodableError,

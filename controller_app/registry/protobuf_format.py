@@ -30,7 +30,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 
-from controller_app.registry.formats import InvalidSchemaError, Reference, UndecodableError
+from controller_app.registry.schema_types import InvalidSchemaError, Reference, UndecodableError
 
 __all__ = ["ProtobufModel", "decode", "incompatibilities", "parse", "serialized"]
 

@@ -20,12 +20,12 @@ first argument, written ``store`` below; the edges (tasks, views) pass
     ``create_stream(store, scope, name, config: StreamConfig) -> Stream``  creates the segments of
         epoch 0 in the segment store and returns the stream ACTIVE (a retry of the same
         create completes a half-done one; a different existing config -> AlreadyExistsError)
-    ``update_stream(scope, name, config, *, wait=30.0) -> Stream``
-    ``seal_stream(scope, name, *, wait=30.0) -> Stream``
-    ``delete_stream(scope, name, *, wait=30.0) -> None``  (PreconditionFailedError unless SEALED)
-    ``scale_stream(scope, name, sealed_segment_ids, new_ranges, *, scale_time=None, wait=30.0)
+    ``update_stream(scope, name, config, *, wait) -> Stream``
+    ``seal_stream(scope, name, *, wait) -> Stream``
+    ``delete_stream(scope, name, *, wait) -> None``  (PreconditionFailedError unless SEALED)
+    ``scale_stream(scope, name, sealed_segment_ids, new_ranges, *, scale_time=None, wait)
         -> EpochTransition``
-    ``truncate_stream(store, scope, name, stream_cut: {segment id: offset}, *, wait=30.0)
+    ``truncate_stream(store, scope, name, stream_cut: {segment id: offset}, *, wait)
         -> Stream``
     Request workflows record their intent, send the Celery task on commit and, when ``wait``
     is not None, poll the database until the workflow is done (WorkflowTimeoutError after

@@ -14,9 +14,6 @@ from controller_app.models import Stream
 
 #: How often a caller that waits for a workflow looks at the database.
 WAIT_POLL_SECONDS = 0.02
-#: How long a face (REST, gRPC, the console) waits for a workflow it asked for before it answers
-#: that the workflow goes on (504 ``workflow-timeout``, ``DEADLINE_EXCEEDED``, a console notice).
-FACE_WAIT_SECONDS = 30.0
 #: TEST-ONLY: a worker whose environment names a step here kills itself (SIGKILL) right
 #: after that step, so crash tests can stop a workflow at each named point. Never set it in
 #: production.

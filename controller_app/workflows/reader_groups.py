@@ -48,6 +48,7 @@ from controller_app.workflows import scopes
 from controller_app.workflows.common import get_stream, now_ms
 from controller_app.workflows.config import check_name
 from controller_app.workflows.room import check_room
+from millrace.kernel import defaults
 
 T = TypeVar("T")
 
@@ -56,7 +57,6 @@ RETENTION_TYPES = (
     "MANUAL_RELEASE_AT_USER_STREAMCUT",
     "AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT",
 )
-READER_TIMEOUT_MS_DEFAULT = 30_000
 GROUP_REFRESH_MS_DEFAULT = 1_000
 #: Streams one reader group may read.
 STREAMS_MAX = 64
@@ -75,7 +75,7 @@ class ReaderGroupConfig:
 
     streams: Mapping[str, Any] = field(default_factory=dict)
     retention_type: str = "NONE"
-    reader_timeout_ms: int = READER_TIMEOUT_MS_DEFAULT
+    reader_timeout_ms: int = defaults.READER_TIMEOUT_MS
     group_refresh_time_ms: int = GROUP_REFRESH_MS_DEFAULT
 
     def __post_init__(self) -> None:
@@ -121,7 +121,7 @@ class ReaderGroupConfig:
         return cls(
             streams=data.get("streams", {}),
             retention_type=data.get("retentionType", "NONE"),
-            reader_timeout_ms=data.get("readerTimeoutMs", READER_TIMEOUT_MS_DEFAULT),
+            reader_timeout_ms=data.get("readerTimeoutMs", defaults.READER_TIMEOUT_MS),
             group_refresh_time_ms=data.get("groupRefreshTimeMs", GROUP_REFRESH_MS_DEFAULT),
         )
 

@@ -32,6 +32,7 @@ from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import SEGMENTS_PER_EPOCH_MAX
 from controller_app.workflows.room import check_room
 from controller_app.workflows.streams import start_when_active
+from millrace.kernel import defaults
 from millrace.kernel.naming import segment_epoch, segment_number
 
 _EPSILON = 1e-9
@@ -90,7 +91,7 @@ def scale_stream(
     new_ranges: Sequence[tuple[float, float]],
     *,
     scale_time: int | None = None,
-    wait: float | None = 30.0,
+    wait: float | None = defaults.WORKFLOW_WAIT_SECONDS,
 ) -> EpochTransition:
     """Replace the segments ``sealed_segment_ids`` by new ones with ``new_ranges``."""
     stream = get_stream(scope, name)

@@ -43,6 +43,7 @@ from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.room import check_room
 from controller_app.workflows.scopes import get_scope
+from millrace.kernel import defaults
 from millrace.kernel.naming import transaction_segment_name
 
 #: Buckets the periodic services spread streams over (Pravega's default is 100).
@@ -150,7 +151,9 @@ def complete_create(store: SegmentStorePort, stream_id: int) -> None:
 # -- update ------------------------------------------------------------------------------------
 
 
-def update_stream(scope: str, name: str, config: StreamConfig, *, wait: float = 30.0) -> Stream:
+def update_stream(
+    scope: str, name: str, config: StreamConfig, *, wait: float = defaults.WORKFLOW_WAIT_SECONDS
+) -> Stream:
     """Replace the stream's configuration and tags (metadata only); waits for a busy stream.
 
     Scaling policy changes take effect at the next scale decision; a higher ``min_segments``
@@ -214,7 +217,7 @@ def start_when_active(
         return stream
 
     try:
-        return wait_until(attempt, 30.0 if wait is None else wait, what)  # type: ignore[no-any-return]
+        return wait_until(attempt, defaults.WORKFLOW_WAIT_SECONDS if wait is None else wait, what)  # type: ignore[no-any-return]
     except WorkflowTimeoutError:
         raise WorkflowTimeoutError(
             f"stream {scope}/{name} stayed busy with another workflow; {what} was not started"
@@ -224,7 +227,9 @@ def start_when_active(
 # -- seal --------------------------------------------------------------------------------------
 
 
-def seal_stream(scope: str, name: str, *, wait: float | None = 30.0) -> Stream:
+def seal_stream(
+    scope: str, name: str, *, wait: float | None = defaults.WORKFLOW_WAIT_SECONDS
+) -> Stream:
     """Seal every segment of the stream; no more writes. Sealed already is fine."""
     stream = get_stream(scope, name)
     if stream.state == StreamState.DELETING:
@@ -263,7 +268,9 @@ def run_seal(store: SegmentStorePort, stream_id: int) -> None:
 # -- delete ------------------------------------------------------------------------------------
 
 
-def delete_stream(scope: str, name: str, *, wait: float | None = 30.0) -> None:
+def delete_stream(
+    scope: str, name: str, *, wait: float | None = defaults.WORKFLOW_WAIT_SECONDS
+) -> None:
     """Delete a sealed stream: all its segments, then its records."""
     stream = get_stream(scope, name)
     if stream.state == StreamState.SEALED:

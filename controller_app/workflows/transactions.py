@@ -47,6 +47,7 @@ from controller_app.models import (
 from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment, encode_segments
 from controller_app.workflows.common import get_stream, now_ms, step, wait_until
+from millrace.kernel import defaults
 from millrace.kernel.naming import (
     SEGMENT_NUMBER_BITS,
     segment_epoch,
@@ -57,10 +58,6 @@ from millrace.kernel.naming import (
 _S, _T = StreamState, TxnState
 _MASK64 = (1 << 64) - 1
 
-#: Bounds of a lease (ms), the lease of a caller that names none (REST's ``leaseMs`` left out,
-#: gRPC's ``lease`` 0), and the longest a transaction may stay open.
-LEASE_MS_MIN, LEASE_MS_MAX = 1_000, 600_000
-LEASE_MS_DEFAULT = 30_000
 MAX_EXECUTION = dt.timedelta(hours=24)
 #: How long a completed transaction's outcome is kept for late callers.
 COMPLETED_KEPT = dt.timedelta(hours=24)
@@ -139,8 +136,9 @@ def _live_or_finished(stream: Stream, txn_id: uuid.UUID, wanted: str) -> Transac
 
 
 def _check_lease(lease_ms: int) -> int:
-    if not LEASE_MS_MIN <= int(lease_ms) <= LEASE_MS_MAX:
-        raise InvalidArgumentError(f"lease must be between {LEASE_MS_MIN} and {LEASE_MS_MAX} ms")
+    low, high = defaults.TRANSACTION_LEASE_MS_MIN, defaults.TRANSACTION_LEASE_MS_MAX
+    if not low <= int(lease_ms) <= high:
+        raise InvalidArgumentError(f"lease must be between {low} and {high} ms")
     return int(lease_ms)
 
 
@@ -152,7 +150,7 @@ def create_transaction(
     scope: str,
     name: str,
     *,
-    lease_ms: int = LEASE_MS_DEFAULT,
+    lease_ms: int = defaults.TRANSACTION_LEASE_MS,
     writer_id: str = "",
 ) -> Transaction:
     """Open a transaction on the current epoch and create its shadow segments."""

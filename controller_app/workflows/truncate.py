@@ -22,6 +22,7 @@ from controller_app.ports import SegmentStorePort
 from controller_app.segments import CutOrder, encode_segments, encode_stream_cut
 from controller_app.workflows.common import get_stream, step, wait_until
 from controller_app.workflows.streams import start_when_active
+from millrace.kernel import defaults
 
 _S = StreamState
 
@@ -32,7 +33,7 @@ def truncate_stream(
     name: str,
     stream_cut: Mapping[int, int],
     *,
-    wait: float | None = 30.0,
+    wait: float | None = defaults.WORKFLOW_WAIT_SECONDS,
 ) -> Stream:
     """Truncate ``scope/name`` at ``stream_cut`` ({segment id: offset})."""
     stream = get_stream(scope, name)

@@ -34,6 +34,7 @@ from typing import Any
 from millrace.client.events import EVENT_BYTES_MAX
 from millrace.client.transport.io_loop import IoLoop, log
 from millrace.client.writer import AsyncEventWriter
+from millrace.kernel import defaults
 
 __all__ = ["EventWriter", "WriterOptions"]
 
@@ -59,7 +60,7 @@ class WriterOptions:
     pending_bytes_max: int = 64 * 1024 * 1024
     #: Seconds events may be refused by the segment store (its tier-1 cannot write, its disk
     #: is nearly full) before they fail: ``flush`` then raises ``DeliveryTimeoutError``.
-    delivery_timeout_s: float = 120.0
+    delivery_timeout_s: float = defaults.DELIVERY_TIMEOUT_SECONDS
 
     def validate(self) -> None:
         for name in ("batch_events", "batch_bytes", "pending_events_max", "pending_bytes_max"):

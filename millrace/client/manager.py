@@ -31,6 +31,7 @@ from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.transport.io_loop import IoLoop
 from millrace.client.writer import AsyncEventWriter
+from millrace.kernel import defaults
 
 T = TypeVar("T")
 _C = TypeVar("_C", bound="_Closing")
@@ -240,7 +241,9 @@ class TransactionalWriter(_Closing):
         self._loop, self._writer = loop, writer
         loop.on_exit(self, writer.close)
 
-    def begin_txn(self, lease_ms: int = 30_000, writer_id: str = "") -> BlockingTransaction:
+    def begin_txn(
+        self, lease_ms: int = defaults.TRANSACTION_LEASE_MS, writer_id: str = ""
+    ) -> BlockingTransaction:
         begun = self._loop.run(self._writer.begin_txn(lease_ms, writer_id))
         return BlockingTransaction(self._loop, begun)
 
@@ -270,7 +273,7 @@ class TransactionalWriter(_Closing):
         """The state of the transaction ``txn_id``, by its id alone."""
         return self._loop.run(self._writer.txn_state(txn_id))
 
-    def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = 30_000) -> None:
+    def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = defaults.TRANSACTION_LEASE_MS) -> None:
         """Extend the lease of the open transaction ``txn_id`` by its id alone."""
         self._loop.run(self._writer.ping_txn(txn_id, lease_ms))
 
@@ -377,7 +380,7 @@ class BlockingTransaction:
         self._loop.run(self.txn.abort())
         self._ended = True
 
-    def ping(self, lease_ms: int = 30_000) -> None:
+    def ping(self, lease_ms: int = defaults.TRANSACTION_LEASE_MS) -> None:
         self._loop.run(self.txn.ping(lease_ms))
 
     def check_status(self) -> str:

@@ -45,7 +45,7 @@ from millrace.client.follower import (
 from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
-from millrace.kernel import traces
+from millrace.kernel import defaults, traces
 from millrace.kernel.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
@@ -134,7 +134,7 @@ class AsyncReaderGroup:
         *,
         start: str | StreamCut = "head",
         retention_type: str = "NONE",
-        reader_timeout_ms: int = 30_000,
+        reader_timeout_ms: int = defaults.READER_TIMEOUT_MS,
         group_refresh_time_ms: int = 1_000,
     ) -> AsyncReaderGroup:
         if isinstance(streams, list):

@@ -23,11 +23,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from millrace.client.retry import RETRY_PAUSE_MAX_S, RETRY_PAUSE_S, transient, with_retries
 from millrace.client.transport import segment_store as ssc
+from millrace.kernel import defaults
 
-__all__ = ["DELIVERY_TIMEOUT_S", "ResumableAppends"]
+__all__ = ["ResumableAppends"]
 
-#: How long appends go on being resumed before they fail with ``DeliveryTimeoutError``.
-DELIVERY_TIMEOUT_S = 120.0
 
 Piece = bytes | bytearray | memoryview
 
@@ -57,7 +56,7 @@ class ResumableAppends:
         forget: Callable[[], None],
         *,
         writer_id: uuid.UUID | None = None,
-        delivery_timeout_s: float = DELIVERY_TIMEOUT_S,
+        delivery_timeout_s: float = defaults.DELIVERY_TIMEOUT_SECONDS,
     ) -> None:
         self.segment = segment
         #: The connection to the node serving the segment now, and how to forget that node

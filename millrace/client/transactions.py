@@ -27,10 +27,8 @@ from millrace.client.resumable import ResumableAppends
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
-from millrace.kernel import traces
+from millrace.kernel import defaults, traces
 
-#: Lease of a new transaction (ms) and how long commit waits for COMMITTED (s).
-LEASE_MS_DEFAULT = 30_000
 COMMIT_WAIT_SECONDS = 60.0
 #: Transactions ``commit_txns`` commits per request (the controller's limit).
 COMMIT_AT_ONCE = 1000
@@ -197,7 +195,7 @@ class Transaction:
     async def abort(self) -> None:
         self.state = await self.owner.abort_txn(self.txn_id)
 
-    async def ping(self, lease_ms: int = LEASE_MS_DEFAULT) -> None:
+    async def ping(self, lease_ms: int = defaults.TRANSACTION_LEASE_MS) -> None:
         await self.owner.ping_txn(self.txn_id, lease_ms)
 
     async def check_status(self) -> str:
@@ -237,7 +235,9 @@ class AsyncTransactionalWriter:
         next ``client_for`` asks the controller again."""
         self._nodes.pop(parent_id, None)
 
-    async def begin_txn(self, lease_ms: int = LEASE_MS_DEFAULT, writer_id: str = "") -> Transaction:
+    async def begin_txn(
+        self, lease_ms: int = defaults.TRANSACTION_LEASE_MS, writer_id: str = ""
+    ) -> Transaction:
         """A new transaction; ``writer_id`` names who writes it (``open_txn_ids`` finds the
         ones a writer left open)."""
         path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
@@ -313,7 +313,9 @@ class AsyncTransactionalWriter:
         ABORTED), by its id alone."""
         return str((await self.controller.call("GET", self._txn_path(txn_id)))["state"])
 
-    async def ping_txn(self, txn_id: uuid.UUID, lease_ms: int = LEASE_MS_DEFAULT) -> None:
+    async def ping_txn(
+        self, txn_id: uuid.UUID, lease_ms: int = defaults.TRANSACTION_LEASE_MS
+    ) -> None:
         """Extend the lease of the open transaction ``txn_id`` by its id alone; one no longer
         open raises ``ControllerError`` (``precondition-failed``)."""
         await self.controller.call(

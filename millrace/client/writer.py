@@ -40,17 +40,12 @@ from millrace.client.retry import with_retries
 from millrace.client.routing import KeySpace, SegmentWithRange, key_point, replace_sealed
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
-from millrace.kernel import traces
+from millrace.kernel import defaults, traces
 
 log = logging.getLogger("millrace.client")
 
 #: Pause before a writer whose appends were answered "not served here" sets up again.
 OFFLINE_RETRY_PAUSE_S = 0.5
-#: How long a writer goes on sending events the segment store keeps refusing (a container
-#: that cannot write its tier-1, appends refused on a nearly full disk) before they fail with
-#: ``DeliveryTimeoutError`` naming the last refusal (Kafka's ``delivery.timeout.ms``), and
-#: keeps trying to reach a segment store that went away before its events fail.
-DELIVERY_TIMEOUT_S_DEFAULT = 120.0
 #: ``write_event`` yields to the event loop after queuing this many events, so that batches
 #: are shipped while the producer goes on.
 YIELD_EVERY = 512
@@ -321,7 +316,7 @@ class AsyncEventWriter:
         *,
         pending_events_max: int = 100_000,
         limits: ssc.AppendLimits | None = None,
-        delivery_timeout_s: float = DELIVERY_TIMEOUT_S_DEFAULT,
+        delivery_timeout_s: float = defaults.DELIVERY_TIMEOUT_SECONDS,
     ) -> None:
         self.controller = controller
         self.scope, self.stream = scope, stream

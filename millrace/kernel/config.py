@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from millrace.kernel import defaults
+
 __all__ = [
     "DEFAULT_DATA_DIR",
     "HTTP_PORT",
@@ -343,12 +345,31 @@ def _autoscale_window() -> Any:
     )  # fmt: skip
 
 
+def _read_session_timeout(env: Env, data_dir: Path) -> int:
+    name = "MILLRACE_NODE_SESSION_TIMEOUT_S"
+    value = parse_int(env, name, SESSION_TIMEOUT_S_DEFAULT, low=2, high=600)
+    if value <= defaults.CLIENT_SILENCE_SECONDS:
+        raise _bad(
+            name, str(value),
+            f"must be above the clients' silence limit ({defaults.CLIENT_SILENCE_SECONDS:g} s): "
+            "a client must give up a silent node before the node's containers move",
+        )  # fmt: skip
+    return value
+
+
+#: A cluster member's session timeout when none is set (seconds).
+SESSION_TIMEOUT_S_DEFAULT = 5
+
+
 def _session_timeout() -> Any:
-    return env_int(
-        "MILLRACE_NODE_SESSION_TIMEOUT_S", 5,
-        "a cluster member whose session is not renewed this long is gone (seconds)",
-        low=2, high=600,
-    )  # fmt: skip
+    help = "a cluster member whose session is not renewed this long is gone (seconds)"
+    variable = Variable(
+        "MILLRACE_NODE_SESSION_TIMEOUT_S",
+        help,
+        _read_session_timeout,
+        str(SESSION_TIMEOUT_S_DEFAULT),
+    )
+    return _declared(SESSION_TIMEOUT_S_DEFAULT, variable)
 
 
 def parse_advertise(env: Env) -> str | None:

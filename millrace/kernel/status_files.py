@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "HEARTBEAT_FORGET_SECONDS",
+    "HEARTBEAT_INTERVAL_SECONDS",
+    "HEARTBEAT_STALE_SECONDS",
     "heartbeat_path",
     "heartbeat_paths",
     "node_status_path",
@@ -29,6 +32,14 @@ __all__ = [
     "supervisor_state_path",
     "write_status",
 ]
+
+#: Seconds between two heartbeats of a Celery worker or beat process.
+HEARTBEAT_INTERVAL_SECONDS = 2.0
+#: A role whose newest heartbeat is older than this is down.
+HEARTBEAT_STALE_SECONDS = 10.0
+#: Heartbeats (rows, files) of processes silent for this long are deleted, when a process of
+#: the role starts (restarted processes get new ones).
+HEARTBEAT_FORGET_SECONDS = 3600.0
 
 
 # -- where each process writes (all under ``<data dir>/run/``) ---------------------------------

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.client.transport.probe import ProbeError, probe_segment_store
+from millrace.kernel import status_files
 from millrace.kernel.config import TlsSettings, write_secret_file
 from millrace.kernel.status_files import supervisor_state_path, write_status
 from millrace.kernel.tls import peer_context
@@ -430,7 +431,7 @@ def heartbeat_fresh(role: str, child: Child) -> Callable[[], bool]:
         if child.process is None:
             return False
         age = heartbeats.local_age_seconds(role, child.process.pid)
-        return age is not None and age < heartbeats.HEARTBEAT_STALE_SECONDS
+        return age is not None and age < status_files.HEARTBEAT_STALE_SECONDS
 
     return check
 

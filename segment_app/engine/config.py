@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from millrace.kernel import defaults
 from millrace.kernel.config import SegmentStoreSettings
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DurableLogConfig:
     #: Largest data frame written to tier-1 in one append.
-    frame_bytes_max: int = 4 * 1024 * 1024
+    frame_bytes_max: int = defaults.FRAME_BYTES_MAX
     #: Data frames written to tier-1 but not yet acknowledged, at most.
     frames_in_flight_max: int = 8
     #: A frame of at most this many bytes, with no other in flight, is written on the event

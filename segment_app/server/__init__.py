@@ -1,9 +1,9 @@
 """The segment store's network face: Pravega's wire protocol over TCP, and delegation tokens.
 
-``protocol`` is the codec (shared with ``millrace.client``); ``server`` / ``connection`` /
-``requests`` / ``replies`` serve a ``SegmentStoreAPI``; ``auth`` checks and mints tokens; ``node``
-runs a whole segment store process. See ``docs/components/wire-protocol.md``. The engine never
-imports this package.
+The codec is ``millrace.kernel.wire`` (shared with ``millrace.client``); ``server`` /
+``connection`` / ``requests`` / ``replies`` serve a ``SegmentStoreAPI``; ``auth`` checks tokens;
+``node`` runs a whole segment store process. See ``docs/components/wire-protocol.md``. The
+engine never imports this package.
 
 Its other modules:
 
@@ -14,6 +14,8 @@ Its other modules:
   9092)
 * ``quotas``: scopes' quotas on a node: appends and reads delayed to its share of the rates,
   appends refused at a stored-bytes limit
+* ``services``: the wire server's configuration (``ServerConfig``) and the pieces it hands each
+  connection (``ConnectionServices``)
 * ``schema_guard``: appends held to their streams' schemas (``--schemas``)
 * ``traffic``: the traffic monitor
 """

@@ -25,7 +25,7 @@ import functools
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from millrace.kernel import wire as wire
 from millrace.kernel.claims import READ_UPDATE, AuthError
@@ -49,11 +49,9 @@ from segment_app.server.schema_guard import (
     judge,
     stream_of,
 )
+from segment_app.server.services import ConnectionServices
 
-if TYPE_CHECKING:
-    from segment_app.server.connection import WireConnection
-
-__all__ = ["AppendPath"]
+__all__ = ["AppendPath", "AppendReplies"]
 
 log = logging.getLogger(__name__)
 
@@ -102,16 +100,33 @@ class _Writer:
     held: list[_PendingAppend] | None = None
 
 
+class AppendReplies(Protocol):
+    """What the append path needs of its connection: to send replies, to hold and resume the
+    client's reading, and to know whether it is closed (``WireConnection`` is one)."""
+
+    closed: bool
+    #: The connection's tasks (cancelled when it is lost).
+    tasks: set[asyncio.Task[None]]
+
+    def send(self, cmd: Any) -> None: ...
+
+    def send_frames(self, frames: list[bytes]) -> None: ...
+
+    def update_reading(self) -> None: ...
+
+    def hold(self, seconds: float) -> None: ...
+
+    def end_hold(self) -> None: ...
+
+
 class AppendPath:
     """The append sessions of one connection and their blocks in flight."""
 
-    def __init__(self, connection: WireConnection) -> None:
+    def __init__(self, services: ConnectionServices, connection: AppendReplies) -> None:
         self.connection = connection
-        server = connection.server
-        self.server = server
-        self.config = server.config
-        self.store = server.store
-        self.requests = server.requests
+        self.config = services.config
+        self.store = services.store
+        self.requests = services.requests
         self.writers: dict[uuid.UUID, _Writer] = {}
         #: The same writers by the 16 bytes of their id.
         self._writers_by_raw: dict[bytes, _Writer] = {}
@@ -119,9 +134,10 @@ class AppendPath:
         self.bytes_in_flight = 0
         #: Appends of the buffer being decoded, handed to the store together at its end.
         self.batch: list[_PendingAppend] = []
-        self._traffic = server.traffic.record if self.config.traffic_monitor else None
-        self._guard = server.schema_guard
-        self._quotas = server.quotas
+        self._traffic_monitor = services.traffic
+        self._traffic = services.traffic.record if self.config.traffic_monitor else None
+        self._guard = services.schema_guard
+        self._quotas = services.quotas
         #: The scopes with a quota this client appended to (a hold ends when all are paid).
         self.charged: set[str] = set()
         #: Since when this client is held for its scopes' rates (None: it is not).
@@ -388,7 +404,7 @@ class AppendPath:
         failure = _exception_of(future)
         if failure is None and not self.connection.closed:
             if self._traffic is not None:
-                self.server.traffic.record_latency(time.monotonic() - started)
+                self._traffic_monitor.record_latency(time.monotonic() - started)
                 self._count_traffic(part)
             release = max(pending.release_at for pending in part)
             if release > time.monotonic():  # its scope is over its rate: the replies wait

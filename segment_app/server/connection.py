@@ -28,16 +28,14 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from millrace.kernel import traces
 from millrace.kernel import wire as wire
 from segment_app.engine.errors import ContainerOfflineError
 from segment_app.server.appends import AppendPath
 from segment_app.server.replies import reply_for_error
-
-if TYPE_CHECKING:
-    from segment_app.server.server import SegmentStoreServer
+from segment_app.server.services import ConnectionServices
 
 __all__ = ["WireConnection"]
 
@@ -48,11 +46,11 @@ _TLS_HANDSHAKE = 0x16
 
 
 class WireConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SegmentStoreServer) -> None:
-        self.server = server
-        self.config = server.config
-        self.store = server.store
-        self.requests = server.requests
+    def __init__(self, services: ConnectionServices) -> None:
+        self.services = services
+        self.config = services.config
+        self.store = services.store
+        self.requests = services.requests
         self.assembler = wire.FrameAssembler(buffer_bytes=self.config.receive_buffer_bytes)
         #: Where the connection's first bytes land, until they are looked at (``_tls_hello``).
         self._first: memoryview | None = None
@@ -69,7 +67,7 @@ class WireConnection(asyncio.BufferedProtocol):
         #: Encoded replies not yet handed to the transport (sent together, see ``send``).
         self._out: list[bytes | bytearray | memoryview] = []
         self._out_scheduled = False
-        self.appends = AppendPath(self)
+        self.appends = AppendPath(services, self)
         self._sync_handlers: dict[int, Callable[[Any], None]] = {
             wire.Hello.TYPE: self._hello,
             wire.KeepAlive.TYPE: self.send,  # (answered in kind: see the module's docstring)
@@ -86,11 +84,11 @@ class WireConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.server.connections.add(self)
+        self.services.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self.services.connections.discard(self)
         for task in self.tasks:
             task.cancel()
 

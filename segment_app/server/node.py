@@ -46,7 +46,8 @@ from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
 from segment_app.server.quotas import ScopeThrottles, exchange_loop
 from segment_app.server.schema_guard import SchemaGuard
-from segment_app.server.server import SegmentStoreServer, ServerConfig
+from segment_app.server.server import SegmentStoreServer
+from segment_app.server.services import ServerConfig
 from tiers.base import TierError
 
 __all__ = ["run_node", "serve", "server_config", "store_settings"]

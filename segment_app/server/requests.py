@@ -3,7 +3,7 @@
 Responsibility: authorize each request, call the segment store, and build the success reply.
 Handlers raise engine errors, ``AuthError`` or ``UnsupportedOperationError``; the connection turns
 those into error replies through ``segment_app.server.replies``. Appends (SetupAppend and the
-append blocks) are per-connection state and live in ``segment_app.server.connection``.
+append blocks) are per-connection state and live in ``segment_app.server.appends``.
 """
 
 from __future__ import annotations

@@ -5,23 +5,21 @@ token authorizer, the request handlers, the limits), and stop cleanly. Per-conne
 lives in ``segment_app.server.connection``; the request handlers in ``segment_app.server.requests``;
 the error-to-reply mapping in ``segment_app.server.replies``.
 
-Configuration is a frozen ``ServerConfig``; the token secret is passed in (``node`` reads it from
+Configuration is a frozen ``ServerConfig`` (``segment_app.server.services``, with the pieces each
+connection is handed); the token secret is passed in (``node`` reads it from
 ``MILLRACE_TOKEN_SECRET``), never read from the environment here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import ssl
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from millrace.kernel import event_loop
 from millrace.kernel.claims import TokenKeys, TokenVerifier
-from millrace.kernel.config import SegmentStoreSettings
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.engine.tables import TableSegments
 from segment_app.server.auth import AllowAll, Authorizer
@@ -29,66 +27,12 @@ from segment_app.server.connection import WireConnection
 from segment_app.server.quotas import ScopeThrottles
 from segment_app.server.requests import RequestHandlers, RequestSettings
 from segment_app.server.schema_guard import SchemaGuard
+from segment_app.server.services import ConnectionServices, ServerConfig
 from segment_app.server.traffic import TrafficMonitor
 
-__all__ = ["READ_TAIL_WAIT_SECONDS_MAX", "SegmentStoreServer", "ServerConfig"]
+__all__ = ["SegmentStoreServer"]
 
 log = logging.getLogger(__name__)
-
-#: A tail read must answer well before the Pravega client's 30 s request timeout.
-READ_TAIL_WAIT_SECONDS_MAX = 25.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """How the wire server listens and what it allows."""
-
-    #: Interface to listen on.
-    host: str = SegmentStoreSettings.host
-    #: TCP port (Pravega's default 12345); 0 picks a free port (see ``SegmentStoreServer.port``).
-    port: int = SegmentStoreSettings.port
-    #: Check delegation tokens (JWT, HS256) on every request that carries one.
-    auth_enabled: bool = True
-    #: Shared secret the tokens are signed with (required when ``auth_enabled``) ...
-    token_secret: str = dataclasses.field(default="", repr=False)
-    #: ... unless this keyring file (a rotation's) names the secrets (``TokenKeys``).
-    token_keyring: Path | None = None
-    #: Retiring secrets verify until their time (off: TEST-ONLY ``no-token-overlap``).
-    token_overlap: bool = True
-    #: How long a read at the tail of an open segment waits for data before answering empty.
-    read_tail_wait_seconds: float = SegmentStoreSettings.read_tail_wait_seconds
-    #: Most bytes in one SegmentRead reply (Java: 2 MiB).
-    read_reply_bytes_max: int = 2 * 1024 * 1024
-    #: Appends pending per connection before the server stops reading from it ...
-    appends_in_flight_max: int = 1024
-    #: ... or bytes of pending appends per connection.
-    append_bytes_in_flight_max: int = 64 * 1024 * 1024
-    #: Other requests pending per connection before the server stops reading from it.
-    requests_in_flight_max: int = 64
-    #: Append sessions (writer ids set up) per connection; more SetupAppends are refused.
-    writers_per_connection_max: int = 10_000
-    #: The traffic monitor's decision window (MILLRACE_AUTOSCALE_WINDOW_S; ``traffic.py``).
-    autoscale_window_s: float = SegmentStoreSettings.autoscale_window_s
-    #: Count acknowledged appends in the traffic monitor (off only to measure its cost).
-    traffic_monitor: bool = SegmentStoreSettings.traffic_monitor
-    #: Size of each connection's reusable receive buffer.
-    receive_buffer_bytes: int = 256 * 1024
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.read_tail_wait_seconds <= READ_TAIL_WAIT_SECONDS_MAX:
-            raise ValueError(
-                f"read_tail_wait_seconds must be within 0..{READ_TAIL_WAIT_SECONDS_MAX}"
-            )
-        if self.read_reply_bytes_max < 8:
-            raise ValueError("read_reply_bytes_max must be at least 8")
-        limits = (
-            self.appends_in_flight_max,
-            self.append_bytes_in_flight_max,
-            self.requests_in_flight_max,
-            self.writers_per_connection_max,
-        )
-        if min(limits) < 1:
-            raise ValueError("in-flight and writer limits must be positive")
 
 
 class SegmentStoreServer:
@@ -136,8 +80,9 @@ class SegmentStoreServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        services = self.services()
         self._server = await loop.create_server(
-            lambda: WireConnection(self),
+            lambda: WireConnection(services),
             self.config.host,
             self.config.port,
             reuse_address=True,
@@ -146,6 +91,14 @@ class SegmentStoreServer:
         log.info(
             "wire server listening on %s://%s:%d (event loop: %s)",
             "tls" if self.tls else "tcp", self.config.host, self.port, event_loop.name_of(loop),
+        )  # fmt: skip
+
+    def services(self) -> ConnectionServices:
+        """What each connection is given (read when the server starts: the schema guard and
+        the quotas are set before that)."""
+        return ConnectionServices(
+            self.config, self.store, self.requests, self.traffic, self.schema_guard,
+            self.quotas, self.connections,
         )  # fmt: skip
 
     async def stop(self) -> None:

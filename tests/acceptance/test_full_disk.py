@@ -28,6 +28,7 @@ import pytest
 
 from millrace.client.manager import StreamManager
 from millrace.client.transport.segment_store import SegmentStoreError
+from millrace.kernel import defaults
 from tests.acceptance.standalone_node import (
     READY_LINE,
     Standalone,
@@ -42,7 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 #: The disk's size: its 5 % above the limit must take what the node writes between two looks
 #: of its disk guard (0.1 s), tier-1 and tier-2 together at page-cache speed.
 DISK_BYTES = 1024 * 2**20
-DELIVERY_TIMEOUT_S = 20.0
 EVENT = "x" * 4000
 
 
@@ -92,7 +92,9 @@ def _restarts(node: Standalone) -> dict[str, int]:
 def _write_until_refused(manager: StreamManager, scope: str) -> tuple[set[str], float, str]:
     """Writes numbered events, flushing every 500, until a flush fails; (the events
     acknowledged, seconds from the failed flush's start to its failure, its error)."""
-    writer = manager.create_writer(scope, "st", delivery_timeout_s=DELIVERY_TIMEOUT_S)
+    writer = manager.create_writer(
+        scope, "st", delivery_timeout_s=defaults.DELIVERY_TIMEOUT_SECONDS
+    )
     acked: set[str] = set()
     batch: list[str] = []
     for n in range(1_000_000):
@@ -146,7 +148,7 @@ def test_a_full_disk_refuses_appends_in_time_and_recovers_by_itself(small_disk: 
         restarts = _restarts(node)
         filler = _fill(small_disk, 0.9)
         acked, refused_for, why = _write_until_refused(manager, scope)
-        assert refused_for <= DELIVERY_TIMEOUT_S + 10, refused_for
+        assert refused_for <= defaults.DELIVERY_TIMEOUT_SECONDS + 10, refused_for
         assert why.startswith("DeliveryTimeoutError") and "appends refused: the disk of" in why, why
         tier1 = _tier1(node)
         assert "appends refused" in tier1.get("disk", ""), tier1

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from controller_app import health, heartbeats
 from controller_app.models import ProcessHeartbeat
+from millrace.kernel import status_files
 from millrace.kernel.status_files import node_status_path
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
 from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig
@@ -167,7 +168,7 @@ def test_no_segment_store_registered_is_down(client: Client, beating: None) -> N
 
 
 def test_a_stale_worker_heartbeat_is_down_but_writes_go_on(client: Client, healthy: Any) -> None:
-    past = timezone.now() - dt.timedelta(seconds=heartbeats.HEARTBEAT_STALE_SECONDS + 5)
+    past = timezone.now() - dt.timedelta(seconds=status_files.HEARTBEAT_STALE_SECONDS + 5)
     ProcessHeartbeat.objects.filter(role="worker").update(beat_at=past)
     assert_down(client, "worker", "s ago", writes_stop=False)
 

@@ -17,7 +17,7 @@ from millrace.kernel.config import SegmentStoreSettings
 from millrace.ops import cli
 from segment_app.engine.config import ContainerConfig, SegmentStoreConfig, StorageWriterConfig
 from segment_app.server import node
-from segment_app.server.server import ServerConfig
+from segment_app.server.services import ServerConfig
 from tiers.memory import clear_chunk_stores, clear_log_stores
 
 SEG = "sc/st/0.#epoch.0"

@@ -20,7 +20,8 @@ from millrace.kernel.config import ConfigError, TlsSettings
 from millrace.kernel.tls import CertificateReloader, TlsRefused, client_context, server_context
 from segment_app.engine.store import SegmentStore
 from segment_app.server.metrics import MetricsServer
-from segment_app.server.server import SegmentStoreServer, ServerConfig
+from segment_app.server.server import SegmentStoreServer
+from segment_app.server.services import ServerConfig
 from segment_app.server.traffic import TrafficMonitor
 from tests.acceptance.certs import Certs
 

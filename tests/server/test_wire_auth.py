@@ -157,7 +157,8 @@ async def test_auth_off_accepts_empty_tokens(client) -> None:
 
 
 def test_auth_on_requires_a_secret(store) -> None:
-    from segment_app.server.server import SegmentStoreServer, ServerConfig
+    from segment_app.server.server import SegmentStoreServer
+    from segment_app.server.services import ServerConfig
 
     with pytest.raises(ValueError, match="MILLRACE_TOKEN_SECRET"):
         SegmentStoreServer(store, ServerConfig(auth_enabled=True, token_secret=""))

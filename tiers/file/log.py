@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
+from millrace.kernel import defaults
 from tiers.base import (
     DataLogClosedError,
     DataLogCorruptionError,
@@ -94,7 +95,7 @@ class FileDurableDataLog(DurableDataLog):
         ledger_bytes_max: int = 256 * 1024 * 1024,
         read_batch_bytes_max: int = 16 * 1024 * 1024,
         read_batch_frames_max: int = 1024,
-        frame_bytes_max: int = 8 * 1024 * 1024,
+        frame_bytes_max: int = defaults.FRAME_BYTES_MAX,
         batch_frames_max: int = 256,
         fencing: bool = True,
         verify_crc: bool = True,

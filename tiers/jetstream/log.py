@@ -48,6 +48,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
+from millrace.kernel import defaults
 from tiers.base import (
     DataLogError,
     DataLogFencedError,
@@ -135,7 +136,7 @@ class JetStreamDurableDataLog(DurableDataLog):
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 30.0,
         read_batch_frames_max: int = 1024,
-        frame_bytes_max: int = 8 * 1024 * 1024,
+        frame_bytes_max: int = defaults.FRAME_BYTES_MAX,
         batch_frames_max: int = 256,
     ) -> None:
         super().__init__(frame_bytes_max=frame_bytes_max, batch_frames_max=batch_frames_max)

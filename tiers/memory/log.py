@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
+from millrace.kernel import defaults
 from tiers.base import (
     DataLogError,
     DataLogFencedError,
@@ -90,7 +91,7 @@ class MemoryDurableDataLog(DurableDataLog):
         log_id: str | None = None,
         store: MemoryLogStore | None = None,
         faults: FaultInjector | None = None,
-        frame_bytes_max: int = 8 * 1024 * 1024,
+        frame_bytes_max: int = defaults.FRAME_BYTES_MAX,
         batch_frames_max: int = 256,
         read_batch_frames_max: int = 1024,
         appends_inline: bool = False,

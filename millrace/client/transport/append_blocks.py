@@ -14,13 +14,10 @@ import collections
 import dataclasses
 import functools
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from millrace.client.errors import AppendsLostError, SegmentStoreError
 from millrace.kernel import wire
-
-if TYPE_CHECKING:
-    from millrace.client.transport.appends import AppendSessions
 
 __all__ = [
     "BLOCK_CALL",
@@ -101,8 +98,9 @@ class Session:
     of writers each pair is a writer not in cache.)"""
 
     failure: SegmentStoreError | None = None
-    #: The client it belongs to (a handle given to another connection is refused).
-    client: AppendSessions
+    #: Whose session it is: the append sessions of one connection, held only to be compared
+    #: (a handle given to another connection is refused), never called.
+    owner: object
     #: Events of the block being filled, numbered from ``open_first``. (Emptied, not replaced,
     #: when the block is sent: no new object per block.) Their event headers are made when it
     #: is sent (see ``block_data``) ...

@@ -128,7 +128,7 @@ class AppendMany:
                 if (
                     session is None
                     or session.failure is not None
-                    or session.client is not appends
+                    or session.owner is not appends
                     or type(share) is not bytes
                 ):
                     break

@@ -137,7 +137,7 @@ class AppendSessions:
             raise InvalidArgumentError(f"writer {writer_id} still has appends pending")
         last = (await self._requests.call(make, wire.AppendSetup)).last_event_number
         session = Session(
-            client=self,
+            owner=self,
             segment=segment,
             writer_id=writer_id,
             open_first=max(last, 0) + 1,
@@ -275,7 +275,7 @@ class AppendSessions:
     def session(self, writer: uuid.UUID | WriterHandle) -> Session:
         """The writer's session, given its id or its handle; raises why it takes no appends."""
         if type(writer) is Session:
-            if writer.client is not self:
+            if writer.owner is not self:
                 raise InvalidArgumentError(
                     f"writer handle of {writer.writer_id} belongs to another connection"
                 )

@@ -20,13 +20,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from millrace.client.errors import ConnectionLostError, SegmentStoreError
-from millrace.kernel import traces, wire
+from millrace.kernel import defaults, traces, wire
 
 __all__ = [
     "CONNECT_S",
     "KEEPALIVE_S",
     "SEND_BUFFER_BYTES",
-    "SILENCE_S",
     "WRITE_CHUNK_BYTES",
     "AppendListener",
     "Connection",
@@ -50,14 +49,11 @@ WRITE_CHUNK_BYTES = 256 * 1024
 _DATA_APPENDED = struct.Struct(">16sqqqq")
 _DATA_APPENDED_TYPE = wire.DataAppended.TYPE
 #: A connection nothing arrived on for this long sends a KeepAlive (the segment store answers
-#: each one, as Pravega's does) ...
+#: each one, as Pravega's does); one nothing arrived on for ``defaults.CLIENT_SILENCE_SECONDS``
+#: is given up as silent: it is aborted with ``ConnectionLostError``, so that what waits on it
+#: (appends, requests) fails over like a crash; far above a slow link's round trip (a live node
+#: answers a KeepAlive within one).
 KEEPALIVE_S = 1.0
-#: ... and one nothing arrived on for this long is given up as silent (the node is partitioned,
-#: paused or frozen): it is aborted with ``ConnectionLostError``, so that what waits on it
-#: (appends, requests) fails over like a crash. Below the node's session timeout (5 s at the
-#: defaults), so that a client has found the silence by the time the container moves; far above
-#: a slow link's round trip (a live node answers a KeepAlive within one).
-SILENCE_S = 4.0
 #: A new connection that is not accepted and greeted (Hello) within this long is given up: a
 #: partitioned node answers no SYN, a paused one accepts (its kernel does) and never says Hello.
 #: Room for one lost SYN (resent after 1 s) on a slow link.
@@ -91,7 +87,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(
         self, request_timeout: float, *, keepalive_s: float = KEEPALIVE_S,
-        silence_s: float = SILENCE_S,
+        silence_s: float = defaults.CLIENT_SILENCE_SECONDS,
     ) -> None:  # fmt: skip
         #: Who hears about appends (``listen``; the client's append sessions).
         self.appends: AppendListener

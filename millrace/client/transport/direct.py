@@ -27,9 +27,9 @@ from millrace.client.errors import (
     ConnectionLostError,
     error_from_reply,
 )
-from millrace.client.transport.connection import CONNECT_S, KEEPALIVE_S, SILENCE_S, liveness_off
+from millrace.client.transport.connection import CONNECT_S, KEEPALIVE_S, liveness_off
 from millrace.client.transport.table_calls import TableRequest
-from millrace.kernel import wire
+from millrace.kernel import defaults, wire
 
 __all__ = ["DirectConnection"]
 
@@ -49,7 +49,7 @@ class DirectConnection:
         token: str = "",
         token_refresh: Callable[[], str] | None = None,
         keepalive_s: float = KEEPALIVE_S,
-        silence_s: float = SILENCE_S,
+        silence_s: float = defaults.CLIENT_SILENCE_SECONDS,
     ) -> None:
         self.token = token
         self.token_refresh = token_refresh

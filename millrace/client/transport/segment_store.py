@@ -60,9 +60,9 @@ from millrace.client.transport.calls import (
     SegmentCalls,
     SegmentInfo,
 )
-from millrace.client.transport.connection import CONNECT_S, KEEPALIVE_S, SILENCE_S, Connection
+from millrace.client.transport.connection import CONNECT_S, KEEPALIVE_S, Connection
 from millrace.client.transport.table_calls import TableCalls
-from millrace.kernel import wire
+from millrace.kernel import defaults, wire
 from millrace.kernel.tls import TlsRefused, refusal
 
 __all__ = [
@@ -107,7 +107,7 @@ class SegmentStoreClient:
         limits: AppendLimits | None = None,
         token_refresh: Callable[[], Awaitable[str]] | None = None,
         keepalive_s: float = KEEPALIVE_S,
-        silence_s: float = SILENCE_S,
+        silence_s: float = defaults.CLIENT_SILENCE_SECONDS,
     ) -> None:
         """``keepalive_s``, ``silence_s``: the liveness watch (``Connection``): a KeepAlive
         after that long without a byte from the node, the connection given up after this."""

@@ -31,7 +31,6 @@ __all__ = ["APPEND_BLOCK_END_DATA_START", "data_appended_frame", "split_append_b
 
 _U64_MASK = (1 << 64) - 1
 
-_ABE_HEAD = struct.Struct(">16xii")  # (writer id), sizeOfWholeEvents, data length
 _ABE_HEAD_RAW = struct.Struct(">16sii")  # writer id bytes, sizeOfWholeEvents, data length
 #: Where an AppendBlockEnd payload's data starts.
 APPEND_BLOCK_END_DATA_START = _ABE_HEAD_RAW.size
@@ -47,29 +46,8 @@ _DA_FRAME = struct.Struct(">iiQQqqqq")
 _SR_FLAGS = struct.Struct(">q??i")  # offset, atTail, endOfSegment, data length
 
 
-def _truncated(what: str) -> ProtocolError:
-    return ProtocolError(f"truncated {what}")
-
-
 def _uuid_at(mv: memoryview, start: int) -> uuid.UUID:
     return uuid_from_bytes(mv[start : start + 16])
-
-
-def _decode_append_block_end(r: Reader) -> AppendBlockEnd:
-    mv, start, end = r.mv, r.pos, r.end
-    if end - start < _ABE_HEAD.size:
-        raise _truncated("AppendBlockEnd")
-    whole, n = _ABE_HEAD.unpack_from(mv, start)
-    data_start = start + _ABE_HEAD.size
-    data_end = data_start + n
-    if n < 0 or data_end + _ABE_TAIL.size > end:
-        raise _truncated("AppendBlockEnd data")
-    num_events, last = _ABE_TAIL.unpack_from(mv, data_end)
-    r.pos = data_end + _ABE_TAIL.size
-    request_id = r.i64() if r.pos < end else NO_REQUEST_ID
-    return AppendBlockEnd(
-        _uuid_at(mv, start), whole, mv[data_start:data_end], num_events, last, request_id
-    )
 
 
 def split_append_block_end(payload: bytes) -> tuple[bytes, int, int, int, int, int] | None:
@@ -90,6 +68,18 @@ def split_append_block_end(payload: bytes) -> tuple[bytes, int, int, int, int, i
         num_events, last = _ABE_TAIL.unpack_from(payload, end)
         return raw, whole, end, num_events, last, NO_REQUEST_ID
     return None
+
+
+def _decode_append_block_end(r: Reader) -> AppendBlockEnd:
+    """The command, read by ``split_append_block_end`` (the one reader of the layout)."""
+    start = r.pos
+    fields = split_append_block_end(r.mv[start : r.end])  # type: ignore[arg-type]
+    if fields is None:
+        raise ProtocolError("malformed AppendBlockEnd: its data length and the payload disagree")
+    raw, whole, end, num_events, last, request_id = fields
+    r.pos = r.end
+    data = r.mv[start + APPEND_BLOCK_END_DATA_START : start + end]
+    return AppendBlockEnd(uuid_from_bytes(raw), whole, data, num_events, last, request_id)
 
 
 #: ``data_appended_frame(writer id bytes, eventNumber, previousEventNumber, requestId,

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from millrace.kernel import defaults
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -38,8 +39,8 @@ def register(commands: Any, parents: Parents) -> None:
         help="whether the group's position holds back retention (default NONE)",
     )  # fmt: skip
     create.add_argument(
-        "--reader-timeout-ms", type=int, default=30_000,
-        help="a reader silent this long is declared dead (default 30000)",
+        "--reader-timeout-ms", type=int, default=defaults.READER_TIMEOUT_MS,
+        help="a reader silent this long is declared dead (default %(default)s)",
     )  # fmt: skip
     add(verbs, "list", remote.handler(readergroup_list), "List the reader groups of SCOPE.",
         parents=parents_).add_argument("scope")  # fmt: skip
