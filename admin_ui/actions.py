@@ -24,6 +24,7 @@ from controller_app.workflows.common import get_stream
 from controller_app.workflows.scopes import get_scope
 from millrace.client.streamcut import StreamCut
 from millrace.kernel import defaults
+from millrace.kernel.quotas import QUOTA_LIMITS, limit_value
 
 #: Parts one split makes, at most.
 SPLIT_PARTS_MAX = 16
@@ -56,12 +57,12 @@ def scope_delete(request: HttpRequest, scope: str) -> HttpResponse:
 def scope_quota(request: HttpRequest, scope: str) -> HttpResponse:
     """Set the scope's limits from the form (an empty field: none)."""
     limits: dict[str, Any] = {}
-    for field, name in quotas.API_NAMES.items():
-        text = request.POST.get(name, "").strip()
+    for limit in QUOTA_LIMITS:
         try:
-            limits[field] = int(text) or None if text else None
-        except ValueError:
-            raise InvalidArgumentError(f"{name} must be a whole number, not {text!r}") from None
+            text = request.POST.get(limit.field, "")
+            limits[limit.name] = limit_value(limit.field, text, zero_is_none=True)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
     quotas.set_quota(scope, limits, request.POST.get("storedPolicy") or None)
     return done(request, f"the quota of {scope} is set")
 

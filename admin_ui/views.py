@@ -48,6 +48,7 @@ from controller_app.workflows import marks, transactions
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows.scopes import get_scope
 from millrace.client.streamcut import StreamCut
+from millrace.kernel.quotas import QUOTA_LIMITS
 
 #: Epochs per page of a stream's history chart.
 EPOCHS_PER_PAGE = 50
@@ -196,7 +197,7 @@ def streams(request: HttpRequest, scope: str) -> HttpResponse:
         sort = "name"
     rows = sel.stream_listing(scope_row, text=text, tag=tag, sort=sort)
     if not grants.sees_everything(request.user):
-        rows = grants.visible(request.user, rows, lambda r: grants.stream_resource(scope, r.name))
+        rows = grants.visible(request.user, rows, lambda r: grants.stream_prn(scope, r.name))
     found = paginate(request, rows)
     rows = list(found.object_list)
     tags = sel.tags_of(rows)
@@ -229,19 +230,11 @@ def streams(request: HttpRequest, scope: str) -> HttpResponse:
     return render(request, template, values)
 
 
-#: The quota's rows on a scope's page: (REST field, label).
-QUOTA_ROWS = (
-    ("appendBytesPerSecond", "append bytes/s"), ("appendEventsPerSecond", "append events/s"),
-    ("readBytesPerSecond", "read bytes/s"), ("storedBytes", "stored bytes"),
-    ("streams", "streams"), ("segments", "segments"), ("readerGroups", "reader groups"),
-    ("tables", "key-value tables"),
-)  # fmt: skip
-
-
 def quota_rows(quota: dict[str, Any]) -> list[dict[str, Any]]:
     """Each limit of a scope's quota with its use, and the part used where both are known."""
     rows = []
-    for field, label in QUOTA_ROWS:
+    for row in QUOTA_LIMITS:
+        field, label = row.field, row.label
         limit, used = quota["limits"][field], quota["used"][field]
         ratio = min(used / limit, 1.0) if limit and used is not None else None
         rows.append({"field": field, "label": label, "limit": limit, "used": used,
@@ -381,7 +374,7 @@ def find(request: HttpRequest) -> HttpResponse:
         scope_part, _, stream_part = text.rpartition("/")
         exact = Stream.objects.filter(scope__name=scope_part, name=stream_part).first()
         readable = exact is not None and grants.allowed(
-            request.user, grants.stream_resource(scope_part, stream_part), grants.READ
+            request.user, grants.stream_prn(scope_part, stream_part), grants.READ
         )
         if exact is not None and readable:
             return redirect("console:events", exact.scope.name, exact.name)
@@ -394,7 +387,7 @@ def find(request: HttpRequest) -> HttpResponse:
             .order_by("scope__name", "name")[: FIND_SHOWN + 1]
         )
         found = grants.visible(
-            request.user, found, lambda r: grants.stream_resource(r.scope.name, r.name)
+            request.user, found, lambda r: grants.stream_prn(r.scope.name, r.name)
         )
         if len(found) == 1:
             return redirect("console:events", found[0].scope.name, found[0].name)
@@ -616,7 +609,7 @@ def scope_transactions(request: HttpRequest, scope: str) -> HttpResponse:
         {"txn": t, "id": transactions.transaction_uuid(t), "age": now - t.created_at,
          "lease_left": t.lease_expires_at - now}
         for t in grants.visible(request.user, sel.live_transactions(scope_row),
-                                lambda t: grants.stream_resource(scope, t.stream.name))
+                                lambda t: grants.stream_prn(scope, t.stream.name))
     ]  # fmt: skip
     return render(
         request, "admin_ui/transactions.html", context(request, scope=scope_row, txns=txns)

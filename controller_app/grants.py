@@ -42,7 +42,7 @@ from millrace.kernel.kvt import KVTABLE_SUFFIX
 
 __all__ = [
     "MANAGE", "PERMISSIONS", "READ", "READ_UPDATE", "ROOT", "PermissionRefusedError", "Verdict",
-    "allowed", "authorize", "judge", "resource_of", "stream_resource",
+    "allowed", "authorize", "judge", "resource_of", "stream_prn",
 ]  # fmt: skip
 
 _T = TypeVar("_T")
@@ -84,12 +84,14 @@ def scope_resource(scope: str) -> str:
     return f"prn::/scope:{scope}"
 
 
-def stream_resource(scope: str, stream: str) -> str:
-    """The resource a stream's segments answer to (an internal stream's owner's)."""
+def stream_prn(scope: str, stream: str) -> str:
+    """The grant resource (Pravega's ``prn::`` form) a stream's segments answer to (an internal
+    stream's owner's); a delegation token's resource claim is another thing
+    (``claims.stream_resource``)."""
     if stream.startswith(READER_GROUP_STREAM_PREFIX):
         return reader_group_resource(scope, stream[len(READER_GROUP_STREAM_PREFIX) :])
     if stream.startswith(MARKS_STREAM_PREFIX):
-        return stream_resource(scope, stream[len(MARKS_STREAM_PREFIX) :])
+        return stream_prn(scope, stream[len(MARKS_STREAM_PREFIX) :])
     if stream.endswith(KVTABLE_SUFFIX):
         return kvtable_resource(scope, stream[: -len(KVTABLE_SUFFIX)])
     return f"prn::/scope:{scope}/stream:{stream}"
@@ -115,7 +117,7 @@ def resource_of(kwargs: Mapping[str, Any]) -> str:
     if not scope:
         return ROOT
     if kwargs.get("stream"):
-        return stream_resource(scope, kwargs["stream"])
+        return stream_prn(scope, kwargs["stream"])
     if kwargs.get("reader_group"):
         return reader_group_resource(scope, kwargs["reader_group"])
     if kwargs.get("kvtable"):
@@ -148,7 +150,7 @@ def _from_legacy(text: str) -> str:
     scope, _, rest = text.partition("/")
     if not rest:
         return scope_resource(scope)
-    return f"prn::/scope:{scope}/*" if rest == "*" else stream_resource(scope, rest)
+    return f"prn::/scope:{scope}/*" if rest == "*" else stream_prn(scope, rest)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -249,7 +251,7 @@ def authorize_streams(user: Any, scoped_names: Iterable[str]) -> None:
     be allowed READ on each, and no more."""
     for scoped in scoped_names:
         scope, _, stream = scoped.partition("/")
-        authorize(user, stream_resource(scope, stream), READ)
+        authorize(user, stream_prn(scope, stream), READ)
 
 
 def segments_resource(scope: str, stream: str) -> str:
@@ -262,7 +264,7 @@ def segments_resource(scope: str, stream: str) -> str:
         name = stream[: -len(KVTABLE_SUFFIX)]
         if not KeyValueTable.objects.filter(scope__name=scope, name=name).exists():
             return reader_group_resource(scope, name)
-    return stream_resource(scope, stream)
+    return stream_prn(scope, stream)
 
 
 def access_to_stream(user: Any, scope: str, stream: str) -> str:

@@ -16,9 +16,6 @@ from django.db import InterfaceError, OperationalError
 
 from controller_app.errors import BrokerUnavailableError
 
-#: Seconds a client is asked to wait (``Retry-After``) before it asks again.
-RETRY_AFTER_SECONDS = 5
-
 DATABASE_UNAVAILABLE = "database-unavailable"
 BROKER_UNAVAILABLE = "broker-unavailable"
 

@@ -18,7 +18,15 @@ import dataclasses
 from controller_app import errors as ce
 from millrace.client.transport import segment_store as ssc
 
-__all__ = ["INTERNAL", "OUTAGES", "OUTCOMES", "Outcome", "outcome_of"]
+__all__ = [
+    "INTERNAL",
+    "OUTAGES",
+    "OUTCOMES",
+    "SEGMENT_STORE_AWAY_SECONDS",
+    "SERVICE_AWAY_SECONDS",
+    "Outcome",
+    "outcome_of",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -30,13 +38,26 @@ class Outcome:
     code: str
     #: The name of the ``grpc.StatusCode`` Pravega's clients get.
     grpc: str
-    #: The same call may succeed later (REST adds ``Retry-After``).
-    retry: bool = False
+    #: The same call may succeed later: the seconds REST's ``Retry-After`` asks the client to
+    #: wait first (0: it may not, no ``Retry-After``).
+    retry_after: int = 0
     #: The message, from the error's own (``{}``).
     message: str = "{}"
 
+    @property
+    def retry(self) -> bool:
+        return self.retry_after > 0
+
     def say(self, exc: BaseException) -> str:
         return self.message.format(exc)
+
+
+#: ``Retry-After`` when the segment store is away: about one restart of it by the standalone
+#: supervisor, or one failover of its container.
+SEGMENT_STORE_AWAY_SECONDS = 2
+#: ``Retry-After`` when a service around the node is away (the metadata database, the broker:
+#: ``controller_app.outages``), on REST, the console and the WebSocket handshake.
+SERVICE_AWAY_SECONDS = 5
 
 
 def _missing(code: str) -> Outcome:
@@ -44,7 +65,7 @@ def _missing(code: str) -> Outcome:
 
 
 def _away(code: str, message: str = "{}") -> Outcome:
-    return Outcome(503, code, "UNAVAILABLE", retry=True, message=message)
+    return Outcome(503, code, "UNAVAILABLE", SEGMENT_STORE_AWAY_SECONDS, message)
 
 
 #: (error class, outcome), first match wins.

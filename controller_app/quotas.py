@@ -35,23 +35,15 @@ from controller_app.models import QuotaUsage, Scope, ScopeQuota, Stream, StreamC
 from controller_app.ports import SegmentStorePort
 from controller_app.segments import CutOrder
 from controller_app.workflows.room import counts
-from millrace.kernel.quotas import Allowance, Demand, share
+from millrace.kernel.quotas import QUOTA_LIMITS, Allowance, Demand, limit_value, share
 
 log = logging.getLogger(__name__)
 
 #: A node's usage row counts this long after it was written.
 FRESH_SECONDS = 5.0
-LIMITS = (
-    "append_bytes_per_s", "append_events_per_s", "read_bytes_per_s", "stored_bytes", "streams",
-    "segments", "reader_groups", "tables",
-)  # fmt: skip
-#: The REST API's names of the limits.
-API_NAMES = {
-    "append_bytes_per_s": "appendBytesPerSecond", "append_events_per_s": "appendEventsPerSecond",
-    "read_bytes_per_s": "readBytesPerSecond", "stored_bytes": "storedBytes",
-    "streams": "streams", "segments": "segments", "reader_groups": "readerGroups",
-    "tables": "tables",
-}  # fmt: skip
+#: The limits' names, and their REST API names (``millrace.kernel.quotas.QUOTA_LIMITS``).
+LIMITS = tuple(limit.name for limit in QUOTA_LIMITS)
+API_NAMES = {limit.name: limit.field for limit in QUOTA_LIMITS}
 
 
 # -- setting and showing ----------------------------------------------------------------------
@@ -69,8 +61,10 @@ def set_quota(scope: str, limits: Mapping[str, Any], stored_policy: str | None =
     if unknown:
         raise InvalidArgumentError(f"unknown limits {unknown}; known: {list(LIMITS)}")
     for name, value in limits.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise InvalidArgumentError(f"{name} must be a whole number from 1, or null for none")
+        try:
+            limit_value(API_NAMES[name], value)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
     quota, _ = ScopeQuota.objects.get_or_create(scope=row)
     for name, value in limits.items():
         setattr(quota, name, value)

@@ -31,7 +31,7 @@ from controller_app import outages
 from controller_app.api import is_api_path
 from controller_app.api.authentication import TooManySignInsError
 from controller_app.api.fields import BodyTooLargeError, body_limit_message
-from controller_app.outcomes import INTERNAL, outcome_of
+from controller_app.outcomes import INTERNAL, SERVICE_AWAY_SECONDS, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +64,11 @@ def _validation_message(detail: Any, prefix: str = "") -> str:
     return f"{prefix}{detail}"
 
 
-#: Seconds a client is asked to wait (``Retry-After``) when the segment store is away: about
-#: one restart of it by the standalone supervisor.
-RETRY_AFTER_SECONDS = 2
-
-
-def unavailable(code: str, message: str) -> Response:
-    """503 with ``Retry-After``: the segment store is away (restarting); the call may succeed
-    if made again."""
-    return error(503, code, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
-
-
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     down = outages.service_down(exc)
     if down is not None:
         log.warning("%s: %s (%s)", context.get("view"), down[0], type(exc).__name__)
-        return error(503, *down, {"Retry-After": str(outages.RETRY_AFTER_SECONDS)})
+        return error(503, *down, {"Retry-After": str(SERVICE_AWAY_SECONDS)})
     if isinstance(exc, Http404):
         return error(404, "not-found", str(exc) or "not found")
     if isinstance(exc, RequestDataTooBig):
@@ -98,11 +87,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if outcome is None:
         log.exception("unexpected error in %s", context.get("view"))
         return error(500, INTERNAL.code, f"internal error ({type(exc).__name__}); see the log")
-    if outcome.retry:
-        if not isinstance(exc, ce.ControllerError):  # (the segment store's own failure)
-            log.warning("segment store unavailable: %s", exc)
-        return unavailable(outcome.code, outcome.say(exc))
-    return error(outcome.http, outcome.code, outcome.say(exc))
+    if outcome.retry and not isinstance(exc, ce.ControllerError):  # (the segment store's own)
+        log.warning("segment store unavailable: %s", exc)
+    headers = {"Retry-After": str(outcome.retry_after)} if outcome.retry_after else None
+    return error(outcome.http, outcome.code, outcome.say(exc), headers)
 
 
 def _is_api(request: HttpRequest) -> bool:
@@ -146,7 +134,7 @@ def service_down_response(request: HttpRequest, code: str, message: str) -> Http
     else:
         response = render(request, "service_unavailable.html", {"code": code, "message": message},
                           status=503)  # fmt: skip
-    response["Retry-After"] = str(outages.RETRY_AFTER_SECONDS)
+    response["Retry-After"] = str(SERVICE_AWAY_SECONDS)
     return response
 
 

@@ -15,21 +15,26 @@ from rest_framework.views import APIView
 
 from controller_app import quotas
 from controller_app.workflows.scopes import get_scope
+from millrace.kernel.quotas import QUOTA_LIMITS
+
+#: A quota as the REST API takes it: each limit of ``QUOTA_LIMITS`` (a whole number from 1,
+#: or null for none) and the stored-bytes policy.
+QuotaSerializer = type(
+    "QuotaSerializer",
+    (serializers.Serializer,),
+    {
+        **{
+            limit.field: serializers.IntegerField(
+                min_value=1, allow_null=True, required=False, help_text=limit.label
+            )
+            for limit in QUOTA_LIMITS
+        },
+        "storedPolicy": serializers.ChoiceField(choices=("refuse", "truncate"), required=False),
+    },
+)
 
 
-class QuotaSerializer(serializers.Serializer):
-    appendBytesPerSecond = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    appendEventsPerSecond = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    readBytesPerSecond = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    storedBytes = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    storedPolicy = serializers.ChoiceField(choices=("refuse", "truncate"), required=False)
-    streams = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    segments = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    readerGroups = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    tables = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-
-
-_FIELDS = {api: name for name, api in quotas.API_NAMES.items()}
+_FIELDS = {limit.field: limit.name for limit in QUOTA_LIMITS}
 
 
 class QuotaView(APIView):

@@ -132,9 +132,7 @@ class StreamsView(APIView):
         else:
             rows = sel.streams_in(scope_row, internal=kind == "showInternalStreams")
             found = list(rows[:STREAMS_LIST_MAX])
-        found = grants.readable(
-            request.user, found, lambda x: grants.stream_resource(scope, x.name)
-        )
+        found = grants.readable(request.user, found, lambda x: grants.stream_prn(scope, x.name))
         tags = sel.tags_of(found)
         return Response(
             {"streams": [s.StreamPropertySerializer.of(x, tags.get(x.pk, [])) for x in found]}

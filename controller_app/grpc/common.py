@@ -178,7 +178,7 @@ def created_in_scope(request: Any) -> str:
     stream, its owner."""
     info = _info_of(request)
     if _internal_stream(request):
-        return grants.stream_resource(info.scope, info.stream)
+        return grants.stream_prn(info.scope, info.stream)
     return grants.scope_resource(info.scope)
 
 

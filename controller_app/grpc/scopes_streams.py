@@ -179,7 +179,7 @@ class ScopesAndStreams(RpcArea):
         """The streams of ``rows`` ``user`` may read; ``token``: where the next page starts (the
         same when empty)."""
         names = grants.visible(user, [row.name for row in rows],
-                               lambda name: grants.stream_resource(scope, name))  # fmt: skip
+                               lambda name: grants.stream_prn(scope, name))  # fmt: skip
         return pb.StreamsInScopeResponse(
             streams=[_stream_info(scope, name) for name in names],
             status=pb.StreamsInScopeResponse.SUCCESS,

@@ -19,6 +19,7 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import OriginValidator
 from django.db import InterfaceError, OperationalError
 
+from controller_app.outcomes import SERVICE_AWAY_SECONDS
 from controller_app.tokens import TokenExpiredError, user_of
 
 
@@ -71,8 +72,6 @@ class TokenAuthMiddleware(BaseMiddleware):
 CLOSE_FORBIDDEN_ORIGIN = 4403
 #: RFC 6455's "Try Again Later": a service the subscription needs is away.
 CLOSE_TRY_AGAIN = 1013
-#: Seconds a refused handshake is asked to wait before it tries again.
-RETRY_AFTER_SECONDS = 5
 
 
 class OriginCheck(OriginValidator):
@@ -122,7 +121,7 @@ async def deny(
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode())]  # fmt: skip
         if status == 503:
-            headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+            headers.append((b"retry-after", str(SERVICE_AWAY_SECONDS).encode()))
         await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
         return

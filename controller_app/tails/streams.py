@@ -84,7 +84,7 @@ def may_read(user: Any, scope: str, stream: str) -> None:
     or its role allow READ, or authentication is off); ``PermissionRefusedError`` naming the
     resource if not, audited."""
     try:
-        grants.authorize(user, grants.stream_resource(scope, stream), grants.READ)
+        grants.authorize(user, grants.stream_prn(scope, stream), grants.READ)
     except PermissionRefusedError as exc:
         audit.record(
             "tail.read", exc.resource, username=user.get_username() if user else "",

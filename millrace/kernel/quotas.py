@@ -16,7 +16,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-__all__ = ["Allowance", "Bucket", "Demand", "QuotaSource", "scope_of", "share"]
+__all__ = [
+    "QUOTA_LIMITS",
+    "Allowance",
+    "Bucket",
+    "Demand",
+    "QuotaLimit",
+    "QuotaSource",
+    "limit_value",
+    "scope_of",
+    "share",
+]
 
 #: A node asks for this much more than it used (room to grow), and at least this part of the
 #: quota (room to start), when the shares are split.
@@ -25,6 +35,56 @@ FLOOR = 0.05
 #: The burst a bucket holds, in seconds of its rate; the longest one delay it asks at once.
 BURST_SECONDS = 0.25
 DELAY_MAX_SECONDS = 5.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuotaLimit:
+    """One limit of a scope's quota, as each face spells it."""
+
+    #: Its name in the controller's records (``ScopeQuota``'s field).
+    name: str
+    #: Its field in the REST API (and the console's form).
+    field: str
+    #: Its command-line option (``millrace scope quota --<option>``).
+    option: str
+    #: What it counts (the console's label, the command's help).
+    label: str
+
+
+#: The limits of a scope's quota, in the order every face lists them. Each is a whole number
+#: from 1, or none (no limit).
+QUOTA_LIMITS = (
+    QuotaLimit("append_bytes_per_s", "appendBytesPerSecond", "append-bytes",
+               "append bytes/s, cluster-wide"),
+    QuotaLimit("append_events_per_s", "appendEventsPerSecond", "append-events",
+               "append events/s, cluster-wide"),
+    QuotaLimit("read_bytes_per_s", "readBytesPerSecond", "read-bytes",
+               "read bytes/s, cluster-wide"),
+    QuotaLimit("stored_bytes", "storedBytes", "stored-bytes", "stored bytes"),
+    QuotaLimit("streams", "streams", "streams", "streams"),
+    QuotaLimit("segments", "segments", "segments", "segments of the streams' current epochs"),
+    QuotaLimit("reader_groups", "readerGroups", "reader-groups", "reader groups"),
+    QuotaLimit("tables", "tables", "tables", "key-value tables"),
+)  # fmt: skip
+
+
+def limit_value(what: str, value: object, *, zero_is_none: bool = False) -> int | None:
+    """A limit as given (``None``: no limit; with ``zero_is_none``, 0 too, as the command line
+    and the console take it), or ``ValueError`` saying why it is not one."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{what} must be a whole number, not {text!r}") from None
+    if value is None or (zero_is_none and value == 0):
+        return None
+    if type(value) is not int or value < 1:
+        none = "0 or empty" if zero_is_none else "null"
+        raise ValueError(f"{what} must be a whole number from 1, or {none} for none")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

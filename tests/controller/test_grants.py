@@ -104,9 +104,9 @@ def test_the_guard_off_allows_everyone_signed_in(settings: Any) -> None:
 
 
 def test_internal_streams_answer_to_their_owners(registered_node: Any) -> None:
-    assert grants.stream_resource("s", "_RGgroup") == "prn::/scope:s/reader-group:group"
-    assert grants.stream_resource("s", "_MARKorders") == "prn::/scope:s/stream:orders"
-    assert grants.stream_resource("s", "tab_kvtable") == "prn::/scope:s/key-value-table:tab"
+    assert grants.stream_prn("s", "_RGgroup") == "prn::/scope:s/reader-group:group"
+    assert grants.stream_prn("s", "_MARKorders") == "prn::/scope:s/stream:orders"
+    assert grants.stream_prn("s", "tab_kvtable") == "prn::/scope:s/key-value-table:tab"
     # Pravega's Rust client keeps a reader group's state in a table named after the group
     assert grants.segments_resource("s", "grp_kvtable") == "prn::/scope:s/reader-group:grp"
     f.KeyValueTableFactory(scope=f.ScopeFactory(name="s"), name="tab")

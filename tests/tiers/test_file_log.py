@@ -29,7 +29,12 @@ async def read_frames(log: FileDurableDataLog) -> list[bytes]:
     return [f async for _, f in log.read_all()]
 
 
+#: The frames here go up to 8 MiB, past the default largest frame (``defaults.FRAME_BYTES_MAX``).
+LARGEST_FRAME = 8 << 20
+
+
 async def opened(path: Path, epoch: int, **options: object) -> FileDurableDataLog:
+    options.setdefault("frame_bytes_max", LARGEST_FRAME)
     log = FileDurableDataLog(path=path, **options)  # type: ignore[arg-type]
     await log.open(epoch)
     return log

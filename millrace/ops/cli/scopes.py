@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from millrace.kernel.quotas import QUOTA_LIMITS, limit_value
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import EXIT_USAGE, CommandError, Parents, command
 
@@ -28,41 +29,30 @@ def register(commands: Any, parents: Parents) -> None:
         "one).", variables=remote.VARIABLES, parents=common,
     )  # fmt: skip
     quota.add_argument("name")
-    for option, field, unit in _LIMITS:
-        quota.add_argument(f"--{option}", type=int, metavar="N", dest=field.replace("-", "_"),
-                           help=unit)  # fmt: skip
+    for limit in QUOTA_LIMITS:
+        quota.add_argument(f"--{limit.option}", type=int, metavar="N", dest=limit.name,
+                           help=limit.label)  # fmt: skip
     quota.add_argument("--stored-policy", choices=("refuse", "truncate"),
                        help="at the stored-bytes limit: refuse new appends or truncate the "
                        "oldest data")  # fmt: skip
 
 
-#: (option, REST field, help) of each limit.
-_LIMITS = (
-    ("append-bytes", "appendBytesPerSecond", "bytes appended per second, cluster-wide"),
-    ("append-events", "appendEventsPerSecond", "events appended per second, cluster-wide"),
-    ("read-bytes", "readBytesPerSecond", "bytes read per second, cluster-wide"),
-    ("stored-bytes", "storedBytes", "bytes stored"),
-    ("streams", "streams", "streams"),
-    ("segments", "segments", "segments of the streams' current epochs"),
-    ("reader-groups", "readerGroups", "reader groups"),
-    ("tables", "tables", "key-value tables"),
-)
-
-
 def scope_quota(args: argparse.Namespace) -> None:
     body: dict[str, Any] = {}
-    for _, field, _ in _LIMITS:
-        value = getattr(args, field)
+    for limit in QUOTA_LIMITS:
+        value = getattr(args, limit.name)
         if value is not None:
-            if value < 0:
-                raise CommandError(f"--{field}: a limit is 0 (none) or more", EXIT_USAGE)
-            body[field] = value or None
+            try:
+                body[limit.field] = limit_value(f"--{limit.option}", value, zero_is_none=True)
+            except ValueError as exc:
+                raise CommandError(str(exc), EXIT_USAGE) from None
     if args.stored_policy:
         body["storedPolicy"] = args.stored_policy
     path = f"/scopes/{args.name}/quota"
     found = remote.call(args, "PUT", path, body) if body else remote.call(args, "GET", path)
     lines = [f"{'LIMIT':<22} {'USED':>16} {'QUOTA':>16}"]
-    for _, field, _ in _LIMITS:
+    for row in QUOTA_LIMITS:
+        field = row.field
         limit = found["limits"][field]
         used = found["used"][field]
         shown = "-" if used is None else f"{used:,.0f}"
