@@ -1,4 +1,4 @@
-"""The console's Access page: grants on resources (``controller_app.acl``), each user's and
+"""The console's Access page: grants on resources (``controller_app.access.acl``), each user's and
 group's, given, denied, revoked and checked; a group's members; Pravega's password file
 imported.
 
@@ -17,7 +17,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, page
-from controller_app import acl, grants
+from controller_app.access import acl, grants
 from controller_app.errors import InvalidArgumentError, NotFoundError
 
 

@@ -13,8 +13,9 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, parse_when
-from controller_app import audit, grants, quotas
+from controller_app import audit, quotas
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
 from controller_app.segment_client import segment_store

@@ -2,7 +2,7 @@
 words them, pagination, and URLs that keep a page's browsing state.
 
 * ``page``: a GET page; signed-in users only (else to ``/login/``), allowed READ on the
-  resource its URL names (``controller_app.grants``; ``prn::/`` for a page that names none),
+  resource its URL names (``controller_app.access.grants``; ``prn::/`` for a page that names none),
   else a 403 page naming the resource and the permission missing. ``page(listing=True)``:
   a page that lists only what its user may see lets in whoever may see anything;
   ``page(resource=...)`` names its resource. ``reading_post`` is ``page`` for a POST that
@@ -34,10 +34,10 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from controller_app import grants
+from controller_app.access import grants
+from controller_app.access.roles import Need, may, refusal, role_of
 from controller_app.api.errors import exception_handler
 from controller_app.registry.errors import RegistryError
-from controller_app.roles import Need, may, refusal, role_of
 
 View = Callable[..., HttpResponse]
 #: A view's own resource, from its request (a create's is in its form).

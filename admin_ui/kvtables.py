@@ -14,8 +14,9 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, page
-from controller_app import audit, grants
+from controller_app import audit
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.api.kvtables import describe, entry_json
 from controller_app.errors import ControllerError, InvalidArgumentError
 from controller_app.models import KeyValueTable

@@ -15,11 +15,13 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from admin_ui.console import change, context, done, page, reading_post
-from controller_app import audit, grants
-from controller_app.registry import formats, policies
+from controller_app import audit
+from controller_app.access import grants
+from controller_app.access.roles import may
+from controller_app.registry import formats
 from controller_app.registry import service as registry
 from controller_app.registry.errors import RegistryError
-from controller_app.roles import may
+from controller_app.workflows import streams
 from controller_app.workflows.common import get_stream
 
 
@@ -153,7 +155,7 @@ def schema_config(request: HttpRequest) -> HttpResponse:
 def stream_schema(request: HttpRequest, scope: str, stream: str) -> HttpResponse:
     """The stream page's form: its value subject ('' : the default) and enforcement."""
     row = get_stream(scope, stream)
-    policies.bind(row, subject=request.POST.get("subject", ""),
+    streams.bind_schema(row, subject=request.POST.get("subject", ""),
                   enforcement=request.POST.get("enforcement", ""))  # fmt: skip
     text = f"{scope}/{stream}: subject {row.subject}, enforcement {row.schema_enforcement}"
     return done(request, text, reverse("console:stream", args=[scope, stream]))

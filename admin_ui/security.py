@@ -24,10 +24,10 @@ from django.utils import timezone
 from admin_ui.console import change, context, done, page
 from controller_app import audit
 from controller_app import selectors as sel
-from controller_app import users as accounts
+from controller_app.access import users as accounts
+from controller_app.access.tokens import token_keys
+from controller_app.access.users import api_tokens, revoke_token, rotate_token
 from controller_app.errors import InvalidArgumentError
-from controller_app.tokens import token_keys
-from controller_app.users import api_tokens, revoke_token, rotate_token
 
 #: A certificate that ends within this many days is shown as a warning.
 CERTIFICATE_WARNING_DAYS = 14

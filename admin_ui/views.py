@@ -31,14 +31,15 @@ from django.utils import timezone
 from admin_ui import charts
 from admin_ui.actions import stream_fields
 from admin_ui.console import context, error_words, page, paginate, parse_when
-from controller_app import grants, lag, quotas
+from controller_app import lag, quotas
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.api.serializers import StreamPropertySerializer
 from controller_app.choices import SchemaEnforcement
 from controller_app.cluster.status import cluster_status, moves_over_time
 from controller_app.errors import ControllerError, NoWatermarkError
-from controller_app.health import node_health
 from controller_app.models import AuditEntry, ReaderGroup, Scope, Stream
+from controller_app.operations.health import node_health
 from controller_app.reader_group_state import GroupState, split_key
 from controller_app.registry.decoding import EventDecoder
 from controller_app.segment_client import read_node_metrics, read_traffic, segment_store
@@ -533,7 +534,7 @@ def reader_group(request: HttpRequest, scope: str, reader_group: str) -> HttpRes
         raise Http404(f"reader group {scope}/{name} does not exist") from None
     described = rg.describe(group)
     lengths = _segment_lengths(group)
-    measured = lag.lag_of(group)
+    measured = lag.lag_of(segment_store(), read_traffic, group)
     measured_segments = {
         s["segment"]: s
         for found in [*measured["readers"], {"segments": measured["unassigned"]}]

@@ -39,6 +39,7 @@ def _child(args: argparse.Namespace) -> None:
         from tqdm import tqdm
 
         from controller_app import lag
+        from controller_app.segment_client import read_traffic
         from controller_app.workflows import reader_groups, streams
         from controller_app.workflows.config import StreamConfig
 
@@ -52,7 +53,7 @@ def _child(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             started = time.perf_counter()
             with services.counting_queries() as queries:
-                measured = lag.lag_round()
+                measured = lag.lag_round(store, read_traffic)
             rounds.append({"seconds": time.perf_counter() - started, "groups": measured,
                            "queries_per_group": queries[0] / max(measured, 1)})  # fmt: skip
         print("RESULT " + json.dumps({"backend": connection.vendor, "rounds": rounds}), flush=True)

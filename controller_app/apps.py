@@ -11,10 +11,10 @@ class ControllerAppConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        import controller_app.signin  # noqa: F401 - its receivers audit sign-in refusals
-        from controller_app import tracing
+        import controller_app.access.signin  # noqa: F401 - its receivers audit sign-in refusals
+        from controller_app.access.roles import ensure_roles
         from controller_app.beat import connect_worker_heartbeat
-        from controller_app.roles import ensure_roles
+        from controller_app.operations import tracing
 
         post_migrate.connect(ensure_roles, sender=self)
         connect_worker_heartbeat()

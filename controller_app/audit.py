@@ -6,7 +6,7 @@
   console view), and one for every refused request whatever its view and method (401, 403
   and 429: a bad, expired or revoked token too, a sign-in over the limit). The result comes
   from the status code; the detail from the error body.
-* Sign-ins: each failure and each lockout (``controller_app.signin``).
+* Sign-ins: each failure and each lockout (``controller_app.access.signin``).
 * The local CLI (``millrace user create``, ``token create``) and the background workflows
   (auto-scaling, retention) call ``record`` themselves.
 """

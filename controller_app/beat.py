@@ -4,7 +4,7 @@
 heartbeat from its tick and, on a shared metadata database, sends the periodic jobs only while
 it holds the ``beat`` lease. A worker records its heartbeat from a thread it starts when Celery
 says it is ready (``connect_worker_heartbeat``, from the app's ``ready``). The health check
-reads both (``controller_app.heartbeats``).
+reads both (``controller_app.operations.heartbeats``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from celery import signals
 from celery.beat import PersistentScheduler
 
-from controller_app import heartbeats, process_port
+from controller_app.operations import heartbeats, process_port
 from millrace.kernel import status_files
 
 __all__ = ["HeartbeatScheduler", "connect_worker_heartbeat"]

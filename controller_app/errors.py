@@ -110,7 +110,7 @@ class WorkflowTimeoutError(ControllerError, TimeoutError):
 
 
 class PermissionRefusedError(ControllerError):
-    """The caller may not do this (``controller_app.grants``): the message names the resource
+    """The caller may not do this (``controller_app.access.grants``): the message names the resource
     and the permission it lacks, and why."""
 
     def __init__(self, resource: str, permission: str = "", why: str = "") -> None:

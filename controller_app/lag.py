@@ -44,7 +44,7 @@ from django.db import transaction
 
 from controller_app import selectors as sel
 from controller_app.models import ReaderGroup, ReaderGroupLag
-from controller_app.ports import SegmentTraffic, Traffic
+from controller_app.ports import SegmentStorePort, SegmentTraffic, Traffic
 from controller_app.reader_group_state import GroupState, split_key
 from millrace.kernel import defaults
 
@@ -210,10 +210,9 @@ def _totals(segments: list[dict[str, Any]]) -> dict[str, Any]:
 class _Segments:
     """The segments' lengths and qualified names, each asked once a round."""
 
-    def __init__(self) -> None:
-        from controller_app.segment_client import segment_store
-
-        self.store = segment_store()
+    def __init__(self, store: SegmentStorePort, read_traffic: Callable[[], Traffic]) -> None:
+        self.store = store
+        self.read_traffic = read_traffic
         self.streams: dict[tuple[str, str], Any] = {}
         self.found: dict[str, int | None] = {}
         self.named: dict[str, str | None] = {}
@@ -234,10 +233,8 @@ class _Segments:
         """A segment's traffic figures; the monitors are read the first time a lagging
         segment needs them (a round where nothing lags asks no node)."""
         if self.monitors is None:
-            from controller_app.segment_client import read_traffic
-
             try:
-                self.monitors = read_traffic()
+                self.monitors = self.read_traffic()
             except Exception as exc:  # (no events counts this round, the rest stands)
                 log.warning("lag: no traffic figures: %s", exc)
                 self.monitors = Traffic({}, 0.0)
@@ -261,7 +258,7 @@ def _measure_one(group: ReaderGroup, found: _Segments, at_ms: int) -> None:
         row.save()
 
 
-def lag_round() -> int:
+def lag_round(store: SegmentStorePort, read_traffic: Callable[[], Traffic]) -> int:
     """Measure every reader group (the beat job); how many. One round at a time: a round
     holds the ``lag-round`` lease while it runs, and one that finds it held leaves at once.
     A round stops at its period's end: the groups it did not reach keep their last report
@@ -275,7 +272,7 @@ def lag_round() -> int:
         return 0
     try:
         groups = list(ReaderGroup.objects.select_related("scope"))
-        found, at_ms = _Segments(), now_ms()
+        found, at_ms = _Segments(store, read_traffic), now_ms()
         deadline = time.monotonic() + period
         measured = 0
         for group in groups:
@@ -290,10 +287,12 @@ def lag_round() -> int:
         lease.release()
 
 
-def lag_of(group: ReaderGroup) -> dict[str, Any]:
+def lag_of(
+    store: SegmentStorePort, read_traffic: Callable[[], Traffic], group: ReaderGroup
+) -> dict[str, Any]:
     """The group's last report; measured now when no round has measured it yet."""
     row = ReaderGroupLag.objects.filter(group=group).first()
     if row is None or not row.report:
-        _measure_one(group, _Segments(), now_ms())
+        _measure_one(group, _Segments(store, read_traffic), now_ms())
         row = ReaderGroupLag.objects.get(group=group)
     return dict(row.report)

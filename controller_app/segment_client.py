@@ -29,10 +29,9 @@ from typing import Any, TypeVar
 
 import httpx
 from django.conf import settings
-from django.db import transaction
 
 from controller_app import selectors as sel
-from controller_app.cluster.membership import check_container_count
+from controller_app.access.tokens import delegation_token
 from controller_app.errors import (
     BadKeyVersionError,
     InvalidArgumentError,
@@ -40,9 +39,8 @@ from controller_app.errors import (
     SegmentStoreUnavailableError,
     SegmentTruncatedError,
 )
-from controller_app.models import Container, ContainerAssignment, Node
+from controller_app.models import Node
 from controller_app.ports import EntryPage, SegmentState, SegmentTraffic, StoredEntry, Traffic
-from controller_app.tokens import delegation_token
 from millrace.client import errors as client_errors
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.sync import SyncSegmentStoreClient
@@ -56,39 +54,6 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_SECONDS = 30.0
 #: The wire client's errors that mean "not reachable now" (translated by the port).
 _UNREACHABLE = (ssc.ConnectionLostError, ssc.ContainerOfflineError, OSError, TimeoutError)
-
-
-def register_node(
-    *,
-    host: str,
-    port: int,
-    container_count: int,
-    node_id: str = "standalone",
-    metrics_port: int | None = None,
-    tls: bool = False,
-) -> Node:
-    """Record the node ``node_id`` at ``host:port`` (``tls``: its ports need TLS) and assign it
-    every container.
-
-    The container count is fixed for the life of a cluster; a different count from the one
-    registered before is refused (segments would move to other containers).
-    """
-    check_container_count(container_count)
-    with transaction.atomic():
-        node, _ = Node.objects.update_or_create(
-            node_id=node_id,
-            defaults={"host": host, "port": port, "metrics_port": metrics_port, "tls": tls},
-        )
-        for number in range(container_count):
-            container, _ = Container.objects.get_or_create(number=number)
-            assignment = ContainerAssignment.objects.filter(container=container).first()
-            if assignment is None:
-                ContainerAssignment.objects.create(container=container, node=node)
-            elif assignment.node_id != node.pk:
-                assignment.node = node
-                assignment.generation += 1
-                assignment.save(update_fields=["node", "generation", "assigned_at"])
-    return node
 
 
 def _token(segment: str) -> str:

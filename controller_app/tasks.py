@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F, QuerySet
 
-from controller_app import canary, dispatch, lag, quotas
+from controller_app import dispatch, lag, quotas
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
@@ -31,6 +31,7 @@ from controller_app.errors import (
     SegmentStoreUnavailableError,
 )
 from controller_app.models import Stream, TaskCount
+from controller_app.operations import canary
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.workflows import (
     autoscale,
@@ -227,12 +228,13 @@ def autoscale_round() -> int:
 @shared_task(name=dispatch.READER_GROUP_LAG, ignore_result=True)
 def reader_group_lag_round() -> int:
     """Measure every reader group's lag and judge its status (``controller_app.lag``)."""
-    return lag.lag_round()
+    return lag.lag_round(segment_store(), read_traffic)
 
 
 @shared_task(name=dispatch.CANARY, ignore_result=True)
 def canary_round() -> dict[str, str]:
-    """Write to and read back from every node's canary segments (``controller_app.canary``)."""
+    """Write to and read back from every node's canary segments
+    (``controller_app.operations.canary``)."""
     return canary.canary_round(segment_store())
 
 

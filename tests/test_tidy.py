@@ -275,3 +275,97 @@ def test_each_default_has_one_home() -> None:
         for line, what in _numbers_defaulted(parse(path.read_text()))
     ]
     assert not found, "\n".join(found)
+
+
+#: Where each of the controller's records is written (a module, or a package and its modules):
+#: nothing else writes it. The model layer (``controller_app/models/``) writes through its own
+#: helpers (a state transition, the credentials' generation) for the homes that call them.
+WRITE_HOMES = {
+    **dict.fromkeys(
+        ("Scope", "Stream", "StreamTag", "StreamBucket", "BucketLease", "Epoch", "SegmentRecord",
+         "EpochTransition", "Transaction", "CompletedTransaction", "WriterMark", "Watermark",
+         "TruncationRecord", "StreamCutRecord", "ReaderGroup", "Subscriber", "KeyValueTable"),
+        "controller_app/workflows/",
+    ),
+    **dict.fromkeys(("Grant", "User", "Group", "Token"), "controller_app/access/"),
+    **dict.fromkeys(
+        ("Node", "Container", "ContainerAssignment", "ContainerMove", "ClusterLease"),
+        "controller_app/cluster/",
+    ),
+    **dict.fromkeys(("RegistrySchema", "SubjectVersion", "RegistrySetting"),
+                    "controller_app/registry/service.py"),
+    **dict.fromkeys(("ScopeQuota", "QuotaUsage"), "controller_app/quotas.py"),
+    "ProcessHeartbeat": "controller_app/operations/heartbeats.py",
+    "CanaryProbe": "controller_app/operations/canary.py",
+    "ReaderGroupLag": "controller_app/lag.py",
+    "AuditEntry": "controller_app/audit.py",
+    "TaskCount": "controller_app/tasks.py",
+}  # fmt: skip
+#: What writes a record: a manager's or a query set's writing call, an instance's save or delete.
+_MANAGER_WRITES = {"create", "bulk_create", "bulk_update", "get_or_create", "update_or_create"}
+_QUERY_STEPS = {"objects", "_default_manager", "filter", "exclude", "select_for_update", "all"}
+
+
+def _chain(node: ast.expr) -> list[str]:
+    """``A.objects.filter(...).update`` -> ``["A", "objects", "filter"]`` (calls skipped)."""
+    names: list[str] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+            return names[::-1]
+
+
+def _writes(tree: ast.Module) -> Iterator[tuple[int, str | None]]:
+    """(line, the model written, or None when the code does not name it) of each write."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, chain = node.func.attr, _chain(node.func.value)
+        queried = bool(_QUERY_STEPS & set(chain))
+        model = chain[0] if queried and chain else None
+        model = "User" if model == "get_user_model" else model
+        managed = queried and (method in _MANAGER_WRITES or (method == "update" and not node.args))
+        saved = method == "save" and not node.args
+        deleted = method == "delete" and not node.args and not node.keywords
+        if managed or saved or deleted:
+            yield node.lineno, model
+
+
+def test_each_record_is_written_in_its_home() -> None:
+    """A record (a model's row) is written only in its home (``WRITE_HOMES``); a write whose
+    model the code does not name (``row.save()``) only in a module that is a home."""
+    homes = set(WRITE_HOMES.values()) | {"controller_app/models/"}
+    found = []
+    for path in sources("controller_app", "admin_ui", "millrace/ops", "millrace/project"):
+        relative = str(path.relative_to(ROOT))
+        if relative.startswith("controller_app/models/"):
+            continue
+        for line, model in _writes(parse(path.read_text())):
+            home = WRITE_HOMES.get(model or "")
+            if model in WRITE_HOMES and not relative.startswith(str(home)):
+                found.append(f"{relative}:{line} writes {model} (its home: {home})")
+            elif model not in WRITE_HOMES and not any(relative.startswith(h) for h in homes):
+                found.append(f"{relative}:{line} writes {model or 'a record'} outside every home")
+    assert not found, "\n".join(found)
+
+
+def test_no_file_cites_a_file_outside_the_project() -> None:
+    """Users see the project, not the notes it was built from: no file names the founders'
+    shared design and style files."""
+    outside = re.compile(r"\b(STYLE|DESIGN)\.md\b|\.\./shared/")
+    suffixes = {".py", ".md", ".toml", ".html", ".txt", ".cfg", ".sh", ".yml", ".yaml"}
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for folder in (*PACKAGES, "bench", "docs", "tests", "templates", "scripts", "deploy", ".")
+        for path in sorted((ROOT / folder).rglob("*") if folder != "." else ROOT.glob("*"))
+        if path.suffix in suffixes and ".venv" not in path.parts and path != Path(__file__)
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if outside.search(line)
+    ]
+    assert not found, "cites a file outside the project: " + ", ".join(found)

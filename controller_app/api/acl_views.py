@@ -1,4 +1,4 @@
-"""REST views of grants (``controller_app.acl``): list, grant or deny, revoke, check, a
+"""REST views of grants (``controller_app.access.acl``): list, grant or deny, revoke, check, a
 group's members, and Pravega's password file imported. Changing grants needs the admin role;
 any user may check what it may do itself."""
 
@@ -13,10 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import acl, grants
+from controller_app.access import acl, grants
+from controller_app.access.roles import may, refusal
 from controller_app.api import fields
 from controller_app.errors import PermissionRefusedError
-from controller_app.roles import may, refusal
 
 
 def _valid(serializer_class: type, data: Any) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 
-from controller_app.signin import lockout
-from controller_app.tokens import TokenExpiredError, token_keys, user_of
+from controller_app.access.signin import lockout
+from controller_app.access.tokens import TokenExpiredError, token_keys, user_of
 from millrace.kernel.claims import READ, AuthError, TokenVerifier
 
 
@@ -43,7 +43,7 @@ _verified: dict[bytes, tuple[int, str, float]] = {}
 
 
 class LimitedBasicAuthentication(BasicAuthentication):
-    """DRF's Basic authentication under the sign-in limit (``controller_app.signin``): a user
+    """DRF's Basic authentication under the sign-in limit (``controller_app.access.signin``): a user
     and address over it are answered 429 saying until when, not "invalid password".
 
     Programs send Basic credentials with every request (Confluent's schema registry clients

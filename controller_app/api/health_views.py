@@ -3,10 +3,11 @@
 ``GET /health[/<id>]`` answers a HealthResult (``name``, ``status``, ``readiness``, ``liveness``,
 ``details``, ``children``); ``/health/readiness[/<id>]`` and ``/health/liveness[/<id>]`` a JSON
 boolean; ``/health/details[/<id>]`` a string-to-string object; ``/health/status[/<id>]`` a status
-string. ``<id>`` names a contributor (a child of the node, see ``controller_app.health``). Unhealthy
-answers use HTTP 503 so that load balancers and probes need not parse the body: ``/health``
-while any part is down, ``/health/readiness`` while writes cannot go on. The node is live while
-it answers, so ``/health/liveness`` of the node checks nothing else.
+string. ``<id>`` names a contributor (a child of the node, see
+``controller_app.operations.health``). Unhealthy answers use HTTP 503 so that load balancers and
+probes need not parse the body: ``/health`` while any part is down, ``/health/readiness`` while
+writes cannot go on. The node is live while it answers, so ``/health/liveness`` of the node checks
+nothing else.
 
 ``GET /live`` and ``GET /ready`` (``process_probe_view``) answer for this controller process
 alone, for an orchestrator's probes: ready while it reaches the metadata database.
@@ -24,7 +25,7 @@ from channels.db import DatabaseSyncToAsync
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from controller_app.health import Health, node_health
+from controller_app.operations.health import Health, node_health
 
 ASPECTS = ("health", "readiness", "liveness", "details", "status")
 

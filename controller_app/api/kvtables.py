@@ -25,8 +25,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, grants
+from controller_app import audit
 from controller_app import selectors as sel
+from controller_app.access import grants
+from controller_app.access.tokens import stream_token_for
 from controller_app.api import fields
 from controller_app.api import serializers as s
 from controller_app.choices import KvtState
@@ -34,7 +36,6 @@ from controller_app.errors import InvalidArgumentError
 from controller_app.models import KeyValueTable
 from controller_app.ports import StoredEntry
 from controller_app.segment_client import segment_store
-from controller_app.tokens import stream_token_for
 from controller_app.workflows import kvtables as kv
 from millrace.kernel.kvt import KVTABLE_SUFFIX, KvtConfig, kvt_segment_name
 

@@ -1,6 +1,7 @@
 """What Prometheus asks the controller: its metrics, and where every other process's are.
 
-* ``GET /metrics``: the controller's metrics (``controller_app.metrics``), low-cardinality;
+* ``GET /metrics``: the controller's metrics (``controller_app.operations.metrics``),
+  low-cardinality;
   ``?detail=1`` adds the detail (each reader's lag).
 * ``GET /v1/metrics/targets``: Prometheus's HTTP service discovery (``http_sd_configs``): the
   metrics ports of the cluster's controllers, segment store nodes, workers and beats, each
@@ -26,11 +27,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import metrics
 from controller_app.api.authentication import SCRAPE, ScrapeTokenAuthentication
 from controller_app.api.permissions import RolePermission
 from controller_app.errors import InvalidArgumentError
-from controller_app.scrape import scrape_targets
+from controller_app.operations import metrics
+from controller_app.operations.scrape import scrape_targets
 
 
 class ScrapePermission(RolePermission):
@@ -51,8 +52,9 @@ _SCRAPE_AUTH = [ScrapeTokenAuthentication, *APIView.authentication_classes]
 
 
 class PrometheusView(APIView):
-    """``GET /metrics``: the controller's Prometheus metrics (``controller_app.metrics``), with
-    the REST API's authentication (``Authorization: Token <key>``) or a delegation token for
+    """``GET /metrics``: the controller's Prometheus metrics
+    (``controller_app.operations.metrics``), with the REST API's authentication (``Authorization:
+    Token <key>``) or a delegation token for
     ``*`` (``Bearer``). ``?detail=1`` adds each reader's lag."""
 
     authentication_classes = _SCRAPE_AUTH

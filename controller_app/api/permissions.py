@@ -1,4 +1,4 @@
-"""The REST API's permission: the caller's grants (``controller_app.grants``) must allow the
+"""The REST API's permission: the caller's grants (``controller_app.access.grants``) must allow the
 call on the resource its path names, or, for the few calls that need the admin role, its role.
 
 A view may say what each method needs (``needs = {"POST": "read"}`` for a POST that only
@@ -19,8 +19,8 @@ from typing import Any
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from controller_app import grants
-from controller_app.roles import Need, may, refusal
+from controller_app.access import grants
+from controller_app.access.roles import Need, may, refusal
 
 
 def need_of(view: Any, method: str) -> Need:

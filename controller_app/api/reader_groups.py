@@ -16,12 +16,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, grants, lag
+from controller_app import audit, lag
+from controller_app.access import grants
 from controller_app.api import fields
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import ReaderGroup
-from controller_app.segment_client import segment_store
+from controller_app.segment_client import read_traffic, segment_store
 from controller_app.workflows import reader_groups as rg
 from controller_app.workflows import scopes
 from millrace.client.streamcut import StreamCut
@@ -180,7 +181,8 @@ class LagView(APIView):
 
     @extend_schema(operation_id="getReaderGroupLag", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, scope: str, reader_group: str) -> Response:
-        return Response(lag.lag_of(rg.get_reader_group(scope, reader_group)))
+        group = rg.get_reader_group(scope, reader_group)
+        return Response(lag.lag_of(segment_store(), read_traffic, group))
 
 
 class ResetView(APIView):

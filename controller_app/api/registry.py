@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import grants
+from controller_app.access import grants
 from controller_app.api import errors as api_errors
 from controller_app.api import registry_shortcut
 from controller_app.api.authentication import (

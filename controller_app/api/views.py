@@ -18,15 +18,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controller_app import audit, grants, stream_reads
+from controller_app import audit, stream_reads
 from controller_app import selectors as sel
+from controller_app.access import grants
+from controller_app.access.tokens import stream_token_for
 from controller_app.api import serializers as s
 from controller_app.errors import InvalidArgumentError, InvalidStreamCutError
 from controller_app.models import Scope, Stream
 from controller_app.registry import policies
 from controller_app.segment_client import read_traffic, segment_store
 from controller_app.segments import Segment
-from controller_app.tokens import stream_token_for
 from controller_app.workflows import marks, scale, scopes, streams, transactions, truncate
 from controller_app.workflows.common import get_stream
 from millrace.kernel import defaults
@@ -152,7 +153,7 @@ class StreamsView(APIView):
         )
         binding = serializer.validated_data.get("schema")
         if binding:
-            policies.bind(stream, **binding)
+            streams.bind_schema(stream, **binding)
         return Response(_property(stream), status=201)
 
 

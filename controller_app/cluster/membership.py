@@ -25,7 +25,7 @@ from controller_app.choices import NodeRole, SessionState
 from controller_app.models import ClusterLease, Container, ContainerAssignment, Node
 from millrace.kernel.membership import NodeCard
 
-__all__ = ["DatabaseMembership", "check_container_count"]
+__all__ = ["DatabaseMembership", "check_container_count", "register_node"]
 
 T = TypeVar("T")
 
@@ -96,3 +96,36 @@ class DatabaseMembership:
     @_fresh_connection
     def leave(self, node_id: str) -> None:
         Node.objects.filter(node_id=node_id).update(session=SessionState.LEFT)
+
+
+def register_node(
+    *,
+    host: str,
+    port: int,
+    container_count: int,
+    node_id: str = "standalone",
+    metrics_port: int | None = None,
+    tls: bool = False,
+) -> Node:
+    """Record the node ``node_id`` at ``host:port`` (``tls``: its ports need TLS) and assign it
+    every container.
+
+    The container count is fixed for the life of a cluster; a different count from the one
+    registered before is refused (segments would move to other containers).
+    """
+    check_container_count(container_count)
+    with transaction.atomic():
+        node, _ = Node.objects.update_or_create(
+            node_id=node_id,
+            defaults={"host": host, "port": port, "metrics_port": metrics_port, "tls": tls},
+        )
+        for number in range(container_count):
+            container, _ = Container.objects.get_or_create(number=number)
+            assignment = ContainerAssignment.objects.filter(container=container).first()
+            if assignment is None:
+                ContainerAssignment.objects.create(container=container, node=node)
+            elif assignment.node_id != node.pk:
+                assignment.node = node
+                assignment.generation += 1
+                assignment.save(update_fields=["node", "generation", "assigned_at"])
+    return node

@@ -1,5 +1,5 @@
 """What every rpc of ``ControllerService`` shares: authenticating the caller, the grants check
-(``controller_app.grants``: the resource is read off the request message), errors as statuses
+(``controller_app.access.grants``: the resource is read off the request message), errors as statuses
 (``status_of``), the base class of the areas and the message helpers.
 
 See ``controller_app.grpc.service`` for how rpcs answer.
@@ -24,8 +24,11 @@ from django.contrib.auth import authenticate
 from django.db import close_old_connections
 from django.http import HttpRequest
 
-from controller_app import audit, grants
+from controller_app import audit
 from controller_app import selectors as sel
+from controller_app.access import grants
+from controller_app.access.roles import Need, may, refusal
+from controller_app.access.tokens import TokenExpiredError, stream_token_for, user_of
 from controller_app.choices import (
     RetentionPolicyType,
     ScalingPolicyType,
@@ -35,9 +38,7 @@ from controller_app.grpc import controller_pb2 as pb
 from controller_app.models import AuditEntry, Stream
 from controller_app.outages import service_down
 from controller_app.outcomes import outcome_of
-from controller_app.roles import Need, may, refusal
 from controller_app.segments import Segment
-from controller_app.tokens import TokenExpiredError, stream_token_for, user_of
 from controller_app.workflows.config import NAME_LENGTH_MAX, StreamConfig
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ def _peer_address(peer: str) -> str:
 
 
 def resource_of(message: Any) -> str:
-    """The resource a request message names (``controller_app.grants``), ``prn::/`` for none."""
+    """The resource a request message names (``controller_app.access.grants``), ``prn::/`` for
+    none."""
     fields = message.DESCRIPTOR.fields_by_name
     if message.DESCRIPTOR.name == "StreamInfo":
         return grants.segments_resource(message.scope, message.stream)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_app import grants
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.errors import (
     AlreadyExistsError,
     InvalidArgumentError,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from controller_app import grants
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.choices import (
     StreamState,
 )

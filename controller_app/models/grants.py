@@ -2,8 +2,8 @@
 
 A row says that ``user`` (or every member of ``group``) may, or with ``deny`` may not, do what
 ``permission`` names on each resource its ``resource`` pattern matches (``prn::/scope:S``,
-``prn::/scope:S/stream:T``, ``prn::/scope:team-a*``). ``controller_app.grants`` judges calls by
-them; a user with no allowing grant keeps the default of its role.
+``prn::/scope:S/stream:T``, ``prn::/scope:team-a*``). ``controller_app.access.grants`` judges calls
+by them; a user with no allowing grant keeps the default of its role.
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ class ContainerAssignment(models.Model):
 
 
 class ProcessHeartbeat(models.Model):
-    """The last sign of life of one Celery worker or beat process (``controller_app.heartbeats``).
+    """The last sign of life of one Celery worker or beat process
+    (``controller_app.operations.heartbeats``).
 
     Each process keeps its own row fresh (``beat_at``) while it works; the health check calls
     a role down when none of its rows is fresh. Rows of processes gone for long are deleted.
@@ -160,7 +161,7 @@ class ContainerMove(models.Model):
 
 
 class CanaryProbe(models.Model):
-    """What the canary (``controller_app.canary``) last saw of one segment store node: an
+    """What the canary (``controller_app.operations.canary``) last saw of one segment store node: an
     event written through the client to a canary segment the node owns, then read back."""
 
     node = models.CharField(max_length=255, unique=True, help_text="the node's id (or address)")

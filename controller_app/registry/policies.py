@@ -17,24 +17,18 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from controller_app.errors import InvalidArgumentError
 from controller_app.models import RegistrySchema, Stream, SubjectVersion
 from controller_app.registry import formats, service
 from controller_app.registry.errors import RegistryError
 from millrace.kernel.schema_policy import (
     ENFORCEMENT_NONE,
     ENFORCEMENT_VALIDATE,
-    MODES,
     NO_POLICY,
     BodyCheck,
     SchemaPolicy,
-    default_subject,
 )
 
-#: The longest subject name (the registry's column).
-SUBJECT_LENGTH_MAX = 255
-
-__all__ = ["DatabaseSchemaPolicies", "bind", "binding", "body_check"]
+__all__ = ["DatabaseSchemaPolicies", "binding", "body_check"]
 
 
 def binding(row: Stream) -> dict[str, Any]:
@@ -44,24 +38,6 @@ def binding(row: Stream) -> dict[str, Any]:
         "defaultSubject": not row.value_subject,
         "enforcement": row.schema_enforcement,
     }
-
-
-def bind(row: Stream, *, subject: str | None = None, enforcement: str | None = None) -> Stream:
-    """Name the stream's value subject ('' or the default name: the default) and/or its
-    enforcement mode (one of ``MODES``); the segment stores apply it within about a second."""
-    if enforcement is not None and enforcement not in MODES:
-        raise InvalidArgumentError(f"enforcement must be one of {', '.join(MODES)}")
-    if subject is not None:
-        subject = subject.strip()
-        if len(subject) > SUBJECT_LENGTH_MAX:
-            raise InvalidArgumentError(f"a subject has at most {SUBJECT_LENGTH_MAX} characters")
-        row.value_subject = "" if subject == default_subject(row.scope.name, row.name) else subject
-    if enforcement is not None:
-        row.schema_enforcement = enforcement
-    Stream.objects.filter(pk=row.pk).update(
-        value_subject=row.value_subject, schema_enforcement=row.schema_enforcement
-    )
-    return row
 
 
 def _why_not(parsed: formats.Parsed, body: bytes) -> str | None:

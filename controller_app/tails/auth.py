@@ -19,8 +19,8 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import OriginValidator
 from django.db import InterfaceError, OperationalError
 
+from controller_app.access.tokens import TokenExpiredError, user_of
 from controller_app.outcomes import SERVICE_AWAY_SECONDS
-from controller_app.tokens import TokenExpiredError, user_of
 
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:

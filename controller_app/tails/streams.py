@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller_app import audit, grants
+from controller_app import audit
 from controller_app import selectors as sel
+from controller_app.access import grants
 from controller_app.choices import StreamState
 from controller_app.errors import ControllerError, PermissionRefusedError, StreamNotFoundError
 from controller_app.models import AuditEntry, Stream, Watermark

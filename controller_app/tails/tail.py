@@ -44,6 +44,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from controller_app.access.tokens import delegation_token
 from controller_app.errors import (
     NoNodeForSegmentError,
     PermissionRefusedError,
@@ -52,7 +53,6 @@ from controller_app.errors import (
 from controller_app.registry.decoding import DECODINGS, EventDecoder
 from controller_app.tails import streams
 from controller_app.tails.auth import CLOSE_TRY_AGAIN
-from controller_app.tokens import delegation_token
 from millrace.client.events import Event, EventFormatError
 from millrace.client.follower import StreamFollower, Target
 from millrace.client.transport import segment_store as ssc

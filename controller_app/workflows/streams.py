@@ -25,6 +25,7 @@ from controller_app.errors import (
     AlreadyExistsError,
     ConflictError,
     EpochChangedError,
+    InvalidArgumentError,
     PreconditionFailedError,
     WorkflowTimeoutError,
 )
@@ -43,7 +44,7 @@ from controller_app.workflows.common import get_stream, now_ms, step, wait_until
 from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.room import check_room
 from controller_app.workflows.scopes import get_scope
-from millrace.kernel import defaults
+from millrace.kernel import defaults, schema_policy
 from millrace.kernel.naming import transaction_segment_name
 
 #: Buckets the periodic services spread streams over (Pravega's default is 100).
@@ -307,3 +308,30 @@ def run_delete(store: SegmentStorePort, stream_id: int) -> None:
         store.delete(sel.segment_name(stream, record.segment_id))
     step("delete.segments")
     Stream.objects.filter(pk=stream_id, state=StreamState.DELETING).delete()
+
+
+# -- schema binding ------------------------------------------------------------------------
+
+
+def bind_schema(
+    row: Stream, *, subject: str | None = None, enforcement: str | None = None
+) -> Stream:
+    """Name the stream's value subject ('' or the default name: the default) and/or its
+    enforcement mode (one of ``MODES``); the segment stores apply it within about a second."""
+    if enforcement is not None and enforcement not in schema_policy.MODES:
+        raise InvalidArgumentError(f"enforcement must be one of {', '.join(schema_policy.MODES)}")
+    if subject is not None:
+        subject = subject.strip()
+        if len(subject) > schema_policy.SUBJECT_LENGTH_MAX:
+            raise InvalidArgumentError(
+                f"a subject has at most {schema_policy.SUBJECT_LENGTH_MAX} characters"
+            )
+        row.value_subject = (
+            "" if subject == schema_policy.default_subject(row.scope.name, row.name) else subject
+        )
+    if enforcement is not None:
+        row.schema_enforcement = enforcement
+    Stream.objects.filter(pk=row.pk).update(
+        value_subject=row.value_subject, schema_enforcement=row.schema_enforcement
+    )
+    return row

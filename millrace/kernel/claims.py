@@ -53,7 +53,7 @@ READ_UPDATE = "READ_UPDATE"
 #: Access levels, weakest first: a token grants its level and every weaker one.
 ACCESS_LEVELS = (READ, READ_UPDATE)
 
-#: The roles of the users of a node (``controller_app.roles`` gives them their permissions;
+#: The roles of the users of a node (``controller_app.access.roles`` gives them their permissions;
 #: the command line offers them without Django).
 Role = Literal["admin", "operator", "viewer"]
 ROLES: tuple[Role, ...] = ("admin", "operator", "viewer")

@@ -2,8 +2,8 @@
 ``/metrics``, served from daemon threads by prometheus-client's threading WSGI server.
 
 The segment store node (``segment_app.server.metrics``), the Celery worker and beat
-(``controller_app.process_port``) each build one with what only they know: whether they are
-alive and ready, and their collectors.
+(``controller_app.operations.process_port``) each build one with what only they know: whether they
+are alive and ready, and their collectors.
 
 * ``GET /live`` and ``GET /ready`` need no credentials (an orchestrator's probe has none).
   They answer 200 or 503 with ``{"live"|"ready": bool, "reason": str}``.

@@ -48,6 +48,10 @@ HEADER_BYTES = 5
 BodyCheck = Callable[[bytes], "str | None"]
 
 
+#: The longest subject name (the registry's column).
+SUBJECT_LENGTH_MAX = 255
+
+
 def default_subject(scope: str, stream: str) -> str:
     """A stream's value subject unless it names another: what Confluent's serializers use for
     ``SerializationContext("<scope>.<stream>", MessageField.VALUE)`` (the topic name

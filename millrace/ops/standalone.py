@@ -73,7 +73,7 @@ LIVENESS_INTERVAL_SECONDS = 1.0
 #: Seconds between two rounds of the supervisor's loop (exits, deadlines, the state file).
 TICK_SECONDS = 0.2
 #: Seconds between two writes of the state file while nothing changes (readers believe it
-#: for ``controller_app.health.STATUS_FRESH_SECONDS``).
+#: for ``controller_app.operations.health.STATUS_FRESH_SECONDS``).
 STATE_WRITE_SECONDS = 1.0
 #: Output lines of a child kept to show when it fails.
 OUTPUT_TAIL_LINES = 30
@@ -422,11 +422,12 @@ def wire_answers(host: str, port: int, tls: ssl.SSLContext | None = None) -> Cal
 
 def heartbeat_fresh(role: str, child: Child) -> Callable[[], bool]:
     """The Celery process of ``child`` (worker or beat) wrote a fresh heartbeat file
-    (``controller_app.heartbeats``): it is past its start-up and not hung. The file, not the
+    (``controller_app.operations.heartbeats``): it is past its start-up and not hung. The file, not
+    the
     database: a worker waiting for a database that is away is alive, not to be killed."""
 
     def check() -> bool:
-        from controller_app import heartbeats
+        from controller_app.operations import heartbeats
 
         if child.process is None:
             return False
@@ -455,8 +456,8 @@ def ensure_admin(data_dir: Path) -> tuple[str, str, bool]:
     """The administrator's (token, password), creating them on first start; ``True`` if new."""
     from django.contrib.auth import get_user_model
 
-    from controller_app.roles import grant
-    from controller_app.tokens import token_for
+    from controller_app.access.roles import grant
+    from controller_app.access.tokens import token_for
 
     token_file, password_file = data_dir / "admin-token", data_dir / "admin-password"
     user_model = get_user_model()
@@ -525,7 +526,7 @@ def _is_ip(name: str) -> bool:
 def register_segment_store(
     host: str, port: int, container_count: int, metrics_port: int | None = None, tls: bool = False
 ) -> None:
-    from controller_app.segment_client import register_node
+    from controller_app.cluster.membership import register_node
 
     register_node(
         host=host, port=port, container_count=container_count, node_id="standalone",

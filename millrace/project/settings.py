@@ -161,7 +161,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controller_app.audit.AuditMiddleware",
     "csp.middleware.CSPMiddleware",
-    # Last: it answers a sign-in refused for too many failures (controller_app/signin.py).
+    # Last: it answers a sign-in refused for too many failures (controller_app/access/signin.py).
     "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
@@ -199,14 +199,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 
 # Django's own, then the passwords of an imported Pravega password file (re-hashed with the
-# first at the user's first sign-in; controller_app.acl).
+# first at the user's first sign-in; controller_app.access.acl).
 PASSWORD_HASHERS = [
     "django.contrib.auth.hashers.PBKDF2PasswordHasher",
     "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
     "django.contrib.auth.hashers.Argon2PasswordHasher",
     "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
     "django.contrib.auth.hashers.ScryptPasswordHasher",
-    "controller_app.acl.PravegaPasswordHasher",
+    "controller_app.access.acl.PravegaPasswordHasher",
 ]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -239,7 +239,7 @@ AXES_FAILURE_LIMIT = MILLRACE.signin_failures_max
 AXES_COOLOFF_TIME = datetime.timedelta(seconds=MILLRACE.signin_lockout_s)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "controller_app.signin.locked_out"
+AXES_LOCKOUT_CALLABLE = "controller_app.access.signin.locked_out"
 AXES_VERBOSE = False
 # Behind TLS (MILLRACE_TLS_ENABLED): cookies only over HTTPS, and browsers told to keep to it.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = MILLRACE_TLS.enabled
@@ -325,7 +325,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(MILLRACE.data_dir / "celerybeat-schedule")
-# Beat records a heartbeat from its tick (controller_app/heartbeats.py).
+# Beat records a heartbeat from its tick (controller_app/operations/heartbeats.py).
 CELERY_BEAT_SCHEDULER = "controller_app.beat:HeartbeatScheduler"
 CELERY_TASK_ROUTES = task_names.ROUTES
 CELERY_BEAT_SCHEDULE = {
@@ -355,7 +355,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(MILLRACE.quota_period_s),
         "options": {"expires": float(MILLRACE.quota_period_s)},
     },
-    # The canary: an event written to and read from every node (controller_app/canary.py).
+    # The canary: an event written to and read from every node
+    # (controller_app/operations/canary.py).
     **(
         {
             "canary": {

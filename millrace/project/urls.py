@@ -6,7 +6,8 @@
 * ``/api/schema/`` (OpenAPI 3, YAML or JSON by ``Accept``), ``/api/docs/`` (Swagger UI, served
   by the node with its script apart from the page, as the content security policy asks);
 * ``/admin/``: the Django admin;
-* ``/metrics``: Prometheus metrics (``controller_app.metrics``), with the API's authentication;
+* ``/metrics``: Prometheus metrics (``controller_app.operations.metrics``), with the API's
+  authentication;
 * everything else: the browser console (``admin_ui.urls``): ``/`` is its dashboard, ``/login/``
   signs in.
 

@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from controller_app import acl
+from controller_app.access import acl
+from controller_app.access.roles import grant
 from controller_app.models import AuditEntry, Grant, ScopeQuota
-from controller_app.roles import grant
 from controller_app.workflows import scopes
 from tests.controller.conftest import registered_node, segment_store_node  # noqa: F401
 

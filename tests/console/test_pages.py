@@ -14,8 +14,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from controller_app import selectors as sel
+from controller_app.access.roles import grant
 from controller_app.models import AuditEntry, Epoch, Stream
-from controller_app.roles import grant
 from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups, scale, scopes, streams, transactions
 from controller_app.workflows.config import StreamConfig

@@ -15,9 +15,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from admin_ui import security
+from controller_app.access.roles import grant
+from controller_app.access.tokens import token_for
 from controller_app.models import AuditEntry
-from controller_app.roles import grant
-from controller_app.tokens import token_for
 from millrace.kernel.claims import TokenKeys, fingerprint
 from millrace.kernel.config import TlsSettings
 from tests.acceptance.certs import Certs

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from controller_app.access.roles import grant
 from controller_app.models import AuditEntry
-from controller_app.roles import grant
 
 pytestmark = pytest.mark.django_db
 

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from controller_app import segment_client
+from controller_app.cluster import membership
 from millrace.client.transport.sync import SyncSegmentStoreClient
 from millrace.kernel.claims import READ_UPDATE, mint_token
 
@@ -100,7 +101,7 @@ def api(db: None) -> Any:
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
-    from controller_app.roles import grant
+    from controller_app.access.roles import grant
 
     user = get_user_model().objects.create_user(f"u{uuid.uuid4().hex[:8]}", password=None)
     grant(user, "operator")
@@ -111,7 +112,7 @@ def api(db: None) -> Any:
 
 @pytest.fixture
 def registered_node(segment_store_node: NodeProcess, db: None) -> NodeProcess:
-    segment_client.register_node(
+    membership.register_node(
         host="127.0.0.1", port=segment_store_node.port, container_count=CONTAINERS
     )
     return segment_store_node

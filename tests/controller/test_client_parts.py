@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from controller_app.roles import grant
-from controller_app.tokens import token_for
+from controller_app.access.roles import grant
+from controller_app.access.tokens import token_for
 from millrace.client.kvt import BadKeyVersionError, KeyValueTableManager, Put, Remove
 from millrace.client.manager import StreamManager
 from millrace.kernel.kvt import partition_of

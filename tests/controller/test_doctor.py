@@ -1,4 +1,5 @@
-"""``millrace doctor``'s checks of this host (``controller_app.doctor``), against the test
+"""``millrace doctor``'s checks of this host (``controller_app.operations.doctor``), against the
+test
 database: a healthy set is all OK, and each fault is named in its line: a process whose
 clock runs ahead, a reader group that stopped, a certificate about to end (a real one, made by
 trustme), an old token secret."""
@@ -15,8 +16,8 @@ import trustme
 from django.conf import settings
 from django.utils import timezone
 
-from controller_app import doctor
 from controller_app.models import ProcessHeartbeat, ReaderGroupLag
+from controller_app.operations import doctor
 from tests.controller.factories import ReaderGroupFactory
 
 pytestmark = pytest.mark.django_db

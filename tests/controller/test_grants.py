@@ -1,5 +1,6 @@
-"""Grants judged (``controller_app.grants``) and managed (``controller_app.acl``): resource
-strings and patterns, the order of denials, grants and roles, a reader group's and a table's
+"""Grants judged (``controller_app.access.grants``) and managed (``controller_app.access.acl``):
+resource strings and patterns, the order of denials, grants and roles, a reader group's and a
+table's
 segments, Pravega's password file imported, and ``/v1/acl`` as an admin's client calls it."""
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from django.test import RequestFactory
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from controller_app import acl, grants
+from controller_app.access import acl, grants
+from controller_app.access.roles import grant as give_role
 from controller_app.errors import InvalidArgumentError
 from controller_app.models import Grant
-from controller_app.roles import grant as give_role
 from tests.controller import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -26,8 +26,8 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from controller_app import health, heartbeats
 from controller_app.models import ProcessHeartbeat
+from controller_app.operations import health, heartbeats
 from millrace.kernel import status_files
 from millrace.kernel.status_files import node_status_path
 from segment_app.engine.bootstrap import StoreSettings, build_segment_store
@@ -157,9 +157,9 @@ def test_a_hung_segment_store_is_down_within_the_timeout(client: Client, stopped
 def test_a_segment_store_that_is_gone_is_down(
     client: Client, beating: None, free_port: int
 ) -> None:
-    from controller_app import segment_client
+    from controller_app.cluster import membership
 
-    segment_client.register_node(host="127.0.0.1", port=free_port, container_count=4)
+    membership.register_node(host="127.0.0.1", port=free_port, container_count=4)
     assert_down(client, "segmentstore", "refused", writes_stop=True)
 
 

@@ -11,6 +11,7 @@ import pytest
 from controller_app import lag
 from controller_app.models import ReaderGroup, ReaderGroupLag
 from controller_app.ports import SegmentTraffic, Traffic
+from controller_app.segment_client import read_traffic, segment_store
 
 
 def _rounds(lags: list[int], reads: list[int], start: int = 0) -> list[dict[str, Any]]:
@@ -109,9 +110,9 @@ def test_one_round_at_a_time() -> None:
 
     other = Lease(lag.LEASE, "another-worker", ttl_s=30)
     assert other.hold()
-    assert lag.lag_round() == 0
+    assert lag.lag_round(segment_store(), read_traffic) == 0
     assert ClusterLease.objects.get(name=lag.LEASE).holder == "another-worker"  # (left alone)
     other.release()
-    assert lag.lag_round() == 0  # (no group to measure)
+    assert lag.lag_round(segment_store(), read_traffic) == 0  # (no group to measure)
     after = ClusterLease.objects.get(name=lag.LEASE)
     assert after.holder != "another-worker" and after.expires_ms == 0  # (taken, given back)

@@ -15,13 +15,13 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controller_app import errors as ce
+from controller_app.access.roles import grant
+from controller_app.access.tokens import token_for
 from controller_app.grpc import controller_pb2 as pb
 from controller_app.grpc import segments as grpc_segments
 from controller_app.grpc.controller_pb2_grpc import ControllerServiceStub
 from controller_app.grpc.server import GrpcEndpoint
 from controller_app.outcomes import OUTAGES, OUTCOMES, outcome_of
-from controller_app.roles import grant
-from controller_app.tokens import token_for
 from millrace.client.transport import segment_store as ssc
 
 

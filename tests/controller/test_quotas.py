@@ -15,8 +15,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controller_app import quotas
+from controller_app.access.roles import grant
 from controller_app.models import QuotaUsage, ScopeQuota
-from controller_app.roles import grant
 from controller_app.segment_client import segment_store
 from controller_app.workflows import scopes, streams
 from controller_app.workflows.config import StreamConfig

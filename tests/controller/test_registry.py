@@ -24,9 +24,9 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from django.contrib.auth import get_user_model
 
+from controller_app.access.roles import grant
+from controller_app.access.tokens import token_for
 from controller_app.models import AuditEntry
-from controller_app.roles import grant
-from controller_app.tokens import token_for
 from millrace.client.manager import StreamManager
 from tests.controller.conftest import NodeProcess
 

@@ -4,7 +4,7 @@
 ``ProtocolError``); ``encode_frame(cmd)`` / ``encode_parts(cmd)`` turn it back into bytes;
 ``FrameAssembler`` splits a received byte stream into frames. Part of the Django-free kernel:
 shared by the wire server (``segment_app.server``), the Python client (``millrace.client``)
-and the token code (``controller_app.tokens``).
+and the token code (``controller_app.access.tokens``).
 
 Its other modules:
 

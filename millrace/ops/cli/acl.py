@@ -1,5 +1,5 @@
 """``millrace acl grant|deny|revoke|list|check|join|leave|import``: grants on Pravega's resource
-strings (``controller_app.acl``), written to the metadata database like ``millrace user``;
+strings (``controller_app.access.acl``), written to the metadata database like ``millrace user``;
 each change audited as the local user."""
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def run_acl(args: argparse.Namespace, rest: list[str]) -> int:
     metadata_database()
     import getpass
 
-    from controller_app import acl
+    from controller_app.access import acl
+    from controller_app.access.users import audit_local
     from controller_app.errors import InvalidArgumentError, NotFoundError
-    from controller_app.users import audit_local
 
     by = f"local:{getpass.getuser()}"
     action = args.acl_command

@@ -273,7 +273,7 @@ def run_controller(args: argparse.Namespace, rest: list[str]) -> int:
     uvicorn = needs("uvicorn", "the controller")
     needs("django", "the controller")
     setup_django()
-    from controller_app import tracing
+    from controller_app.operations import tracing
 
     tracing.start("controller")  # (before the app is built: its middleware, the gRPC server)
     needs("millrace.project.asgi", "the controller")  # loaded now: gc.freeze() below covers it

@@ -1,6 +1,6 @@
 """``millrace scrape-config``: a Prometheus configuration that scrapes every process of a
 standalone node or a cluster; ``millrace doctor``: what is wrong with a deployment, one line
-each (``controller_app.doctor``).
+each (``controller_app.operations.doctor``).
 
 It mints a delegation token for ``*`` (read only) with the node's token secret, writes it to a
 file only its owner may read, and prints a ``scrape_configs`` entry that finds the targets
@@ -101,7 +101,7 @@ def run_doctor(args: argparse.Namespace, rest: list[str]) -> int:
     """Exit status 0 when every finding is OK, 1 otherwise."""
     needs("django", "millrace doctor")
     setup_django()
-    from controller_app.doctor import OK, checks_here, checks_of
+    from controller_app.operations.doctor import OK, checks_here, checks_of
 
     url = remote.urls(args)[0]
     findings = [*checks_here(), *checks_of(url, remote.token(args), remote.verify(args))]

@@ -151,7 +151,7 @@ def metadata_database() -> None:
 
 def run_token_create(args: argparse.Namespace, rest: list[str]) -> int:
     metadata_database()
-    from controller_app.users import create_user_token
+    from controller_app.access.users import create_user_token
 
     print(
         create_user_token(args.user, superuser=args.superuser, rotate=args.rotate, role=args.role)
@@ -162,7 +162,7 @@ def run_token_create(args: argparse.Namespace, rest: list[str]) -> int:
 def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
     """A new user with a role: its console password, then its API token alone on the last line."""
     metadata_database()
-    from controller_app.users import create_user
+    from controller_app.access.users import create_user
 
     try:
         password, token = create_user(args.name, args.role)
@@ -175,7 +175,7 @@ def run_user_create(args: argparse.Namespace, rest: list[str]) -> int:
 
 def run_user_list(args: argparse.Namespace, rest: list[str]) -> int:
     metadata_database()
-    from controller_app.users import users
+    from controller_app.access.users import users
 
     found = users()
     if args.json:
@@ -192,7 +192,7 @@ def run_user_list(args: argparse.Namespace, rest: list[str]) -> int:
 def run_user_change(args: argparse.Namespace, rest: list[str]) -> int:
     """``user role|password|disable|enable|delete NAME``."""
     metadata_database()
-    from controller_app import users
+    from controller_app.access import users
 
     name, action = args.name, args.user_command
     try:
@@ -214,7 +214,7 @@ def run_user_change(args: argparse.Namespace, rest: list[str]) -> int:
 
 def run_token_list(args: argparse.Namespace, rest: list[str]) -> int:
     metadata_database()
-    from controller_app.users import api_tokens
+    from controller_app.access.users import api_tokens
 
     tokens = api_tokens()
     if args.json:
@@ -229,7 +229,7 @@ def run_token_list(args: argparse.Namespace, rest: list[str]) -> int:
 def run_token_change(args: argparse.Namespace, rest: list[str]) -> int:
     """``token rotate USER`` (prints the new token) and ``token revoke USER``."""
     metadata_database()
-    from controller_app.users import revoke_token, rotate_token
+    from controller_app.access.users import revoke_token, rotate_token
 
     try:
         if args.token_command == "rotate":
@@ -282,7 +282,7 @@ def _audit_rotation(old: str, new: str, overlap: float) -> None:
     with contextlib.suppress(Exception):
         needs("django", "the audit log")
         migrate(verbosity=0)
-        from controller_app.users import audit_local
+        from controller_app.access.users import audit_local
 
         audit_local("token-secret.rotate", new, f"replaces {old}; overlap {overlap:g} s")
 

@@ -21,8 +21,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controller_app import selectors as sel
+from controller_app.access.roles import grant
 from controller_app.models import AuditEntry
-from controller_app.roles import grant
 from controller_app.segment_client import segment_store
 from controller_app.workflows import reader_groups, scopes, streams, transactions
 from controller_app.workflows.config import StreamConfig
@@ -269,7 +269,7 @@ def test_with_authentication_off_anyone_may_change(world: dict[str, Any], settin
 
 def _client_with_grants(*grants_given: tuple[str, str, bool]) -> tuple[APIClient, str]:
     """A user with no role and ``(permission, resource, deny)`` grants."""
-    from controller_app import acl
+    from controller_app.access import acl
 
     client, name = _client_of(None)
     for permission, resource, deny in grants_given:

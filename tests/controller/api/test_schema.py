@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from rest_framework.authtoken.models import Token
 
-from controller_app.roles import grant
+from controller_app.access.roles import grant
 from millrace.project.wsgi import application
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)

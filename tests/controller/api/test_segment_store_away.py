@@ -21,8 +21,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from controller_app import segment_client
+from controller_app.access.roles import grant
+from controller_app.cluster import membership
 from controller_app.models import Stream
-from controller_app.roles import grant
 from millrace.client.controller import AsyncControllerClient, ControllerError
 from tests.controller.conftest import CONTAINERS, NodeProcess
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def own_node(tmp_path: Path, db: None, segment_store_node: NodeProcess) -> Iterator[NodeProcess]:
     """A node of this test alone (the session node sets the shared token secret)."""
     node = NodeProcess(tmp_path / "store")
-    segment_client.register_node(host="127.0.0.1", port=node.port, container_count=CONTAINERS)
+    membership.register_node(host="127.0.0.1", port=node.port, container_count=CONTAINERS)
     yield node
     node.stop()
     segment_client.segment_store().close()
@@ -76,7 +77,7 @@ def test_a_segment_store_away_is_503_with_retry_after(
 
     back = NodeProcess(tmp_path / "store")  # the same data: a restarted segment store
     try:
-        segment_client.register_node(host="127.0.0.1", port=back.port, container_count=CONTAINERS)
+        membership.register_node(host="127.0.0.1", port=back.port, container_count=CONTAINERS)
         assert api.get(entry).json()["value"] == "v1"  # nothing changed while it was away
         # The append answered 503 was given up, not delivered once the node came back: a
         # client sending it again (here e2) does not get it twice.
@@ -105,7 +106,7 @@ def test_the_client_waits_through_503s(live_server: Any, own_node: NodeProcess) 
 
     def restart() -> None:  # what the supervisor does: the node is back a little later
         node = NodeProcess(own_node.log.with_suffix(""))
-        segment_client.register_node(host="127.0.0.1", port=node.port, container_count=CONTAINERS)
+        membership.register_node(host="127.0.0.1", port=node.port, container_count=CONTAINERS)
         own_node.process = node.process
         came_back.set()
 

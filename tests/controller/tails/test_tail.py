@@ -21,9 +21,9 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from controller_app import selectors as sel
+from controller_app.access.roles import grant
 from controller_app.choices import StreamState
 from controller_app.models import Stream
-from controller_app.roles import grant
 from millrace.client.transport.segment_store import SegmentStoreClient
 from millrace.project.asgi import application
 from tests.controller import factories as f

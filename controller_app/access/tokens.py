@@ -1,6 +1,6 @@
 """Tokens: REST API tokens (one DRF token per user) and segment store delegation tokens.
 
-Used by the local user commands (``controller_app.users``) and by ``millrace standalone``.
+Used by the local user commands (``controller_app.access.users``) and by ``millrace standalone``.
 Tokens are DRF's ``rest_framework.authtoken`` keys (``Authorization: Token <key>``).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from controller_app.grants import access_to_stream
+from controller_app.access.grants import access_to_stream
 from millrace.kernel.claims import TokenKeys, mint_token, stream_resource
 
 

@@ -46,9 +46,9 @@ from django.db import DatabaseError, connection
 from django.db.models import Count
 from django.utils import timezone
 
-from controller_app import heartbeats
 from controller_app import selectors as sel
 from controller_app.choices import SessionState
+from controller_app.operations import heartbeats
 from millrace.client.transport.probe import ProbeError, probe_segment_store
 from millrace.kernel import status_files
 from millrace.kernel.status_files import (

@@ -131,7 +131,7 @@ def clocks() -> list[Finding]:
 
 
 def broker() -> list[Finding]:
-    from controller_app.health import broker_health
+    from controller_app.operations.health import broker_health
 
     started = time.perf_counter()
     found = broker_health()
@@ -258,7 +258,7 @@ def checks_of(url: str, token: str, verify: Any) -> Iterator[Finding]:
     """What the node or cluster at ``url`` says of itself (``token``: an API token)."""
     import httpx
 
-    from controller_app.tokens import delegation_token
+    from controller_app.access.tokens import delegation_token
     from millrace.kernel.claims import READ
 
     def get(address: str, **options: Any) -> Any:

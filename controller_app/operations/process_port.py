@@ -141,7 +141,7 @@ def start(role: str) -> None:
     """Serve this process's metrics port (once); a port that cannot be bound is a warning."""
     if _port:
         return
-    from controller_app.tokens import token_keys
+    from controller_app.access.tokens import token_keys
     from millrace.kernel.claims import TokenVerifier
     from millrace.kernel.tls import server_context
 

@@ -20,7 +20,7 @@ from django.contrib.auth.hashers import BasePasswordHasher, mask_hash
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from controller_app import grants
+from controller_app.access import grants
 from controller_app.errors import InvalidArgumentError, NotFoundError
 from controller_app.models import Grant
 

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
+from controller_app.access.roles import ROLES, grant, role_of
+from controller_app.access.tokens import expires_at, token_for
 from controller_app.audit import record
-from controller_app.roles import ROLES, grant, role_of
-from controller_app.tokens import expires_at, token_for
 from millrace.kernel.config import write_secret_file
 
 
@@ -25,7 +25,7 @@ def create_user_token(
 ) -> str:
     """The token of ``username`` (created, without a password, if the user does not exist).
 
-    A new user gets ``role`` (``controller_app.roles``); ``superuser`` makes it an
+    A new user gets ``role`` (``controller_app.access.roles``); ``superuser`` makes it an
     administrator instead. ``rotate`` replaces an existing token, which stops the old one
     working at once.
     """

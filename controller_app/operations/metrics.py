@@ -7,10 +7,10 @@ the controller's memory): streams by state, scales by state (manual and automati
 truncations, transactions by state, each stream's watermark lag, the age of each worker's and
 beat's heartbeat, the workflow tasks' outcomes (``TaskCount``, counted by the workers), and each
 reader group's lag and status as the last lag round measured them (``controller_app.lag``), and
-what the canary last saw of each node (``controller_app.canary``), and each scope's quotas,
-stored bytes, and the rates and throttle time its nodes reported (``controller_app.quotas``).
-A handful of grouped queries per scrape, none per stream or group. ``DETAIL`` holds what has a
-series per reader (``/metrics?detail=1``).
+what the canary last saw of each node (``controller_app.operations.canary``), and each scope's
+quotas, stored bytes, and the rates and throttle time its nodes reported
+(``controller_app.quotas``). A handful of grouped queries per scrape, none per stream or group.
+``DETAIL`` holds what has a series per reader (``/metrics?detail=1``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Per segment the round:
 
 1. notes the segment's length (the wire protocol's segment info);
 2. writes one event with a routing key that lands in it, through the client's writer, as the
-   REST API appends (``controller_app.api.events.WRITERS``), and waits for its
+   REST API appends (``controller_app.event_writers.WRITERS``), and waits for its
    acknowledgement (``ack_seconds``);
 3. reads the segment from that length and finds the event (``read_seconds``: from the write
    to the read's answer, end to end).
@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from controller_app import selectors as sel
 from controller_app.errors import AlreadyExistsError, ScopeNotFoundError
+from controller_app.event_writers import WRITERS
 from controller_app.models import CanaryProbe, Container, Node, Stream
 from controller_app.ports import SegmentStorePort
 from controller_app.segments import Segment
@@ -81,8 +82,6 @@ def _node_names() -> dict[tuple[str, int], str]:
 
 def probe_segment(store: SegmentStorePort, stream: Stream, segment: Segment) -> tuple[float, float]:
     """Write one event to ``segment`` and read it back: (ack, read) seconds."""
-    from controller_app.api.events import WRITERS
-
     name = sel.segment_name(stream, segment.id)
     before = store.info(name).length
     payload = f"canary {uuid.uuid4().hex} {time.time():.3f}".encode()

@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
+from controller_app.access.roles import may, refusal
 from controller_app.errors import InvalidArgumentError, PermissionRefusedError
-from controller_app.roles import may, refusal
 from millrace.kernel.kvt import KVTABLE_SUFFIX
 
 __all__ = [

@@ -25,8 +25,8 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from controller_app import process_port
 from controller_app.models import ProcessHeartbeat
+from controller_app.operations import process_port
 from millrace.kernel.status_files import (
     HEARTBEAT_FORGET_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
