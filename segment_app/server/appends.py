@@ -61,12 +61,17 @@ HOLD_MAX_SECONDS = 1.0
 #: Block data at least this long is handed on as a view of the received frame, shorter data as
 #: a copy (cheaper than a view to make, and not tracked by the garbage collector).
 _VIEW_BYTES_MIN = 4096
+#: (A pending append's writer before it is given one: never sent.)
+_NO_WRITER = uuid.UUID(int=0)
 
 
 @dataclasses.dataclass(slots=True)
 class _PendingAppend(AppendItem):
-    """A block waiting for its reply; the store fills in ``result`` or ``error``."""
+    """A block waiting for its reply; the store fills in ``result`` or ``error``. (Its writer
+    and event number are always given: the fields keep their places, typed as they are here.)"""
 
+    writer_id: uuid.UUID = _NO_WRITER
+    event_number: int = 0
     request_id: int = 0
     conditional: bool = False
     size: int = 0
@@ -379,7 +384,9 @@ class AppendPath:
             self._part_done(batch, started, _failed_future(exc))
         else:
             for part, future in parts:
-                future.add_done_callback(functools.partial(self._part_done, part, started))
+                # (the parts hold the items given: pending appends)
+                done = functools.partial(self._part_done, part, started)  # type: ignore[arg-type]
+                future.add_done_callback(done)
         self.connection.update_reading()
 
     def _refuse_over_stored_quota(

@@ -315,7 +315,7 @@ def _tier2_on_data_disk(config: SegmentStoreSettings) -> bool:
     """Whether tier-2 keeps its chunks on the data directory's filesystem (its ``root``)."""
     root = tier2_options(store_settings(config)).get("root")
     try:
-        return bool(root) and os.stat(root).st_dev == os.stat(config.data_dir).st_dev
+        return root is not None and os.stat(root).st_dev == os.stat(config.data_dir).st_dev
     except OSError:
         return False
 

@@ -209,9 +209,9 @@ def judge(policy: SchemaPolicy, data: bytes | memoryview, *, final: bool = False
             return Refusal(index, bytes(data[start : start + _SHOWN_BYTES]), why)
         if validate:
             check = schemas[schema_id]
-            why = check(bytes(data[start + HEADER_BYTES : at])) if check is not None else None
-            if why is not None:
-                why = f"it does not decode with schema {schema_id}: {why}"
+            found = check(bytes(data[start + HEADER_BYTES : at])) if check is not None else None
+            if found is not None:
+                why = f"it does not decode with schema {schema_id}: {found}"
                 return Refusal(index, bytes(data[start : start + _SHOWN_BYTES]), why)
         index += 1
     return None
