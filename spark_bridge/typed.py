@@ -29,7 +29,6 @@ import functools
 import io
 import json
 import logging
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
+from millrace.kernel import rest_paths as paths
 from spark_bridge import avro_arrow, avro_types
 from spark_bridge.options import OptionError, Options
 
@@ -86,13 +86,11 @@ def resolve(manager: Any, options: Options, writing: T.StructType | None = None)
             subject = f"{options.scope}.{options.stream}-value"  # (the default; made on write)
         else:
             raise
-    quoted = urllib.parse.quote(subject, safe="")  # (a subject may hold any character)
     if writing is not None and options.auto_register_schemas:
         avro = avro_types.avro_of(_record_columns(writing))
         try:
-            found = manager.registry(
-                "POST", f"/subjects/{quoted}/versions", {"schema": json.dumps(avro)}
-            )
+            body = {"schema": json.dumps(avro)}
+            found = manager.registry("POST", paths.registry_versions(subject), body)
         except ControllerError as exc:
             raise OptionError(
                 f"millrace: the DataFrame's schema cannot be registered under {subject!r}:"
@@ -101,7 +99,7 @@ def resolve(manager: Any, options: Options, writing: T.StructType | None = None)
         return Binding(subject, 0, int(found["id"]), json.dumps(avro))
     version = str(options.schema_version or "latest")
     try:
-        found = manager.registry("GET", f"/subjects/{quoted}/versions/{version}")
+        found = manager.registry("GET", paths.registry_version(subject, version))
     except ControllerError as exc:
         if exc.code in NOT_FOUND_CODES:
             raise OptionError(
@@ -354,7 +352,7 @@ def decoder_of(binding: Binding, controller: str, token: str, trust_store: str) 
 
     def fetch(schema_id: int) -> dict[str, Any]:
         with manager_of(options) as manager:
-            return manager.registry("GET", f"/schemas/ids/{schema_id}")  # type: ignore[no-any-return]
+            return manager.registry("GET", paths.registry_schema(schema_id))  # type: ignore[no-any-return]
 
     return Decoder(binding, fetch)
 

@@ -369,3 +369,47 @@ def test_no_file_cites_a_file_outside_the_project() -> None:
         if outside.search(line)
     ]
     assert not found, "cites a file outside the project: " + ", ".join(found)
+
+
+#: How a REST path of the controller's API starts (``/v1`` and ``/registry`` paths alike).
+_REST_PATH = re.compile(
+    r"^/?(v1/|scopes\b|cluster\b|acl\b|metrics/targets|subjects\b|schemas/|config\b|compatibility/)"
+)
+
+
+def _strings_outside_docstrings(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if id(node) in docstrings:
+            continue
+        if isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                docstrings.add(id(first))  # (counted as the f-string)
+                yield node.lineno, first.value
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
+            yield node.lineno, node.value
+
+
+def test_each_rest_path_is_spelled_once_on_the_client_side() -> None:
+    """The SDK, the command line and the Spark bridge name the REST API's paths through
+    ``millrace.kernel.rest_paths``; a path written out anywhere else on the client side fails."""
+    home = ROOT / "millrace" / "kernel" / "rest_paths.py"
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {text!r}"
+        for path in sources("millrace/client", "millrace/ops/cli", "spark_bridge")
+        if path != home
+        for line, text in _strings_outside_docstrings(parse(path.read_text()))
+        if text.startswith("/") and _REST_PATH.match(text)
+    ]
+    assert not found, "a REST path spelled outside millrace/kernel/rest_paths.py:\n" + "\n".join(
+        found
+    )

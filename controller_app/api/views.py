@@ -200,7 +200,7 @@ class StreamSchemaView(APIView):
     def put(self, request: Request, scope: str, stream: str) -> Response:
         row = get_stream(scope, stream)
         serializer = _valid(s.StreamSchemaSerializer, request.data)
-        return Response(policies.binding(policies.bind(row, **serializer.validated_data)))
+        return Response(policies.binding(streams.bind_schema(row, **serializer.validated_data)))
 
 
 class StreamStateView(APIView):

@@ -21,6 +21,7 @@ from millrace.client.events import EventRead, EventSplitter
 from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import rest_paths as paths
 
 #: Bytes asked of the segment store per read.
 READ_BYTES = 1024 * 1024
@@ -74,20 +75,19 @@ class AsyncBatchClient:
         for cut in (start, end):
             if cut is not None and (cut.scope, cut.stream) != (scope, stream):
                 raise ValueError(f"the stream cut is of {cut.scope}/{cut.stream}")
-        base = f"/scopes/{scope}/streams/{stream}"
         body = {}
         if start is not None:
             body["fromStreamCut"] = {str(k): v for k, v in start.positions.items()}
         if end is not None:
             body["toStreamCut"] = {str(k): v for k, v in end.positions.items()}
-        found = await self.controller.call("POST", f"{base}/segments-between", body)
-        head = await self.controller.call("GET", f"{base}/segments?at=head")
+        found = await self.controller.call("POST", paths.segments_between(scope, stream), body)
+        head = await self.controller.call("GET", paths.segments(scope, stream, at="head"))
         head_offsets = {s["segmentId"]: s["offset"] for s in head["segments"]}
         token = await self.controller.delegation_token(scope, stream)
         ranges = []
         for item in sorted(found["segments"], key=lambda s: s["segmentId"]):
             sid = item["segmentId"]
-            info = await self.controller.call("GET", f"{base}/segments/{sid}")
+            info = await self.controller.call("GET", paths.segment(scope, stream, sid))
             first = max(info["startOffset"], head_offsets.get(sid, 0))
             if start is not None and sid in start.positions:
                 first = max(first, start.positions[sid])

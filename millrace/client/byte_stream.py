@@ -32,6 +32,7 @@ from millrace.client.controller import FOLLOW_SECONDS, AsyncControllerClient
 from millrace.client.resumable import ResumableAppends
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import rest_paths as paths
 
 #: Bytes asked per read of the segment store, at most.
 READ_CHUNK_BYTES = 1024 * 1024
@@ -72,13 +73,11 @@ class AsyncByteStream:
     ) -> AsyncByteStream:
         """The byte stream ``scope/stream``; it must have exactly one segment."""
         self = cls(controller, scope, stream)
-        segments = await controller.call("GET", f"/scopes/{scope}/streams/{stream}/segments")
+        segments = await controller.call("GET", paths.segments(scope, stream))
         current = segments["segments"]
         if len(current) != 1:
             if not current:  # sealed: read its last segment
-                head = await controller.call(
-                    "GET", f"/scopes/{scope}/streams/{stream}/segments?at=head"
-                )
+                head = await controller.call("GET", paths.segments(scope, stream, at="head"))
                 current = head["segments"]
             if len(current) != 1:
                 raise ValueError(

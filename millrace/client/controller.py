@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from millrace.client.routing import SegmentWithRange
+from millrace.kernel import rest_paths as paths
 from millrace.kernel import traces
 from millrace.kernel.naming import parent_name, parse_segment_name
 from millrace.kernel.tls import TLS_PORT, TlsRefused, client_context, refusal
@@ -209,10 +210,10 @@ class AsyncControllerClient:
 
     async def create_scope(self, scope: str) -> bool:
         """Create ``scope``; ``False`` if it existed already."""
-        return await self.create("/scopes", {"scopeName": scope})
+        return await self.create(paths.scopes(), {"scopeName": scope})
 
     async def delete_scope(self, scope: str) -> None:
-        await self.call("DELETE", f"/scopes/{scope}")
+        await self.call("DELETE", paths.scope(scope))
 
     async def create_stream(
         self,
@@ -232,38 +233,36 @@ class AsyncControllerClient:
         }
         if retention_policy is not None:
             body["retentionPolicy"] = retention_policy
-        return await self.create(f"/scopes/{scope}/streams", body)
+        return await self.create(paths.streams(scope), body)
 
     async def list_streams(self, scope: str) -> list[str]:
         """The names of the scope's streams (internal ones, starting with ``_``, left out)."""
-        found = await self.call("GET", f"/scopes/{scope}/streams")
+        found = await self.call("GET", paths.streams(scope))
         return [str(item["streamName"]) for item in found["streams"]]
 
     async def seal_stream(self, scope: str, stream: str) -> None:
-        await self.call("PUT", f"/scopes/{scope}/streams/{stream}/state", {"streamState": "SEALED"})
+        await self.call("PUT", paths.stream_state(scope, stream), {"streamState": "SEALED"})
 
     async def delete_stream(self, scope: str, stream: str) -> None:
-        await self.call("DELETE", f"/scopes/{scope}/streams/{stream}")
+        await self.call("DELETE", paths.stream(scope, stream))
 
     # -- segments --------------------------------------------------------------------------
 
     async def current_segments(self, scope: str, stream: str) -> list[SegmentWithRange]:
-        found = await self.call("GET", f"/scopes/{scope}/streams/{stream}/segments")
+        found = await self.call("GET", paths.segments(scope, stream))
         return [_segment(item) for item in found["segments"]]
 
     async def successors(
         self, scope: str, stream: str, segment_id: int
     ) -> list[tuple[SegmentWithRange, list[int]]]:
-        path = f"/scopes/{scope}/streams/{stream}/segments/{segment_id}/successors"
+        path = paths.segment_successors(scope, stream, segment_id)
         found = await self.call("GET", path)
         return [(_segment(item), list(item["predecessors"])) for item in found["successors"]]
 
     async def segment_uri(self, scope: str, stream: str, segment_id: int) -> tuple[str, int]:
         """The node serving the segment (Pravega's getURI); ``TlsRefused`` when the node needs
         TLS and this client is plaintext, or the other way round."""
-        found = await self.call(
-            "GET", f"/scopes/{scope}/streams/{stream}/segments/{segment_id}/uri"
-        )
+        found = await self.call("GET", paths.segment_uri(scope, stream, segment_id))
         host, port = str(found["host"]), int(found["port"])
         if bool(found.get("tls")) != (self.tls is not None):
             where = f"segment store {host}:{port}"
@@ -282,7 +281,7 @@ class AsyncControllerClient:
 
     async def stream_config(self, scope: str, stream: str) -> dict[str, Any]:
         """The stream's configuration as REST shows it (``GET .../streams/{stream}``)."""
-        found: dict[str, Any] = await self.call("GET", f"/scopes/{scope}/streams/{stream}")
+        found: dict[str, Any] = await self.call("GET", paths.stream(scope, stream))
         return found
 
     async def note_writer_mark(
@@ -293,14 +292,12 @@ class AsyncControllerClient:
             "timestamp": timestamp,
             "position": {str(k): v for k, v in position.items()},
         }
-        await self.call("POST", f"/scopes/{scope}/streams/{stream}/writer-marks", body)
+        await self.call("POST", paths.writer_marks(scope, stream), body)
 
     async def watermark(self, scope: str, stream: str) -> dict[str, Any] | None:
         """The stream's newest watermark (REST's ``Watermark``), ``None`` while it has none."""
         try:
-            found: dict[str, Any] = await self.call(
-                "GET", f"/scopes/{scope}/streams/{stream}/watermark"
-            )
+            found: dict[str, Any] = await self.call("GET", paths.watermark(scope, stream))
         except ControllerError as exc:
             if exc.code == "no-watermark":
                 return None
@@ -308,7 +305,7 @@ class AsyncControllerClient:
         return found
 
     async def delegation_token(self, scope: str, stream: str) -> str:
-        path = f"/scopes/{scope}/streams/{stream}/delegation-token"
+        path = paths.stream_token(scope, stream)
         found = await self.call("POST", path, changes=False)  # (a new token: safe to ask again)
         return str(found["token"])
 

@@ -53,6 +53,7 @@ from millrace.client.transport.table_calls import (
     remove_request,
     update_request,
 )
+from millrace.kernel import rest_paths as paths
 from millrace.kernel.kvt import (
     KvtConfig,
     KvtError,
@@ -148,21 +149,19 @@ class AsyncKeyValueTableManager:
             "primaryKeyLength": primary_key_length,
             "secondaryKeyLength": secondary_key_length,
         }
-        return await self.controller.create(f"/scopes/{scope}/kvtables", body)
+        return await self.controller.create(paths.kvtables(scope), body)
 
     async def list_kvts(self, scope: str) -> list[str]:
-        found = await self.controller.call("GET", f"/scopes/{scope}/kvtables")
+        found = await self.controller.call("GET", paths.kvtables(scope))
         return [str(item["kvtName"]) for item in found["kvtables"]]
 
     async def kvt_info(self, scope: str, name: str) -> dict[str, Any]:
         """The table as the REST API describes it (configuration, state, partitions)."""
-        found: dict[str, Any] = await self.controller.call(
-            "GET", f"/scopes/{scope}/kvtables/{name}"
-        )
+        found: dict[str, Any] = await self.controller.call("GET", paths.kvtable(scope, name))
         return found
 
     async def delete_kvt(self, scope: str, name: str) -> None:
-        await self.controller.call("DELETE", f"/scopes/{scope}/kvtables/{name}")
+        await self.controller.call("DELETE", paths.kvtable(scope, name))
 
     async def open(self, scope: str, name: str) -> AsyncKeyValueTable:
         return await AsyncKeyValueTable.open(self.controller, scope, name)
@@ -190,7 +189,7 @@ class AsyncKeyValueTable:
     ) -> AsyncKeyValueTable:
         table = cls(controller, scope, name)
         await table._describe()
-        path = f"/scopes/{scope}/kvtables/{name}/delegation-token"
+        path = paths.kvtable_token(scope, name)
 
         async def token() -> str:
             return str((await controller.call("POST", path, changes=False))["token"])
@@ -211,7 +210,7 @@ class AsyncKeyValueTable:
         await self._describe()
 
     async def _describe(self) -> None:
-        found = await self.controller.call("GET", f"/scopes/{self.scope}/kvtables/{self.name}")
+        found = await self.controller.call("GET", paths.kvtable(self.scope, self.name))
         if found["state"] != "ACTIVE":
             raise KvtError(f"key-value table {self.scope}/{self.name} is {found['state'].lower()}")
         self.config = KvtConfig(

@@ -32,6 +32,7 @@ from millrace.client.transactions import AsyncTransactionalWriter, Transaction
 from millrace.client.transport.io_loop import IoLoop
 from millrace.client.writer import AsyncEventWriter
 from millrace.kernel import defaults
+from millrace.kernel import rest_paths as paths
 
 T = TypeVar("T")
 _C = TypeVar("_C", bound="_Closing")
@@ -113,7 +114,7 @@ class AsyncStreamManager:
         tail) and the bytes between them, as Pravega's ``getNextStreamCut``."""
         if approx_bytes < 1:
             raise ValueError(f"approx_bytes must be positive, not {approx_bytes}")
-        path = f"/scopes/{cut.scope}/streams/{cut.stream}/stream-cut/next"
+        path = paths.stream_cut_next(cut.scope, cut.stream)
         body = {"streamCut": {str(k): v for k, v in cut.positions.items()},
                 "approxBytes": approx_bytes}  # fmt: skip
         found = await self.controller.call("POST", path, body)
@@ -124,7 +125,7 @@ class AsyncStreamManager:
         """The stream's value subject in the schema registry and its enforcement mode
         (``{"subject": ..., "enforcement": "none" | "header" | "validate"}``)."""
         found: dict[str, Any] = await self.controller.call(
-            "GET", f"/scopes/{scope}/streams/{stream}/schema"
+            "GET", paths.stream_schema(scope, stream)
         )
         return found
 
@@ -132,7 +133,7 @@ class AsyncStreamManager:
         """One call to the schema registry's REST API (Confluent's: ``GET
         /schemas/ids/7``, ``POST /subjects/S/versions`` ...); its errors are ``ControllerError``
         with Confluent's numeric codes."""
-        return await self.controller.call(method, path, body, api="/registry")
+        return await self.controller.call(method, path, body, api=paths.REGISTRY)
 
     async def close(self) -> None:
         await self.controller.close()

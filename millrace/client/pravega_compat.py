@@ -46,6 +46,7 @@ from millrace.client.manager import StreamManager as _Manager
 from millrace.client.reader_group import SegmentSlice
 from millrace.client.streamcut import StreamCut
 from millrace.client.transactions import TxnFailedError
+from millrace.kernel import rest_paths as paths
 
 __all__ = [
     "ByteStream",
@@ -253,10 +254,10 @@ class StreamManager(_Shown):
         return True
 
     def list_scope(self) -> list[str]:
-        return [s["scopeName"] for s in self._call("GET", "/scopes")["scopes"]]
+        return [s["scopeName"] for s in self._call("GET", paths.scopes())["scopes"]]
 
     def list_stream(self, scope_name: str) -> list[str]:
-        found = self._call("GET", f"/scopes/{scope_name}/streams")["streams"]
+        found = self._call("GET", paths.streams(scope_name))["streams"]
         return [s["streamName"] for s in found]
 
     def create_stream(self, scope_name: str, stream_name: str, initial_segments: int) -> bool:
@@ -272,7 +273,7 @@ class StreamManager(_Shown):
     ) -> bool:
         body = {"streamName": stream_name, **_policies(scaling_policy, retention_policy, tags)}
         try:
-            self._call("POST", f"/scopes/{scope_name}/streams", body)
+            self._call("POST", paths.streams(scope_name), body)
         except Exception as exc:
             if getattr(exc, "code", None) == "already-exists":
                 return False
@@ -288,11 +289,11 @@ class StreamManager(_Shown):
         tags: list[str] | None = None,
     ) -> bool:
         body = _policies(scaling_policy, retention_policy, tags)
-        self._call("PUT", f"/scopes/{scope_name}/streams/{stream_name}", body)
+        self._call("PUT", paths.stream(scope_name, stream_name), body)
         return True
 
     def get_stream_tags(self, scope_name: str, stream_name: str) -> list[str] | None:
-        found = self._call("GET", f"/scopes/{scope_name}/streams/{stream_name}")
+        found = self._call("GET", paths.stream(scope_name, stream_name))
         return list(found.get("tags") or []) or None
 
     def seal_stream(self, scope_name: str, stream_name: str) -> bool:

@@ -20,6 +20,7 @@ from millrace.client.events import Event, EventRead
 from millrace.client.follower import StreamFollower, Target
 from millrace.client.streamcut import StreamCut
 from millrace.client.transport.pool import SegmentStorePool
+from millrace.kernel import rest_paths as paths
 
 _END = object()
 _new_tuple = tuple.__new__
@@ -69,7 +70,7 @@ class AsyncEventReader:
         targets = {await self._target(s.segment_id, s.name): preds for s, preds in found}
         if targets:
             return targets, False
-        info = await self.controller.call("GET", f"/scopes/{self.scope}/streams/{self.stream}/info")
+        info = await self.controller.call("GET", paths.stream_info(self.scope, self.stream))
         return {}, info["state"] in ("SEALING", "SEALED", "DELETING")
 
     async def _emit(self, target: Target, events: list[Event], next_offset: int) -> None:
@@ -166,25 +167,23 @@ async def cut_of(
 ) -> dict[int, tuple[str, int]]:
     """``{segment id: (name, offset)}`` of the head, the tail (``at="tail"``), a time in ms,
     or of ``given`` once the controller has checked it is a position of the stream."""
-    base = f"/scopes/{scope}/streams/{stream}"
     if given is not None:
         body = {"streamCut": {str(k): v for k, v in given.positions.items()}}
-        answer = await controller.call("POST", f"{base}/stream-cut/validity", body)
+        answer = await controller.call("POST", paths.stream_cut_validity(scope, stream), body)
         if not answer["valid"]:
             raise ValueError(f"not a stream cut of {scope}/{stream}: {answer['message']}")
         out = {}
         for segment_id, offset in given.positions.items():
-            detail = await controller.call("GET", f"{base}/segments/{segment_id}")
+            detail = await controller.call("GET", paths.segment(scope, stream, segment_id))
             out[segment_id] = (detail["name"], offset)
         return out
     query = "current" if at == "tail" else at
-    found = (await controller.call("GET", f"{base}/segments?at={query}"))["segments"]
+    found = (await controller.call("GET", paths.segments(scope, stream, at=query)))["segments"]
     out = {}
     for item in found:
         offset = item.get("offset", 0)
         if at == "tail":
-            offset = (await controller.call("GET", f"{base}/segments/{item['segmentId']}"))[
-                "length"
-            ]
+            detail = await controller.call("GET", paths.segment(scope, stream, item["segmentId"]))
+            offset = detail["length"]
         out[item["segmentId"]] = (item["name"], offset)
     return out

@@ -46,6 +46,7 @@ from millrace.client.streamcut import StreamCut
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 from millrace.kernel import defaults, traces
+from millrace.kernel import rest_paths as paths
 from millrace.kernel.naming import parse_segment_name, segment_epoch
 
 #: Bytes a reader buffers per segment before it stops reading that segment (back-pressure).
@@ -122,7 +123,7 @@ class AsyncReaderGroup:
 
     def __init__(self, controller: AsyncControllerClient, scope: str, name: str) -> None:
         self.controller, self.scope, self.name = controller, scope, name
-        self.path = f"/scopes/{scope}/readergroups/{name}"
+        self.path = paths.reader_group(scope, name)
 
     @classmethod
     async def create(
@@ -146,7 +147,7 @@ class AsyncReaderGroup:
             "readerTimeoutMs": reader_timeout_ms,
             "groupRefreshTimeMs": group_refresh_time_ms,
         }
-        await controller.call("POST", f"/scopes/{scope}/readergroups", body)
+        await controller.call("POST", paths.reader_groups(scope), body)
         return cls(controller, scope, name)
 
     async def create_reader(self, reader_id: str | None = None, **options: Any) -> AsyncGroupReader:
@@ -162,13 +163,17 @@ class AsyncReaderGroup:
     ) -> dict[str, StreamCut]:
         """Start checkpoint ``name`` and wait until every reader has handed out its marker;
         the stream cut of each stream, by ``"scope/stream"``. Readers must keep reading."""
-        await self.controller.call("POST", f"{self.path}/checkpoints", {"checkpointName": name})
+        await self.controller.call(
+            "POST", paths.reader_group_checkpoints(self.scope, self.name), {"checkpointName": name}
+        )
         deadline = asyncio.get_running_loop().time() + timeout
         # Asked often at first (readers hand the marker out within ms when they are reading),
         # then less, up to once every CHECKPOINT_POLL_MAX_S (a reader's next read may be far).
         pause = 0.05
         while True:
-            status = await self.controller.call("GET", f"{self.path}/checkpoints/{name}")
+            status = await self.controller.call(
+                "GET", paths.reader_group_checkpoint(self.scope, self.name, name)
+            )
             if status["complete"]:
                 return {
                     scoped: _cut_of(scoped, cut) for scoped, cut in status["streamCuts"].items()
@@ -186,11 +191,13 @@ class AsyncReaderGroup:
         body = {} if streams is None else {
             "streams": {s: _start_of(s, v) for s, v in streams.items()}
         }  # fmt: skip
-        await self.controller.call("POST", f"{self.path}/reset", body)
+        await self.controller.call("POST", paths.reader_group_reset(self.scope, self.name), body)
 
     async def update_retention_stream_cut(self, cuts: dict[str, StreamCut]) -> None:
         body = {"streamCuts": {s: c.to_text() for s, c in cuts.items()}}
-        await self.controller.call("PUT", f"{self.path}/subscriber-stream-cuts", body)
+        await self.controller.call(
+            "PUT", paths.reader_group_subscriber_cuts(self.scope, self.name), body
+        )
 
     async def delete(self) -> None:
         await self.controller.call("DELETE", self.path)
@@ -307,7 +314,7 @@ class AsyncGroupReader:
 
     @property
     def _base(self) -> str:
-        return f"{self.group.path}/readers/{self.reader_id}"
+        return paths.reader_group_reader(self.group.scope, self.group.name, self.reader_id)
 
     def position(self, stream: str) -> dict[int, int]:
         """``{segment id: offset}`` of the segments of ``stream`` ("scope/name") this reader
@@ -330,7 +337,9 @@ class AsyncGroupReader:
 
     async def join(self) -> None:
         answer = await self.group.controller.call(
-            "POST", f"{self.group.path}/readers", {"readerId": self.reader_id}
+            "POST",
+            paths.reader_group_readers(self.group.scope, self.group.name),
+            {"readerId": self.reader_id},
         )
         self._generation = answer["generation"]
         self._refresh = answer["groupRefreshTimeMs"] / 1000
@@ -636,7 +645,12 @@ class AsyncGroupReader:
         if ack is not None:
             body["checkpoint"], body["checkpointPositions"] = ack
         # (safe to send again: a sync whose answer was lost gives its segments again)
-        answer = await self.group.controller.call("POST", f"{self._base}/sync", body, changes=False)
+        answer = await self.group.controller.call(
+            "POST",
+            paths.reader_group_reader(self.group.scope, self.group.name, self.reader_id, "sync"),
+            body,
+            changes=False,
+        )
         for key in released:
             self._released.pop(key, None)
         if ack is not None and self._checkpoint_ack is ack:

@@ -19,7 +19,6 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.errors import SegmentNotFoundError
@@ -28,6 +27,7 @@ from millrace.client.routing import KeySpace, SegmentWithRange, key_point
 from millrace.client.transport import segment_store as ssc
 from millrace.client.transport.pool import SegmentStorePool
 from millrace.kernel import defaults, traces
+from millrace.kernel import rest_paths as paths
 
 COMMIT_WAIT_SECONDS = 60.0
 #: Transactions ``commit_txns`` commits per request (the controller's limit).
@@ -240,7 +240,7 @@ class AsyncTransactionalWriter:
     ) -> Transaction:
         """A new transaction; ``writer_id`` names who writes it (``open_txn_ids`` finds the
         ones a writer left open)."""
-        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
+        path = paths.transactions(self.scope, self.stream)
         body = {"leaseMs": lease_ms, "writerId": writer_id}
         # (safe to send again: an answer lost on the way leaves at most a transaction nobody
         # writes to, which its lease aborts)
@@ -248,8 +248,8 @@ class AsyncTransactionalWriter:
 
     async def open_txn_ids(self, writer_id: str) -> list[uuid.UUID]:
         """The transactions begun with ``writer_id`` that are still open."""
-        path = f"/scopes/{self.scope}/streams/{self.stream}/transactions"
-        answer = await self.controller.call("GET", f"{path}?writerId={quote(writer_id)}")
+        path = paths.transactions(self.scope, self.stream, writer_id=writer_id)
+        answer = await self.controller.call("GET", path)
         return [uuid.UUID(t["txnId"]) for t in answer["transactions"]]
 
     async def commit_txn(
@@ -264,7 +264,7 @@ class AsyncTransactionalWriter:
             body["timestamp"] = timestamp
         answer = await self.controller.call(
             "POST",
-            f"{self._txn_path(txn_id)}/commit",
+            paths.transaction(self.scope, self.stream, txn_id, "commit"),
             body,
             changes=False,  # (idempotent)
         )
@@ -288,7 +288,7 @@ class AsyncTransactionalWriter:
                 body["wait"] = COMMIT_WAIT_SECONDS
             if timestamp is not None:
                 body["timestamp"] = timestamp
-            path = f"/scopes/{self.scope}/streams/{self.stream}/transactions/commit"
+            path = paths.transactions_commit(self.scope, self.stream)
             answer = await self.controller.call("POST", path, body, changes=False)  # (idempotent)
             for item in answer["transactions"]:
                 state = states[uuid.UUID(item["txnId"])] = str(item["state"])
@@ -302,7 +302,7 @@ class AsyncTransactionalWriter:
         (``precondition-failed``)."""
         answer = await self.controller.call(
             "POST",
-            f"{self._txn_path(txn_id)}/abort",
+            paths.transaction(self.scope, self.stream, txn_id, "abort"),
             {"wait": 30},
             changes=False,  # (idempotent)
         )
@@ -319,11 +319,14 @@ class AsyncTransactionalWriter:
         """Extend the lease of the open transaction ``txn_id`` by its id alone; one no longer
         open raises ``ControllerError`` (``precondition-failed``)."""
         await self.controller.call(
-            "POST", f"{self._txn_path(txn_id)}/ping", {"leaseMs": lease_ms}, changes=False
+            "POST",
+            paths.transaction(self.scope, self.stream, txn_id, "ping"),
+            {"leaseMs": lease_ms},
+            changes=False,
         )
 
     def _txn_path(self, txn_id: uuid.UUID) -> str:
-        return f"/scopes/{self.scope}/streams/{self.stream}/transactions/{txn_id}"
+        return paths.transaction(self.scope, self.stream, txn_id)
 
     async def get_txn(self, txn_id: uuid.UUID) -> Transaction:
         """The OPEN transaction ``txn_id`` (begun by this or another client), to write to it,

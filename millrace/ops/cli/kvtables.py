@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.parse
 from typing import Any
 
+from millrace.kernel import rest_paths as paths
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import Parents
 
@@ -64,13 +64,12 @@ def register(commands: Any, parents: Parents) -> None:
 
 
 def _path(name: str) -> str:
-    scope, table = remote.split(name)
-    return f"/scopes/{scope}/kvtables/{table}"
+    return paths.kvtable(*remote.split(name))
 
 
 def _entry_path(args: argparse.Namespace) -> str:
-    key = urllib.parse.quote(args.key, safe="")
-    return f"{_path(args.name)}/entries/{key}" + ("?keyEncoding=base64" if args.base64 else "")
+    query = {"keyEncoding": "base64" if args.base64 else None}
+    return paths.kvtable_entry(*remote.split(args.name), args.key, query)
 
 
 def kvt_create(args: argparse.Namespace) -> None:
@@ -78,12 +77,12 @@ def kvt_create(args: argparse.Namespace) -> None:
     body = {"kvtName": table, "partitionCount": args.partitions,
             "primaryKeyLength": args.primary_key_length,
             "secondaryKeyLength": args.secondary_key_length}  # fmt: skip
-    made = remote.call(args, "POST", f"/scopes/{scope}/kvtables", body)
+    made = remote.call(args, "POST", paths.kvtables(scope), body)
     remote.out(args, made, f"created {args.name} ({made['partitionCount']} partitions)")
 
 
 def kvt_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", f"/scopes/{args.scope}/kvtables")
+    found = remote.call(args, "GET", paths.kvtables(args.scope))
     remote.out(args, found, "\n".join(t["kvtName"] for t in found["kvtables"]))
 
 
@@ -129,10 +128,8 @@ def kvt_remove(args: argparse.Namespace) -> None:
 def kvt_scan(args: argparse.Namespace) -> None:
     token, shown = "", 0
     while True:
-        query = urllib.parse.urlencode(
-            {"prefix": args.prefix, "continuationToken": token, "limit": 1000}
-        )
-        page = remote.call(args, "GET", f"{_path(args.name)}/entries?{query}")
+        query = {"prefix": args.prefix, "continuationToken": token, "limit": 1000}
+        page = remote.call(args, "GET", paths.kvtable_entries(*remote.split(args.name), query))
         for entry in page["entries"]:
             if args.limit and shown >= args.limit:
                 return

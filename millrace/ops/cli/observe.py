@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from millrace.kernel import rest_paths as paths
 from millrace.kernel.claims import READ, TokenKeys, mint_token
 from millrace.kernel.config import (
     ClientSettings,
@@ -136,7 +137,7 @@ def scrape_config(
         f"    {auth}",
         *(f"    {line}" for line in tls),
         "    http_sd_configs:",
-        f"      - url: {_yaml(url.rstrip('/') + '/v1/metrics/targets')}",
+        f"      - url: {_yaml(url.rstrip('/') + '/v1' + paths.metrics_targets())}",
         '        refresh_interval: "30s"',
         f"        {auth}",
         *(f"        {line}" for line in tls),

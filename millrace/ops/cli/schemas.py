@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import urllib.parse
 from typing import Any
 
+from millrace.kernel import rest_paths as paths
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
-REGISTRY = "/registry"
 TYPES = {".avsc": "AVRO", ".avro": "AVRO", ".json": "JSON", ".proto": "PROTOBUF"}
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
           "FULL_TRANSITIVE")  # fmt: skip
@@ -65,11 +64,7 @@ def register(commands: Any, parents: Parents) -> None:
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    return remote.call(args, method, path, body, api=REGISTRY)
-
-
-def _subject(subject: str) -> str:
-    return urllib.parse.quote(subject, safe="")
+    return remote.call(args, method, path, body, api=paths.REGISTRY)
 
 
 def _body(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,25 +94,22 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def schema_register(args: argparse.Namespace) -> None:
-    made = _call(args, "POST", f"/subjects/{_subject(args.subject)}/versions", _body(args))
+    made = _call(args, "POST", paths.registry_versions(args.subject), _body(args))
     remote.out(args, made, str(made["id"]))  # (alone: id=$(millrace schema register ...))
 
 
 def schema_list(args: argparse.Namespace) -> None:
-    query = urllib.parse.urlencode(
-        {"subjectPrefix": args.prefix, "deleted": str(args.deleted).lower()}
-    )
-    found = _call(args, "GET", f"/subjects?{query}")
+    query = {"subjectPrefix": args.prefix, "deleted": str(args.deleted).lower()}
+    found = _call(args, "GET", paths.registry_subjects(query))
     remote.out(args, found, "\n".join(found))
 
 
 def schema_show(args: argparse.Namespace) -> None:
     if args.id is not None:
-        found = _call(args, "GET", f"/schemas/ids/{args.id}")
+        found = _call(args, "GET", paths.registry_schema(args.id))
         title = f"schema {args.id}"
     elif args.subject:
-        version = urllib.parse.quote(args.version, safe="")
-        found = _call(args, "GET", f"/subjects/{_subject(args.subject)}/versions/{version}")
+        found = _call(args, "GET", paths.registry_version(args.subject, args.version))
         title = f"{found['subject']} version {found['version']}: schema {found['id']}"
     else:
         raise CommandError("name a SUBJECT (and a VERSION), or a schema --id")
@@ -126,10 +118,8 @@ def schema_show(args: argparse.Namespace) -> None:
 
 
 def schema_check(args: argparse.Namespace) -> None:
-    where = f"/subjects/{_subject(args.subject)}/versions"
-    if args.version:
-        where += f"/{urllib.parse.quote(args.version, safe='')}"
-    found = _call(args, "POST", f"/compatibility{where}?verbose=true", _body(args))
+    where = paths.registry_compatibility(args.subject, args.version or None)
+    found = _call(args, "POST", where, _body(args))
     if found["is_compatible"]:
         remote.out(args, found, "compatible")
         return
@@ -138,11 +128,11 @@ def schema_check(args: argparse.Namespace) -> None:
 
 
 def schema_delete(args: argparse.Namespace) -> None:
-    path = f"/subjects/{_subject(args.subject)}"
+    query = {"permanent": "true" if args.permanent else None}
     if args.version:
-        path += f"/versions/{urllib.parse.quote(args.version, safe='')}"
-    if args.permanent:
-        path += "?permanent=true"
+        path = paths.registry_version(args.subject, args.version, query)
+    else:
+        path = paths.registry_subject(args.subject, query)
     gone = _call(args, "DELETE", path)
     how = "permanently deleted" if args.permanent else "deleted"
     versions = gone if isinstance(gone, list) else [gone]
@@ -150,10 +140,11 @@ def schema_delete(args: argparse.Namespace) -> None:
 
 
 def schema_config(args: argparse.Namespace) -> None:
-    path = "/config" + (f"/{_subject(args.subject)}" if args.subject else "")
+    path = paths.registry_config(args.subject)
     if args.level:
         done = _call(args, "PUT", path, {"compatibility": args.level})
         remote.out(args, done, f"{args.subject or 'global'}: {done['compatibility']}")
         return
-    found = _call(args, "GET", path + ("?defaultToGlobal=true" if args.subject else ""))
+    query = {"defaultToGlobal": "true" if args.subject else None}
+    found = _call(args, "GET", paths.registry_config(args.subject, query))
     remote.out(args, found, f"{args.subject or 'global'}: {found['compatibilityLevel']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from millrace.kernel import rest_paths as paths
 from millrace.kernel.quotas import QUOTA_LIMITS, limit_value
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import EXIT_USAGE, CommandError, Parents, command
@@ -48,7 +49,7 @@ def scope_quota(args: argparse.Namespace) -> None:
                 raise CommandError(str(exc), EXIT_USAGE) from None
     if args.stored_policy:
         body["storedPolicy"] = args.stored_policy
-    path = f"/scopes/{args.name}/quota"
+    path = paths.scope_quota(args.name)
     found = remote.call(args, "PUT", path, body) if body else remote.call(args, "GET", path)
     lines = [f"{'LIMIT':<22} {'USED':>16} {'QUOTA':>16}"]
     for row in QUOTA_LIMITS:
@@ -63,7 +64,7 @@ def scope_quota(args: argparse.Namespace) -> None:
 
 
 def scope_create(args: argparse.Namespace) -> None:
-    made = remote.call(args, "POST", "/scopes", {"scopeName": args.name}, exists_ok=True)
+    made = remote.call(args, "POST", paths.scopes(), {"scopeName": args.name}, exists_ok=True)
     if made is None:
         remote.out(args, {"scopeName": args.name, "created": False}, f"{args.name} exists already")
     else:
@@ -71,10 +72,10 @@ def scope_create(args: argparse.Namespace) -> None:
 
 
 def scope_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", "/scopes")
+    found = remote.call(args, "GET", paths.scopes())
     remote.out(args, found, "\n".join(s["scopeName"] for s in found["scopes"]))
 
 
 def scope_delete(args: argparse.Namespace) -> None:
-    remote.call(args, "DELETE", f"/scopes/{args.name}")
+    remote.call(args, "DELETE", paths.scope(args.name))
     remote.out(args, {"deleted": args.name}, f"deleted {args.name}")

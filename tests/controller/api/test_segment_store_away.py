@@ -51,7 +51,7 @@ def assert_unavailable(response: Any) -> None:
 def test_a_segment_store_away_is_503_with_retry_after(
     api: APIClient, own_node: NodeProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("controller_app.api.events.APPEND_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr("controller_app.event_writers.APPEND_TIMEOUT_SECONDS", 2.0)
     sc = f"sc{uuid.uuid4().hex[:10]}"
     assert api.post("/v1/scopes", {"scopeName": sc}, format="json").status_code == 201
     body = {"streamName": "st", "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1}}
