@@ -73,7 +73,7 @@ def one_round(checkout: Path, requests: int, seconds: float) -> dict[str, float]
             found[f"block of {cells[0]} node CPU"] = float(cells[4])
     blocking = json.loads(_run(checkout, "sdk_client.py", "--only", "blocking", "--repeat", "1",
                                "--json"))["blocking"]  # fmt: skip
-    found["blocking write_event"] = float(blocking["median"]["write"])
+    found["blocking write_event"] = float(blocking["medians"]["write"])
     return found
 
 

@@ -10,6 +10,7 @@ on the client side.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import quote, urlencode
 
 __all__ = [
@@ -66,7 +67,7 @@ __all__ = [
 REGISTRY = "/registry"
 
 
-def _query(path: str, query: dict[str, object] | None) -> str:
+def _query(path: str, query: Mapping[str, object] | None) -> str:
     given = {k: v for k, v in (query or {}).items() if v is not None}
     return f"{path}?{urlencode(given)}" if given else path
 
@@ -238,12 +239,12 @@ def kvtable_token(scope_name: str, name: str) -> str:
     return f"{kvtable(scope_name, name)}/delegation-token"
 
 
-def kvtable_entries(scope_name: str, name: str, query: dict[str, object] | None = None) -> str:
+def kvtable_entries(scope_name: str, name: str, query: Mapping[str, object] | None = None) -> str:
     return _query(f"{kvtable(scope_name, name)}/entries", query)
 
 
 def kvtable_entry(
-    scope_name: str, name: str, key: str, query: dict[str, object] | None = None
+    scope_name: str, name: str, key: str, query: Mapping[str, object] | None = None
 ) -> str:
     """An entry by its key, quoted (a key may hold any character)."""
     return _query(f"{kvtable(scope_name, name)}/entries/{quote(key, safe='')}", query)
@@ -252,11 +253,11 @@ def kvtable_entry(
 # -- the schema registry (under ``REGISTRY``) -----------------------------------------------------
 
 
-def registry_subjects(query: dict[str, object] | None = None) -> str:
+def registry_subjects(query: Mapping[str, object] | None = None) -> str:
     return _query("/subjects", query)
 
 
-def registry_subject(subject: str, query: dict[str, object] | None = None) -> str:
+def registry_subject(subject: str, query: Mapping[str, object] | None = None) -> str:
     return _query(f"/subjects/{quote(subject, safe='')}", query)
 
 
@@ -264,7 +265,9 @@ def registry_versions(subject: str) -> str:
     return f"/subjects/{quote(subject, safe='')}/versions"
 
 
-def registry_version(subject: str, version: object, query: dict[str, object] | None = None) -> str:
+def registry_version(
+    subject: str, version: object, query: Mapping[str, object] | None = None
+) -> str:
     return _query(f"{registry_versions(subject)}/{quote(str(version), safe='')}", query)
 
 
@@ -278,5 +281,5 @@ def registry_compatibility(subject: str, version: object | None = None) -> str:
     return f"/compatibility{where}?verbose=true"
 
 
-def registry_config(subject: str | None = None, query: dict[str, object] | None = None) -> str:
+def registry_config(subject: str | None = None, query: Mapping[str, object] | None = None) -> str:
     return _query(f"/config/{quote(subject, safe='')}" if subject else "/config", query)

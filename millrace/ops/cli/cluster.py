@@ -8,7 +8,6 @@ import dataclasses
 from typing import Any
 
 from millrace.kernel import logs
-from millrace.kernel import rest_paths as paths
 from millrace.kernel.config import (
     GRPC_PORT,
     HTTP_PORT,
@@ -65,7 +64,7 @@ def register(commands: Any, parents: Parents) -> None:
 
 
 def cluster_status(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.cluster())
+    found = remote.admin(args, lambda a: a.cluster())
     remote.out(args, found, "\n".join(status_lines(found)))
 
 

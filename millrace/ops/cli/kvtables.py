@@ -13,7 +13,6 @@ import json
 import sys
 from typing import Any
 
-from millrace.kernel import rest_paths as paths
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import Parents
 
@@ -63,31 +62,22 @@ def register(commands: Any, parents: Parents) -> None:
     scan.add_argument("--limit", type=int, default=0, help="stop after N entries (0: all)")
 
 
-def _path(name: str) -> str:
-    return paths.kvtable(*remote.split(name))
-
-
-def _entry_path(args: argparse.Namespace) -> str:
-    query = {"keyEncoding": "base64" if args.base64 else None}
-    return paths.kvtable_entry(*remote.split(args.name), args.key, query)
-
-
 def kvt_create(args: argparse.Namespace) -> None:
     scope, table = remote.split(args.name)
     body = {"kvtName": table, "partitionCount": args.partitions,
             "primaryKeyLength": args.primary_key_length,
             "secondaryKeyLength": args.secondary_key_length}  # fmt: skip
-    made = remote.call(args, "POST", paths.kvtables(scope), body)
+    made = remote.admin(args, lambda a: a.create_kvt(scope, body))
     remote.out(args, made, f"created {args.name} ({made['partitionCount']} partitions)")
 
 
 def kvt_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.kvtables(args.scope))
+    found = remote.admin(args, lambda a: a.list_kvts(args.scope))
     remote.out(args, found, "\n".join(t["kvtName"] for t in found["kvtables"]))
 
 
 def kvt_info(args: argparse.Namespace) -> None:
-    info = remote.call(args, "GET", _path(args.name))
+    info = remote.admin(args, lambda a: a.kvt(*remote.split(args.name)))
     lines = [
         f"{args.name}: {info['state'].lower()}, {info['partitionCount']} partitions, keys of "
         f"{info['primaryKeyLength']} + {info['secondaryKeyLength']} bytes"
@@ -98,12 +88,13 @@ def kvt_info(args: argparse.Namespace) -> None:
 
 
 def kvt_delete(args: argparse.Namespace) -> None:
-    remote.call(args, "DELETE", _path(args.name))
+    remote.admin(args, lambda a: a.delete_kvt(*remote.split(args.name)))
     remote.out(args, {"deleted": args.name}, f"deleted {args.name}")
 
 
 def kvt_get(args: argparse.Namespace) -> None:
-    entry = remote.call(args, "GET", _entry_path(args))
+    table = remote.split(args.name)
+    entry = remote.admin(args, lambda a: a.entry(*table, args.key, base64=args.base64))
     shown = entry["value"] if entry["value"] is not None else f"base64:{entry['valueBase64']}"
     remote.out(args, entry, f"{shown}\n(version {entry['version']})")
 
@@ -115,13 +106,19 @@ def kvt_put(args: argparse.Namespace) -> None:
         headers["If-Match"] = f'"{args.version}"'
     elif args.if_absent:
         headers["If-None-Match"] = "*"
-    put = remote.call(args, "PUT", _entry_path(args), {"value": value}, headers)
+    table = remote.split(args.name)
+    put = remote.admin(args, lambda a: a.entry(
+        *table, args.key, base64=args.base64, method="PUT", body={"value": value}, headers=headers
+    ))  # fmt: skip
     remote.out(args, put, str(put["version"]))  # (alone: v=$(millrace kvt put ...))
 
 
 def kvt_remove(args: argparse.Namespace) -> None:
     headers = {} if args.version is None else {"If-Match": f'"{args.version}"'}
-    remote.call(args, "DELETE", _entry_path(args), None, headers)
+    table = remote.split(args.name)
+    remote.admin(args, lambda a: a.entry(
+        *table, args.key, base64=args.base64, method="DELETE", headers=headers
+    ))  # fmt: skip
     remote.out(args, {"removed": args.key}, f"removed {args.key}")
 
 
@@ -129,7 +126,7 @@ def kvt_scan(args: argparse.Namespace) -> None:
     token, shown = "", 0
     while True:
         query = {"prefix": args.prefix, "continuationToken": token, "limit": 1000}
-        page = remote.call(args, "GET", paths.kvtable_entries(*remote.split(args.name), query))
+        page = remote.admin(args, lambda a, q=query: a.entries(*remote.split(args.name), q))
         for entry in page["entries"]:
             if args.limit and shown >= args.limit:
                 return

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from millrace.kernel import defaults
-from millrace.kernel import rest_paths as paths
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -96,17 +95,17 @@ def readergroup_create(args: argparse.Namespace) -> None:
         "retentionType": args.retention,
         "readerTimeoutMs": args.reader_timeout_ms,
     }
-    made = remote.call(args, "POST", paths.reader_groups(scope), body)
+    made = remote.admin(args, lambda a: a.create_reader_group(scope, body))
     remote.out(args, made, f"created {args.name} reading {', '.join(made['streamList'])}")
 
 
 def readergroup_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.reader_groups(args.scope))
+    found = remote.admin(args, lambda a: a.list_reader_groups(args.scope))
     remote.out(args, found, "\n".join(g["readerGroupName"] for g in found["readerGroups"]))
 
 
 def readergroup_info(args: argparse.Namespace) -> None:
-    info = remote.call(args, "GET", paths.reader_group(*_group(args.name)))
+    info = remote.admin(args, lambda a: a.reader_group(*_group(args.name)))
     lines = [
         f"{args.name}: generation {info['generation']}, reads {', '.join(info['streamList'])}",
         f"  unassigned segments: {len(info['unassignedSegments'])},"
@@ -128,7 +127,7 @@ def _lag_line(what: str, found: dict[str, Any]) -> str:
 
 
 def readergroup_lag(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.reader_group_lag(*_group(args.name)))
+    found = remote.admin(args, lambda a: a.reader_group_lag(*_group(args.name)))
     lines = [f"{args.name}: {found['status']} ({found['reason']})", _lag_line("  group", found)]
     for reader in found["readers"]:
         state = "" if reader["online"] else " (offline)"
@@ -144,19 +143,18 @@ def readergroup_lag(args: argparse.Namespace) -> None:
 
 
 def readergroup_delete(args: argparse.Namespace) -> None:
-    remote.call(args, "DELETE", paths.reader_group(*_group(args.name)))
+    remote.admin(args, lambda a: a.delete_reader_group(*_group(args.name)))
     remote.out(args, {"deleted": args.name}, f"deleted {args.name}")
 
 
 def readergroup_checkpoint(args: argparse.Namespace) -> None:
 
     group = _group(args.name)
-    body = {"checkpointName": args.checkpoint}
-    remote.call(args, "POST", paths.reader_group_checkpoints(*group), body)
+    remote.admin(args, lambda a: a.start_checkpoint(*group, args.checkpoint))
     deadline = time.monotonic() + args.timeout
     shown = None
     while True:
-        status = remote.call(args, "GET", paths.reader_group_checkpoint(*group, args.checkpoint))
+        status = remote.admin(args, lambda a: a.checkpoint(*group, args.checkpoint))
         if status["complete"]:
             break
         waiting = ", ".join(status["pendingReaders"])
@@ -181,7 +179,7 @@ def readergroup_checkpoint(args: argparse.Namespace) -> None:
 
 def readergroup_reset(args: argparse.Namespace) -> None:
     body = {"streams": _starts(args.stream, args.start)} if args.stream else {}
-    info = remote.call(args, "POST", paths.reader_group_reset(*_group(args.name)), body)
+    info = remote.admin(args, lambda a: a.reset_reader_group(*_group(args.name), body))
     remote.out(args, info, f"reset {args.name}: generation {info['generation']}")
 
 

@@ -1,5 +1,5 @@
-"""What the client's commands share: the node they talk to and its credentials, REST calls
-through the Python client, and their output.
+"""What the client's commands share: the node they talk to and its credentials, the Python
+client's management calls (``millrace.client.admin``), and their output.
 
 They talk to a running node: ``--url`` (default ``$MILLRACE_URL`` or http://127.0.0.1:9091;
 ``https://`` for TLS, verified with ``--ca``, default ``$MILLRACE_TLS_CA_FILE`` or the system's
@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from millrace.kernel.config import ClientSettings, variables
 from millrace.ops.cli import base
 from millrace.ops.cli.base import EXIT_OK, CommandError, Handler
+
+if TYPE_CHECKING:
+    from millrace.client.admin import AdminCalls
 
 #: How the commands introduce themselves: the audit log counts their changes as the CLI's.
 CLI_AGENT = "millrace-cli"
@@ -93,17 +96,19 @@ def split(name: str) -> tuple[str, str]:
     return scope, stream
 
 
-def call(
-    args: argparse.Namespace, method: str, path: str, body: Any = None,
-    headers: dict[str, str] | None = None, *, exists_ok: bool = False, api: str = "/v1",
+def admin(
+    args: argparse.Namespace, calls: Callable[[AdminCalls], Awaitable[Any]], *,
+    exists_ok: bool = False,
 ) -> Any:  # fmt: skip
-    """One REST call through the Python client's controller calls: a controller restarting
-    or a service it needs that is away (503) is waited for, within the client's patience
-    (``millrace.client.controller.PATIENCE_SECONDS``). With ``exists_ok``, a create whose
-    object exists already (409) answers ``None`` (run again, a command is not an error)."""
+    """Make the SDK's management calls ``calls(admin)`` (``millrace.client.admin``) of the
+    node: a controller restarting or a service it needs that is away (503) is waited for,
+    within the client's patience (``millrace.client.controller.PATIENCE_SECONDS``). With
+    ``exists_ok``, a create whose object exists already (409) answers ``None`` (run again, a
+    command is not an error)."""
     # (imported when the command runs: ``millrace --help`` and the node's processes skip the SDK)
     import httpx
 
+    from millrace.client.admin import AdminCalls
     from millrace.client.controller import AsyncControllerClient, ControllerError
     from millrace.kernel.tls import TlsRefused
 
@@ -112,7 +117,7 @@ def call(
             url(args), token(args), timeout=90, user_agent=CLI_AGENT, tls_ca=ca(args)
         )
         try:
-            return await client.call(method, path, body, headers=headers, api=api)
+            return await calls(AdminCalls(client))
         finally:
             await client.close()
 

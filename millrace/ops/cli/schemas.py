@@ -12,7 +12,6 @@ import argparse
 import sys
 from typing import Any
 
-from millrace.kernel import rest_paths as paths
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
 
@@ -63,10 +62,6 @@ def register(commands: Any, parents: Parents) -> None:
     config.add_argument("--level", type=str.upper, choices=LEVELS)
 
 
-def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    return remote.call(args, method, path, body, api=paths.REGISTRY)
-
-
 def _body(args: argparse.Namespace) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file).read()  # noqa: SIM115
@@ -94,22 +89,23 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def schema_register(args: argparse.Namespace) -> None:
-    made = _call(args, "POST", paths.registry_versions(args.subject), _body(args))
+    body = _body(args)
+    made = remote.admin(args, lambda a: a.register_schema(args.subject, body))
     remote.out(args, made, str(made["id"]))  # (alone: id=$(millrace schema register ...))
 
 
 def schema_list(args: argparse.Namespace) -> None:
     query = {"subjectPrefix": args.prefix, "deleted": str(args.deleted).lower()}
-    found = _call(args, "GET", paths.registry_subjects(query))
+    found = remote.admin(args, lambda a: a.subjects(query))
     remote.out(args, found, "\n".join(found))
 
 
 def schema_show(args: argparse.Namespace) -> None:
     if args.id is not None:
-        found = _call(args, "GET", paths.registry_schema(args.id))
+        found = remote.admin(args, lambda a: a.schema_by_id(args.id))
         title = f"schema {args.id}"
     elif args.subject:
-        found = _call(args, "GET", paths.registry_version(args.subject, args.version))
+        found = remote.admin(args, lambda a: a.schema_version(args.subject, args.version))
         title = f"{found['subject']} version {found['version']}: schema {found['id']}"
     else:
         raise CommandError("name a SUBJECT (and a VERSION), or a schema --id")
@@ -118,8 +114,10 @@ def schema_show(args: argparse.Namespace) -> None:
 
 
 def schema_check(args: argparse.Namespace) -> None:
-    where = paths.registry_compatibility(args.subject, args.version or None)
-    found = _call(args, "POST", where, _body(args))
+    body = _body(args)
+    found = remote.admin(
+        args, lambda a: a.check_compatibility(args.subject, args.version or None, body)
+    )
     if found["is_compatible"]:
         remote.out(args, found, "compatible")
         return
@@ -128,23 +126,17 @@ def schema_check(args: argparse.Namespace) -> None:
 
 
 def schema_delete(args: argparse.Namespace) -> None:
-    query = {"permanent": "true" if args.permanent else None}
-    if args.version:
-        path = paths.registry_version(args.subject, args.version, query)
-    else:
-        path = paths.registry_subject(args.subject, query)
-    gone = _call(args, "DELETE", path)
+    gone = remote.admin(args, lambda a: a.delete_subject(
+        args.subject, args.version or None, permanent=args.permanent
+    ))  # fmt: skip
     how = "permanently deleted" if args.permanent else "deleted"
     versions = gone if isinstance(gone, list) else [gone]
     remote.out(args, gone, f"{how} {args.subject} version(s) {', '.join(map(str, versions))}")
 
 
 def schema_config(args: argparse.Namespace) -> None:
-    path = paths.registry_config(args.subject)
+    found = remote.admin(args, lambda a: a.compatibility_level(args.subject, args.level))
     if args.level:
-        done = _call(args, "PUT", path, {"compatibility": args.level})
-        remote.out(args, done, f"{args.subject or 'global'}: {done['compatibility']}")
+        remote.out(args, found, f"{args.subject or 'global'}: {found['compatibility']}")
         return
-    query = {"defaultToGlobal": "true" if args.subject else None}
-    found = _call(args, "GET", paths.registry_config(args.subject, query))
     remote.out(args, found, f"{args.subject or 'global'}: {found['compatibilityLevel']}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from millrace.kernel import rest_paths as paths
 from millrace.kernel.quotas import QUOTA_LIMITS, limit_value
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import EXIT_USAGE, CommandError, Parents, command
@@ -49,8 +48,7 @@ def scope_quota(args: argparse.Namespace) -> None:
                 raise CommandError(str(exc), EXIT_USAGE) from None
     if args.stored_policy:
         body["storedPolicy"] = args.stored_policy
-    path = paths.scope_quota(args.name)
-    found = remote.call(args, "PUT", path, body) if body else remote.call(args, "GET", path)
+    found = remote.admin(args, lambda a: a.scope_quota(args.name, body))
     lines = [f"{'LIMIT':<22} {'USED':>16} {'QUOTA':>16}"]
     for row in QUOTA_LIMITS:
         field = row.field
@@ -64,7 +62,7 @@ def scope_quota(args: argparse.Namespace) -> None:
 
 
 def scope_create(args: argparse.Namespace) -> None:
-    made = remote.call(args, "POST", paths.scopes(), {"scopeName": args.name}, exists_ok=True)
+    made = remote.admin(args, lambda a: a.create_scope(args.name), exists_ok=True)
     if made is None:
         remote.out(args, {"scopeName": args.name, "created": False}, f"{args.name} exists already")
     else:
@@ -72,10 +70,10 @@ def scope_create(args: argparse.Namespace) -> None:
 
 
 def scope_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.scopes())
+    found = remote.admin(args, lambda a: a.list_scopes())
     remote.out(args, found, "\n".join(s["scopeName"] for s in found["scopes"]))
 
 
 def scope_delete(args: argparse.Namespace) -> None:
-    remote.call(args, "DELETE", paths.scope(args.name))
+    remote.admin(args, lambda a: a.delete_scope(args.name))
     remote.out(args, {"deleted": args.name}, f"deleted {args.name}")

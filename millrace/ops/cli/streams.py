@@ -19,7 +19,6 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-from millrace.kernel import rest_paths as paths
 from millrace.kernel.schema_policy import MODES
 from millrace.ops.cli import remote
 from millrace.ops.cli.base import CommandError, Parents
@@ -109,9 +108,9 @@ def stream_create(args: argparse.Namespace) -> None:
     binding = _schema_change(args)
     if binding:
         body["schema"] = binding
-    made = remote.call(args, "POST", paths.streams(scope), body, exists_ok=True)
+    made = remote.admin(args, lambda a: a.create_stream(scope, body), exists_ok=True)
     if made is None:  # (as Pravega's createStream: false, not an error; its state is told)
-        info = remote.call(args, "GET", paths.stream_info(scope, stream))
+        info = remote.admin(args, lambda a: a.stream_info(scope, stream))
         said = f"{args.name} exists already ({info['state'].lower()}; nothing changed)"
         remote.out(args, {"streamName": stream, "created": False, "state": info["state"]}, said)
     else:
@@ -119,14 +118,14 @@ def stream_create(args: argparse.Namespace) -> None:
 
 
 def stream_list(args: argparse.Namespace) -> None:
-    found = remote.call(args, "GET", paths.streams(args.scope))
+    found = remote.admin(args, lambda a: a.list_streams(args.scope))
     remote.out(args, found, "\n".join(s["streamName"] for s in found["streams"]))
 
 
 def stream_info(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
-    info = remote.call(args, "GET", paths.stream_info(scope, stream))
-    segments = remote.call(args, "GET", paths.segments(scope, stream))["segments"]
+    info = remote.admin(args, lambda a: a.stream_info(scope, stream))
+    segments = remote.admin(args, lambda a: a.segments(scope, stream))
     info["segments"] = segments
     lines = [f"{args.name}: {info['state']}, epoch {info['currentEpoch']}, tags {info['tags']}"]
     lines += [
@@ -138,22 +137,20 @@ def stream_info(args: argparse.Namespace) -> None:
 
 def stream_schema(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
-    path = paths.stream_schema(scope, stream)
     change = _schema_change(args)
-    binding = remote.call(args, "PUT", path, change) if change else remote.call(args, "GET", path)
+    binding = remote.admin(args, lambda a: a.stream_schema(scope, stream, change))
     said = f"{args.name}: subject {binding['subject']}, enforcement {binding['enforcement']}"
     remote.out(args, binding, said)
 
 
 def stream_seal(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
-    body = {"streamState": "SEALED"}
-    remote.out(args, remote.call(args, "PUT", paths.stream_state(scope, stream), body), "sealed")
+    remote.out(args, remote.admin(args, lambda a: a.seal_stream(scope, stream)), "sealed")
 
 
 def stream_delete(args: argparse.Namespace) -> None:
     scope, stream = remote.split(args.name)
-    remote.call(args, "DELETE", paths.stream(scope, stream))
+    remote.admin(args, lambda a: a.delete_stream(scope, stream))
     remote.out(args, {"deleted": args.name}, f"deleted {args.name}")
 
 
@@ -170,8 +167,8 @@ def stream_scale(args: argparse.Namespace) -> None:
         sealed = [int(x) for x in args.seal.split(",")]
     except ValueError:
         raise CommandError(f"--seal takes segment ids, not {args.seal!r}") from None
-    body = {"sealedSegments": sealed, "newRanges": _ranges(args.ranges)}
-    done = remote.call(args, "POST", paths.stream_scale(scope, stream), body)
+    ranges = _ranges(args.ranges)
+    done = remote.admin(args, lambda a: a.scale_stream(scope, stream, sealed, ranges))
     remote.out(args, done, f"epoch {done['epoch']}: {len(done['segments'])} segment(s)")
 
 
@@ -179,14 +176,13 @@ def stream_rekey(args: argparse.Namespace) -> None:
     """Two scales: all current segments into one (it follows every one of them, so readers
     finish them first), then that one back into the same key ranges."""
     scope, stream = remote.split(args.name)
-    before = remote.call(args, "GET", paths.segments(scope, stream))["segments"]
+    before = remote.admin(args, lambda a: a.segments(scope, stream))
     ranges = [[s["keyStart"], s["keyEnd"]] for s in before]
-    merged = remote.call(args, "POST", paths.stream_scale(scope, stream), {
-        "sealedSegments": [s["segmentId"] for s in before], "newRanges": [[0.0, 1.0]],
-    })  # fmt: skip
+    sealed = [s["segmentId"] for s in before]
+    merged = remote.admin(args, lambda a: a.scale_stream(scope, stream, sealed, [[0.0, 1.0]]))
     (one,) = merged["segments"]
-    body = {"sealedSegments": [one["segmentId"]], "newRanges": ranges}
-    done = remote.call(args, "POST", paths.stream_scale(scope, stream), body)
+    again = [one["segmentId"]]
+    done = remote.admin(args, lambda a: a.scale_stream(scope, stream, again, ranges))
     said = f"epoch {done['epoch']}: {len(done['segments'])} segment(s) over the same key ranges"
     remote.out(args, done, said + "; events written from now on are read after all before")
 
@@ -198,7 +194,7 @@ def stream_truncate(args: argparse.Namespace) -> None:
         cut = {str(int(k)): int(v) for k, v in cut.items()}
     except ValueError:
         raise CommandError(f"--cut takes ID=OFFSET,ID=OFFSET, not {args.cut!r}") from None
-    done = remote.call(args, "POST", paths.stream_truncate(scope, stream), {"streamCut": cut})
+    done = remote.admin(args, lambda a: a.truncate_stream(scope, stream, cut))
     remote.out(args, done, "truncated")
 
 
