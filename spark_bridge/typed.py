@@ -41,7 +41,6 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from millrace.client.controller import ControllerError
 from millrace.client.events import EventFormatError
-from millrace.kernel import rest_paths as paths
 from spark_bridge import avro_arrow, avro_types
 from spark_bridge.options import OptionError, Options
 
@@ -90,7 +89,7 @@ def resolve(manager: Any, options: Options, writing: T.StructType | None = None)
         avro = avro_types.avro_of(_record_columns(writing))
         try:
             body = {"schema": json.dumps(avro)}
-            found = manager.registry("POST", paths.registry_versions(subject), body)
+            found = manager.admin(lambda a: a.register_schema(subject, body))
         except ControllerError as exc:
             raise OptionError(
                 f"millrace: the DataFrame's schema cannot be registered under {subject!r}:"
@@ -99,7 +98,7 @@ def resolve(manager: Any, options: Options, writing: T.StructType | None = None)
         return Binding(subject, 0, int(found["id"]), json.dumps(avro))
     version = str(options.schema_version or "latest")
     try:
-        found = manager.registry("GET", paths.registry_version(subject, version))
+        found = manager.admin(lambda a: a.schema_version(subject, version))
     except ControllerError as exc:
         if exc.code in NOT_FOUND_CODES:
             raise OptionError(
@@ -352,7 +351,7 @@ def decoder_of(binding: Binding, controller: str, token: str, trust_store: str) 
 
     def fetch(schema_id: int) -> dict[str, Any]:
         with manager_of(options) as manager:
-            return manager.registry("GET", paths.registry_schema(schema_id))  # type: ignore[no-any-return]
+            return manager.admin(lambda a: a.schema_by_id(schema_id))  # type: ignore[no-any-return]
 
     return Decoder(binding, fetch)
 

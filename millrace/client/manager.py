@@ -16,9 +16,18 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, TypeVar
 
+from millrace.client.admin import AdminCalls
 from millrace.client.batch import AsyncBatchClient, SegmentRange
 from millrace.client.blocking_readers import EventReader, GroupReader
 from millrace.client.blocking_writer import EventWriter, WriterOptions
@@ -45,6 +54,8 @@ class AsyncStreamManager:
 
     def __init__(self, controller_uri: str, token: str = "", **tls: Any) -> None:
         self.controller = AsyncControllerClient(controller_uri, token, **tls)
+        #: The management calls (``millrace.client.admin``) over the same controller client.
+        self.admin = AdminCalls(self.controller)
 
     async def create_scope(self, scope: str) -> bool:
         return await self.controller.create_scope(scope)
@@ -490,6 +501,11 @@ class StreamManager(_Closing):
     def registry(self, method: str, path: str, body: Any = None) -> Any:
         """As ``AsyncStreamManager.registry``."""
         return self._loop.run(self._async.registry(method, path, body))
+
+    def admin(self, calls: Callable[[AdminCalls], Coroutine[Any, Any, T]]) -> T:
+        """``calls(admin)`` made on the manager's loop: the management calls
+        (``AdminCalls``: ``manager.admin(lambda a: a.schema_by_id(7))``)."""
+        return self._loop.run(calls(self._async.admin))
 
     def create_batch_client(self) -> BatchClient:
         """Segment ranges between stream cuts, read independently (Pravega's BatchClient)."""

@@ -27,6 +27,7 @@ from django.contrib.auth import get_user_model
 from controller_app.access.roles import grant
 from controller_app.access.tokens import token_for
 from controller_app.models import AuditEntry
+from millrace.client.controller import ControllerError
 from millrace.client.manager import StreamManager
 from tests.controller.conftest import NodeProcess
 
@@ -403,3 +404,26 @@ def test_a_remembered_basic_credential_ends_with_its_password_or_its_user(
     user.is_active = False
     user.save()
     assert httpx.get(f"{registry_url}/subjects", auth=new).status_code == 401
+
+
+def test_the_sdks_management_calls_reach_the_registry_and_the_scopes(
+    manager: StreamManager,
+) -> None:
+    """``StreamManager.admin`` (``millrace.client.admin.AdminCalls``): the calls the command
+    line and the Spark bridge make, as a program makes them, answered as the REST API does."""
+    scope = f"ad{uuid.uuid4().hex[:8]}"
+    manager.create_scope(scope)
+    manager.create_stream(scope, "orders")
+    subject = f"{scope}.orders-value"
+    made = manager.admin(lambda a: a.register_schema(subject, {"schema": V2}))
+    by_id = manager.admin(lambda a: a.schema_by_id(made["id"]))
+    latest = manager.admin(lambda a: a.schema_version(subject, "latest"))
+    assert json.loads(by_id["schema"]) == json.loads(latest["schema"]) == json.loads(V2)
+    assert latest["id"] == made["id"]
+    binding = manager.admin(lambda a: a.stream_schema(scope, "orders"))
+    assert binding["subject"] == subject and binding["enforcement"] == "none"
+    segments = manager.admin(lambda a: a.segments(scope, "orders"))
+    assert [s["segmentId"] for s in segments] == [0]
+    with pytest.raises(ControllerError) as refused:  # (an operator may not set quotas)
+        manager.admin(lambda a: a.scope_quota(scope, {"streams": 3}))
+    assert refused.value.status == 403
