@@ -11,6 +11,7 @@ The public names, importable from here:
 
 Its other modules:
 
+* ``admin``: managing a node: one method a REST call (``AdminCalls``; ``StreamManager.admin``)
 * ``batch``: batch reads, as Pravega's ``BatchClient``
 * ``blocking_readers``: the blocking readers
 * ``blocking_writer``: the blocking event writer
