@@ -79,7 +79,7 @@ def _action(request: HttpRequest) -> str | None:
     view = getattr(match.func, "view_class", None) or match.func
     named = getattr(view, "audit_actions", None)
     if isinstance(named, dict):
-        return named.get(request.method)  # type: ignore[no-any-return]
+        return named.get(request.method)
     return getattr(view, "audit_action", None)
 
 

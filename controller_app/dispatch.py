@@ -20,7 +20,7 @@ from django.db import transaction
 from kombu.exceptions import KombuError
 
 from controller_app.errors import BrokerUnavailableError
-from controller_app.task_names import (  # noqa: F401 - sent by name from here
+from controller_app.task_names import (
     ABORT_TRANSACTION,
     AUTOSCALE,
     CANARY,
@@ -41,13 +41,38 @@ from controller_app.task_names import (  # noqa: F401 - sent by name from here
     WATERMARKS,
 )
 
+#: The task names are ``task_names``'; they are here too, for the workflows that send them.
+__all__ = [
+    "ABORT_TRANSACTION",
+    "AUTOSCALE",
+    "CANARY",
+    "COMMIT_TRANSACTIONS",
+    "COMPLETED_TRANSACTION_CLEANUP",
+    "CREATE_STREAM",
+    "DELETE_STREAM",
+    "QUOTAS",
+    "READER_GROUP_LAG",
+    "RETENTION",
+    "RETENTION_BUCKET",
+    "SCALE_STREAM",
+    "SEAL_STREAM",
+    "SWEEP",
+    "TRANSACTION_TIMEOUTS",
+    "TRUNCATE_STREAM",
+    "WATERMARKS",
+    "WATERMARK_BUCKET",
+    "send",
+    "send_on_commit",
+]
+
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send the task named ``task`` now."""
-    options = {} if countdown is None else {"countdown": countdown}
     try:
-        current_app.send_task(task, args=args, **options)
-    except (KombuError, OSError, *_broker_errors()) as exc:
+        current_app.send_task(task, args=args, countdown=countdown)
+    except Exception as exc:
+        if not isinstance(exc, (KombuError, OSError, *_broker_errors())):
+            raise
         raise BrokerUnavailableError(
             f"the broker did not take the task ({type(exc).__name__}); the request is "
             "recorded and is carried out once the broker is back (asking again is safe)"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -36,17 +37,20 @@ from millrace.kernel.tls import peer_context
 
 __all__ = ["APPEND_TIMEOUT_SECONDS", "WRITERS", "LocalController"]
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
 APPEND_TIMEOUT_SECONDS = 15.0
 
 
-def _in_thread(function: Any) -> Any:
+def _in_thread(function: Callable[_P, _T]) -> Callable[_P, Awaitable[_T]]:
     """Run ``function`` in a worker thread and close that thread's database connections after
     it (the writer asks rarely: at start and after a scale; an idle connection left open
     would hold the database, e.g. against a test database's teardown)."""
 
-    def closing(*args: Any) -> Any:
+    def closing(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
-            return function(*args)
+            return function(*args, **kwargs)
         finally:
             connections.close_all()
 

@@ -159,8 +159,8 @@ def measure(
     tails = {key: points for key, points in row.tails.items() if key in keys}
     segments: dict[str | None, list[dict[str, Any]]] = {r: [] for r in state.readers}
     segments[None] = []
-    error = None
-    for reader, key, position in places:
+    error: str | None = None
+    for holder, key, position in places:
         length = lengths(key)
         if length is None:
             error = error or f"the length of segment {key} is not known (its segment store?)"
@@ -168,7 +168,7 @@ def measure(
         tails[key] = add_point(tails.get(key, []), at_ms, length)
         unread = max(length - position, 0)
         name = names(key)
-        segments[reader].append({
+        segments[holder].append({
             "segment": key, "position": position, "length": length, "lagBytes": unread,
             "lagEvents": _events(unread, traffic, name),
             "lagSeconds": age_ms(tails[key], position, at_ms) / 1000,
@@ -193,7 +193,8 @@ def measure(
         "readersOnline": online_count, **totals, "readers": readers,
         "unassigned": segments[None],
     }  # fmt: skip
-    return row.report
+    report: dict[str, Any] = row.report
+    return report
 
 
 def _totals(segments: list[dict[str, Any]]) -> dict[str, Any]:

@@ -194,9 +194,9 @@ def stored_round(store: SegmentStorePort) -> dict[str, int]:
             log.warning("the stored bytes of scope %s are not measured", quota.scope.name,
                         exc_info=True)  # fmt: skip
             continue
-        total = sum(m.size for m in measured)
-        if quota.stored_policy == ScopeQuota.StoredPolicy.TRUNCATE and total > quota.stored_bytes:
-            _truncate_oldest(store, measured, total - quota.stored_bytes)
+        total, limit = sum(m.size for m in measured), quota.stored_bytes or 0
+        if quota.stored_policy == ScopeQuota.StoredPolicy.TRUNCATE and total > limit:
+            _truncate_oldest(store, measured, total - limit)
             total = sum(stored_bytes(store, m.stream) for m in measured)
         ScopeQuota.objects.filter(pk=quota.pk).update(stored_bytes_used=total,
                                                       measured_at=timezone.now())  # fmt: skip

@@ -221,9 +221,10 @@ class WireSegmentStore:
 
     def locate(self, segment: str, target: int) -> int:
         try:
-            return self._call(
+            found: int = self._call(
                 segment, lambda c: c.locate_offset(segment, target, token=_token(segment))
             )
+            return found
         except ssc.SegmentTruncatedError as exc:
             raise SegmentTruncatedError(str(exc)) from exc
 

@@ -20,14 +20,8 @@ from typing import Any
 
 import crc32c
 
-from millrace.kernel.naming import (  # noqa: F401 - the segment id and name facts, re-exported
-    EPOCH_MAX,
-    SEGMENT_NUMBER_BITS,
-    parse_segment_name,
-    qualified_segment_name,
-    segment_epoch,
+from millrace.kernel.naming import (
     segment_id,
-    segment_number,
     short_segment_name,
 )
 

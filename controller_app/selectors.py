@@ -52,13 +52,15 @@ from controller_app.segments import (
     compare_cuts,
     keyspace_gap,
     overlay,
-    qualified_segment_name,
-    segment_epoch,
-    segment_number,
     splits_and_merges,
     successors_with_predecessors,
 )
-from millrace.kernel.naming import container_for
+from millrace.kernel.naming import (
+    container_for,
+    qualified_segment_name,
+    segment_epoch,
+    segment_number,
+)
 
 StreamCut = Mapping[int, int]  # segment id -> offset
 
@@ -464,7 +466,7 @@ def scaling_events(
     previous: tuple[Segment, ...] = ()
     for epoch in epochs:
         segments = epoch.segment_list()
-        if epoch.epoch >= epoch.first_epoch:  # type: ignore[attr-defined]
+        if epoch.epoch >= epoch.first_epoch:
             splits, merges = splits_and_merges(previous, segments) if previous else (0, 0)
             events.append(ScalingEvent(epoch.epoch, epoch.creation_time, segments, splits, merges))
         previous = segments
@@ -576,7 +578,7 @@ def live_controller_endpoints() -> list[tuple[str, int]]:
     rows = Node.objects.filter(
         role=NodeRole.CONTROLLER, session=SessionState.LIVE, grpc_port__isnull=False
     )
-    return [(host, int(port)) for host, port in rows.values_list("host", "grpc_port")]
+    return [(host, port) for host, port in rows.values_list("host", "grpc_port") if port]
 
 
 #: A name starting with it is internal (a reader group's or a writer's own stream, as Pravega's

@@ -171,7 +171,7 @@ class PravegaPasswordHasher(BasePasswordHasher):
         again = self.encode(password, found["salt"], found["iterations"])
         return hmac.compare_digest(encoded.encode(), again.encode())
 
-    def safe_summary(self, encoded: str) -> dict[str, Any]:
+    def safe_summary(self, encoded: str) -> dict[str, Any]:  # type: ignore[override]
         found = self.decode(encoded)
         return {"algorithm": found["algorithm"], "iterations": found["iterations"],
                 "salt": mask_hash(found["salt"]), "hash": mask_hash(found["hash"])}  # fmt: skip

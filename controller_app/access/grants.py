@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
-from controller_app.access.roles import may, refusal
+from controller_app.access.roles import Need, may, refusal
 from controller_app.errors import InvalidArgumentError, PermissionRefusedError
 from millrace.kernel.kvt import KVTABLE_SUFFIX
 
@@ -225,7 +225,7 @@ def judge(user: Any, resource: str, permission: str) -> Verdict:
             )
     allowing = [rule for rule in rules if not rule.deny]
     if not allowing:
-        need = "read" if permission == READ else "operate"
+        need: Need = "read" if permission == READ else "operate"
         if may(user, need):
             return Verdict(True, f"role {'viewer' if need == 'read' else 'operator'}")
         return Verdict(False, f"no grant, and {refusal(need)}")

@@ -14,9 +14,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
-from controller_app.access.roles import ROLES, grant, role_of
+from controller_app.access.roles import grant, role_of
 from controller_app.access.tokens import expires_at, token_for
 from controller_app.audit import record
+from millrace.kernel.claims import ROLES
 from millrace.kernel.config import write_secret_file
 
 
@@ -54,7 +55,7 @@ def create_user(username: str, role: str, audit_as: Audit | None = None) -> tupl
         raise ValueError(f"user {username!r} exists already" if username else "empty user name")
     password = secrets.token_urlsafe(12)
     user = user_model.objects.create_user(username, password=password)
-    grant(user, role)  # type: ignore[arg-type]
+    grant(user, role)
     (audit_as or audit_local)("user.create", username, f"role {role}")
     return password, token_for(user)
 
@@ -94,7 +95,7 @@ def set_role(username: str, role: str, audit_as: Audit | None = None) -> None:
     if user.is_superuser and role != "admin":
         user.is_superuser = False
         user.save(update_fields=["is_superuser"])
-    grant(user, role)  # type: ignore[arg-type]
+    grant(user, role)
     (audit_as or audit_local)("user.role", username, f"role {role}")
 
 
@@ -192,7 +193,7 @@ def _existing(username: str) -> Any:
 
 
 #: Records a change: ``(action, object, detail)``; the local commands' is ``audit_local``.
-Audit = Callable[[str, str, str], None]
+Audit = Callable[..., None]
 
 
 def audit_local(action: str, obj: str, detail: str = "") -> None:

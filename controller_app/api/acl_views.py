@@ -29,20 +29,20 @@ def _unaudited(action: str, obj: str, detail: str) -> None:
     """REST changes are audited by the middleware (one row per request)."""
 
 
-class GrantSerializer(serializers.Serializer):
+class GrantSerializer(serializers.Serializer[Any]):
     principal = fields.CharField(max_length=200, help_text="user:NAME or group:NAME")
     resource = fields.CharField(max_length=512, help_text="prn::/scope:S/stream:T, with * for any")
     permission = serializers.ChoiceField(choices=grants.PERMISSIONS, required=False)
     effect = serializers.ChoiceField(choices=("allow", "deny"), default="allow")
 
 
-class MembersSerializer(serializers.Serializer):
+class MembersSerializer(serializers.Serializer[Any]):
     group = fields.CharField(max_length=150)
     user = fields.CharField(max_length=150)
     action = serializers.ChoiceField(choices=("join", "leave"))
 
 
-class ImportSerializer(serializers.Serializer):
+class ImportSerializer(serializers.Serializer[Any]):
     text = fields.CharField(max_length=1_000_000, help_text="Pravega's password file")
 
 

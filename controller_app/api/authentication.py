@@ -104,7 +104,7 @@ class BearerOrTokenAuthentication(TokenAuthentication):
         return user, key
 
 
-class LimitedBasicScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+class LimitedBasicScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     """How the API schema describes ``LimitedBasicAuthentication``: HTTP Basic (without it,
     drf-spectacular warns once per view, each time the schema is made)."""
 
@@ -147,7 +147,7 @@ def _scrape_verifier() -> TokenVerifier:
     return TokenVerifier(token_keys())
 
 
-class ScrapeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+class ScrapeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     """How the API schema describes ``ScrapeTokenAuthentication``: a bearer token."""
 
     target_class = ScrapeTokenAuthentication

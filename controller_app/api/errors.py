@@ -79,18 +79,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             auth_header = getattr(exc, "auth_header", None)
             if auth_header:
                 headers["WWW-Authenticate"] = auth_header
-            if getattr(exc, "wait", None):
-                headers["Retry-After"] = str(math.ceil(exc.wait))
-            message = _validation_message(exc.detail)
-            return error(exc.status_code, code, message, headers)
+            refused: Any = exc  # (a DRF APIException of ``cls``)
+            if getattr(refused, "wait", None):
+                headers["Retry-After"] = str(math.ceil(refused.wait))
+            message = _validation_message(refused.detail)
+            return error(refused.status_code, code, message, headers)
     outcome = outcome_of(exc)
     if outcome is None:
         log.exception("unexpected error in %s", context.get("view"))
         return error(500, INTERNAL.code, f"internal error ({type(exc).__name__}); see the log")
     if outcome.retry and not isinstance(exc, ce.ControllerError):  # (the segment store's own)
         log.warning("segment store unavailable: %s", exc)
-    headers = {"Retry-After": str(outcome.retry_after)} if outcome.retry_after else None
-    return error(outcome.http, outcome.code, outcome.say(exc), headers)
+    retry = {"Retry-After": str(outcome.retry_after)} if outcome.retry_after else None
+    return error(outcome.http, outcome.code, outcome.say(exc), retry)
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -41,8 +41,8 @@ from millrace.client.streamcut import StreamCut
 EVENTS_PER_REQUEST_MAX = 10_000
 
 
-class EventSerializer(serializers.Serializer):
-    data = fields.CharField(required=False, allow_blank=True, help_text="UTF-8 text")
+class EventSerializer(serializers.Serializer[Any]):
+    data = fields.CharField  # type: ignore[assignment]  # (the event's field, not DRF's .data)(required=False, allow_blank=True, help_text="UTF-8 text")
     dataBase64 = fields.CharField(required=False, help_text="bytes, base64")
     routingKey = fields.CharField(required=False, allow_null=True, max_length=1024)
 
@@ -52,15 +52,18 @@ class EventSerializer(serializers.Serializer):
         return attrs
 
 
-class AppendSerializer(serializers.Serializer):
-    events = EventSerializer(many=True, allow_empty=False, max_length=EVENTS_PER_REQUEST_MAX)
+class AppendSerializer(serializers.Serializer[Any]):
+    events = EventSerializer(  # type: ignore[call-arg]  # (``many=True`` takes a ListSerializer's)
+        many=True, allow_empty=False, max_length=EVENTS_PER_REQUEST_MAX
+    )
 
 
-class AppendedSerializer(serializers.Serializer):
+class AppendedSerializer(serializers.Serializer[Any]):
     appended = serializers.IntegerField()
 
 
 def _payload(item: dict[str, Any]) -> bytes:
+    data: bytes
     if "data" in item:
         data = item["data"].encode("utf-8")
     else:

@@ -23,7 +23,7 @@ class CharField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid", kind=type(data).__name__)
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
+        return super().to_internal_value(data)
 
 
 class BodyTooLargeError(exceptions.APIException):

@@ -45,14 +45,14 @@ __all__ = ["EntriesView", "EntryView", "KvtTokenView", "KvtView", "KvtsView"]
 PAGE_MAX = 1000
 
 
-class KvtCreateSerializer(serializers.Serializer):
+class KvtCreateSerializer(serializers.Serializer[Any]):
     kvtName = fields.CharField(max_length=240)
     partitionCount = serializers.IntegerField(min_value=1, max_value=1024)
     primaryKeyLength = serializers.IntegerField(min_value=1, max_value=8192)
     secondaryKeyLength = serializers.IntegerField(min_value=0, max_value=8191, default=0)
 
 
-class ValueSerializer(serializers.Serializer):
+class ValueSerializer(serializers.Serializer[Any]):
     value = fields.CharField(required=False, allow_blank=True, trim_whitespace=False)
     valueBase64 = fields.CharField(required=False, allow_blank=True)
 
@@ -73,7 +73,7 @@ def describe(row: KeyValueTable, *, nodes: bool = False) -> dict[str, Any]:
     """A table as REST and the console show it; with ``nodes``, each partition's node (where
     clients send its entries: they ask again when it moves)."""
     scope = row.scope.name
-    described = {
+    described: dict[str, Any] = {
         "scopeName": scope,
         "kvtName": row.name,
         "state": str(row.state),

@@ -23,6 +23,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -41,14 +42,17 @@ class ScrapePermission(RolePermission):
         return request.auth == SCRAPE or super().has_permission(request, view)
 
 
-class TargetGroupSerializer(serializers.Serializer):
+class TargetGroupSerializer(serializers.Serializer[Any]):
     targets = serializers.ListField(child=serializers.CharField(), help_text="host:port")
     labels = serializers.DictField(
         child=serializers.CharField(), help_text="role, node or process, __scheme__, ..."
     )
 
 
-_SCRAPE_AUTH = [ScrapeTokenAuthentication, *APIView.authentication_classes]
+_SCRAPE_AUTH: list[type[BaseAuthentication]] = [
+    ScrapeTokenAuthentication,
+    *APIView.authentication_classes,
+]
 
 
 class PrometheusView(APIView):

@@ -59,7 +59,7 @@ def _config(
     return rg.ReaderGroupConfig.from_json(merged)
 
 
-class ConfigSerializer(serializers.Serializer):
+class ConfigSerializer(serializers.Serializer[Any]):
     streams = serializers.DictField(
         child=serializers.JSONField(),
         help_text='{"scope/stream": "head" | "tail" | "mrcut1..." | {"<segment id>": offset}}',
@@ -79,17 +79,17 @@ class ResetSerializer(ConfigSerializer):
     streams = serializers.DictField(child=serializers.JSONField(), required=False)
 
 
-class ReaderSerializer(serializers.Serializer):
+class ReaderSerializer(serializers.Serializer[Any]):
     readerId = fields.CharField(max_length=rg.READER_ID_LENGTH_MAX)
 
 
-class LeaveSerializer(serializers.Serializer):
+class LeaveSerializer(serializers.Serializer[Any]):
     positions = serializers.DictField(
         child=serializers.IntegerField(min_value=0, max_value=_INT64_MAX), required=False
     )
 
 
-class SyncSerializer(serializers.Serializer):
+class SyncSerializer(serializers.Serializer[Any]):
     generation = serializers.IntegerField(min_value=0, max_value=_INT64_MAX)
     positions = serializers.DictField(
         child=serializers.IntegerField(min_value=0, max_value=_INT64_MAX), required=False
@@ -108,11 +108,11 @@ class SyncSerializer(serializers.Serializer):
     )
 
 
-class CheckpointSerializer(serializers.Serializer):
+class CheckpointSerializer(serializers.Serializer[Any]):
     checkpointName = fields.CharField(max_length=rg.READER_ID_LENGTH_MAX)
 
 
-class SubscriberCutsSerializer(serializers.Serializer):
+class SubscriberCutsSerializer(serializers.Serializer[Any]):
     streamCuts = serializers.DictField(child=serializers.JSONField())
 
 

@@ -25,32 +25,32 @@ MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
-class ScopeCreateSerializer(serializers.Serializer):
+class ScopeCreateSerializer(serializers.Serializer[Any]):
     scopeName = fields.CharField(max_length=250)
 
 
-class ScopeSerializer(serializers.Serializer):
+class ScopeSerializer(serializers.Serializer[Any]):
     scopeName = fields.CharField()
 
 
-class ScopesListSerializer(serializers.Serializer):
+class ScopesListSerializer(serializers.Serializer[Any]):
     scopes = ScopeSerializer(many=True)
 
 
-class ScalingConfigSerializer(serializers.Serializer):
+class ScalingConfigSerializer(serializers.Serializer[Any]):
     type = serializers.ChoiceField(choices=ScalingPolicyType.values)
     targetRate = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
     scaleFactor = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
     minSegments = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
 
 
-class TimeBasedRetentionSerializer(serializers.Serializer):
+class TimeBasedRetentionSerializer(serializers.Serializer[Any]):
     days = serializers.IntegerField(min_value=0, max_value=10**8, required=False, default=0)
     hours = serializers.IntegerField(min_value=0, max_value=10**9, required=False, default=0)
     minutes = serializers.IntegerField(min_value=0, max_value=10**10, required=False, default=0)
 
 
-class RetentionConfigSerializer(serializers.Serializer):
+class RetentionConfigSerializer(serializers.Serializer[Any]):
     type = serializers.ChoiceField(choices=["LIMITED_DAYS", "LIMITED_SIZE_MB"])
     value = serializers.IntegerField(min_value=0, max_value=10**12, required=False, default=0)
     timeBasedRetention = TimeBasedRetentionSerializer(required=False, allow_null=True)
@@ -58,7 +58,7 @@ class RetentionConfigSerializer(serializers.Serializer):
     maxTimeBasedRetention = TimeBasedRetentionSerializer(required=False, allow_null=True)
 
 
-class StreamUpdateSerializer(serializers.Serializer):
+class StreamUpdateSerializer(serializers.Serializer[Any]):
     scalingPolicy = ScalingConfigSerializer(required=False)
     retentionPolicy = RetentionConfigSerializer(required=False, allow_null=True)
     streamTags = serializers.ListField(
@@ -70,7 +70,7 @@ class StreamUpdateSerializer(serializers.Serializer):
     rolloverSizeBytes = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
 
     def to_config(self) -> StreamConfig:
-        data: dict[str, Any] = self.validated_data  # type: ignore[assignment]
+        data: dict[str, Any] = self.validated_data
         scaling = data.get("scalingPolicy") or {}
         fields: dict[str, Any] = {
             "scaling_type": scaling.get("type", ScalingPolicyType.FIXED_NUM_SEGMENTS),
@@ -86,7 +86,7 @@ class StreamUpdateSerializer(serializers.Serializer):
         return StreamConfig(**fields)
 
 
-class StreamSchemaSerializer(serializers.Serializer):
+class StreamSchemaSerializer(serializers.Serializer[Any]):
     """A stream's schema binding: its value subject ('': the default) and enforcement."""
 
     subject = fields.CharField(max_length=255, required=False, allow_blank=True)
@@ -156,7 +156,7 @@ def scaling_from_stream(stream: Stream) -> dict[str, Any]:
             "scaleFactor": stream.scale_factor, "minSegments": stream.min_segments}  # fmt: skip
 
 
-class StreamPropertySerializer(serializers.Serializer):
+class StreamPropertySerializer(serializers.Serializer[Any]):
     scopeName = fields.CharField()
     streamName = fields.CharField()
     scalingPolicy = ScalingConfigSerializer()
@@ -178,15 +178,15 @@ class StreamPropertySerializer(serializers.Serializer):
         }
 
 
-class StreamsListSerializer(serializers.Serializer):
+class StreamsListSerializer(serializers.Serializer[Any]):
     streams = StreamPropertySerializer(many=True)
 
 
-class StreamStateSerializer(serializers.Serializer):
+class StreamStateSerializer(serializers.Serializer[Any]):
     streamState = serializers.ChoiceField(choices=["SEALED"])
 
 
-class SegmentSerializer(serializers.Serializer):
+class SegmentSerializer(serializers.Serializer[Any]):
     """Pravega's ``Segment`` of a scaling event."""
 
     number = serializers.IntegerField()
@@ -195,22 +195,22 @@ class SegmentSerializer(serializers.Serializer):
     keyEnd = serializers.FloatField()
 
 
-class ScaleMetadataSerializer(serializers.Serializer):
+class ScaleMetadataSerializer(serializers.Serializer[Any]):
     timestamp = serializers.IntegerField()
     segmentList = SegmentSerializer(many=True)
     splits = serializers.IntegerField()
     merges = serializers.IntegerField()
 
 
-class ScalingEventListSerializer(serializers.Serializer):
+class ScalingEventListSerializer(serializers.Serializer[Any]):
     scalingEvents = ScaleMetadataSerializer(many=True)
 
 
-class ReaderGroupNameSerializer(serializers.Serializer):
+class ReaderGroupNameSerializer(serializers.Serializer[Any]):
     readerGroupName = fields.CharField()
 
 
-class ReaderGroupsListSerializer(serializers.Serializer):
+class ReaderGroupsListSerializer(serializers.Serializer[Any]):
     readerGroups = ReaderGroupNameSerializer(many=True)
 
 
@@ -222,7 +222,7 @@ class StreamInfoSerializer(StreamPropertySerializer):
     currentEpoch = serializers.IntegerField()
 
 
-class SegmentInfoSerializer(serializers.Serializer):
+class SegmentInfoSerializer(serializers.Serializer[Any]):
     segmentId = serializers.IntegerField(help_text="64 bits: creation epoch << 32 | number")
     number = serializers.IntegerField()
     epoch = serializers.IntegerField(help_text="The creation epoch.")
@@ -232,7 +232,7 @@ class SegmentInfoSerializer(serializers.Serializer):
     offset = serializers.IntegerField(required=False, help_text="Start offset, in a position.")
 
 
-class SegmentsSerializer(serializers.Serializer):
+class SegmentsSerializer(serializers.Serializer[Any]):
     segments = SegmentInfoSerializer(many=True)
 
 
@@ -248,11 +248,11 @@ class SuccessorSerializer(SegmentInfoSerializer):
     predecessors = serializers.ListField(child=serializers.IntegerField())
 
 
-class SuccessorsSerializer(serializers.Serializer):
+class SuccessorsSerializer(serializers.Serializer[Any]):
     successors = SuccessorSerializer(many=True)
 
 
-class SegmentUriSerializer(serializers.Serializer):
+class SegmentUriSerializer(serializers.Serializer[Any]):
     segment = fields.CharField()
     host = fields.CharField()
     port = serializers.IntegerField()
@@ -276,7 +276,7 @@ class StreamCutField(serializers.DictField):
         return cut
 
 
-class ScaleRequestSerializer(serializers.Serializer):
+class ScaleRequestSerializer(serializers.Serializer[Any]):
     sealedSegments = serializers.ListField(
         child=serializers.IntegerField(min_value=0, max_value=INT64_MAX), min_length=1,
         max_length=1024,
@@ -289,49 +289,49 @@ class ScaleRequestSerializer(serializers.Serializer):
     scaleTime = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
 
 
-class ScaleResultSerializer(serializers.Serializer):
+class ScaleResultSerializer(serializers.Serializer[Any]):
     status = fields.CharField()
     epoch = serializers.IntegerField()
     segments = SegmentInfoSerializer(many=True)
 
 
-class StreamCutRequestSerializer(serializers.Serializer):
+class StreamCutRequestSerializer(serializers.Serializer[Any]):
     streamCut = StreamCutField()
 
 
-class CutsRequestSerializer(serializers.Serializer):
+class CutsRequestSerializer(serializers.Serializer[Any]):
     fromStreamCut = StreamCutField(required=False)
     toStreamCut = StreamCutField(required=False)
 
 
-class NextCutRequestSerializer(serializers.Serializer):
+class NextCutRequestSerializer(serializers.Serializer[Any]):
     streamCut = StreamCutField()
     approxBytes = serializers.IntegerField(
         min_value=1, max_value=INT64_MAX, help_text="About how many bytes after the cut."
     )
 
 
-class NextCutSerializer(serializers.Serializer):
+class NextCutSerializer(serializers.Serializer[Any]):
     streamCut = serializers.DictField(
         child=serializers.IntegerField(), help_text="The next cut: segment id -> offset."
     )
     bytes = serializers.IntegerField(help_text="Bytes between the given cut and the next.")
 
 
-class SizeSerializer(serializers.Serializer):
+class SizeSerializer(serializers.Serializer[Any]):
     size = serializers.IntegerField(help_text="Bytes from the start of the stream to the cut.")
 
 
-class ValiditySerializer(serializers.Serializer):
+class ValiditySerializer(serializers.Serializer[Any]):
     valid = serializers.BooleanField()
     message = fields.CharField(allow_blank=True)
 
 
-class TruncateResultSerializer(serializers.Serializer):
+class TruncateResultSerializer(serializers.Serializer[Any]):
     head = SegmentInfoSerializer(many=True)
 
 
-class TransactionCreateSerializer(serializers.Serializer):
+class TransactionCreateSerializer(serializers.Serializer[Any]):
     leaseMs = serializers.IntegerField(
         min_value=defaults.TRANSACTION_LEASE_MS_MIN,
         max_value=defaults.TRANSACTION_LEASE_MS_MAX,
@@ -340,17 +340,17 @@ class TransactionCreateSerializer(serializers.Serializer):
     writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
 
 
-class OpenTransactionSerializer(serializers.Serializer):
+class OpenTransactionSerializer(serializers.Serializer[Any]):
     txnId = fields.CharField()
     state = fields.CharField()
     writerId = fields.CharField()
 
 
-class OpenTransactionsSerializer(serializers.Serializer):
+class OpenTransactionsSerializer(serializers.Serializer[Any]):
     transactions = OpenTransactionSerializer(many=True)
 
 
-class ShadowSegmentSerializer(serializers.Serializer):
+class ShadowSegmentSerializer(serializers.Serializer[Any]):
     name = fields.CharField(help_text="The transaction segment to write to.")
     parentId = serializers.IntegerField()
     keyStart = serializers.FloatField()
@@ -361,7 +361,7 @@ class ShadowSegmentSerializer(serializers.Serializer):
 COMMIT_AT_ONCE_MAX = 1000
 
 
-class TransactionSerializer(serializers.Serializer):
+class TransactionSerializer(serializers.Serializer[Any]):
     txnId = serializers.UUIDField()
     state = fields.CharField()
     epoch = serializers.IntegerField(required=False)
@@ -369,19 +369,19 @@ class TransactionSerializer(serializers.Serializer):
     shadowSegments = ShadowSegmentSerializer(many=True, required=False)
 
 
-class PingSerializer(serializers.Serializer):
+class PingSerializer(serializers.Serializer[Any]):
     leaseMs = serializers.IntegerField(
         min_value=defaults.TRANSACTION_LEASE_MS_MIN, max_value=defaults.TRANSACTION_LEASE_MS_MAX
     )
 
 
-class CommitSerializer(serializers.Serializer):
+class CommitSerializer(serializers.Serializer[Any]):
     writerId = fields.CharField(max_length=64, required=False, allow_blank=True, default="")
     timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
     wait = serializers.FloatField(min_value=0, max_value=60, required=False)
 
 
-class CommitManySerializer(serializers.Serializer):
+class CommitManySerializer(serializers.Serializer[Any]):
     txnIds = serializers.ListField(
         child=serializers.UUIDField(), min_length=1, max_length=COMMIT_AT_ONCE_MAX
     )
@@ -389,15 +389,15 @@ class CommitManySerializer(serializers.Serializer):
     wait = serializers.FloatField(min_value=0, max_value=60, required=False)
 
 
-class TransactionsStateSerializer(serializers.Serializer):
+class TransactionsStateSerializer(serializers.Serializer[Any]):
     transactions = TransactionSerializer(many=True)
 
 
-class AbortSerializer(serializers.Serializer):
+class AbortSerializer(serializers.Serializer[Any]):
     wait = serializers.FloatField(min_value=0, max_value=60, required=False)
 
 
-class WriterMarkSerializer(serializers.Serializer):
+class WriterMarkSerializer(serializers.Serializer[Any]):
     writerId = fields.CharField(max_length=64)
     timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX)
     position = StreamCutField(required=False, default=dict)
@@ -406,12 +406,12 @@ class WriterMarkSerializer(serializers.Serializer):
         return value
 
 
-class WriterMarkResultSerializer(serializers.Serializer):
+class WriterMarkResultSerializer(serializers.Serializer[Any]):
     writerId = fields.CharField()
     timestamp = serializers.IntegerField()
 
 
-class WatermarkSerializer(serializers.Serializer):
+class WatermarkSerializer(serializers.Serializer[Any]):
     """A stream's newest watermark (Pravega's ``Watermark``): every event a live writer wrote
     at a time before ``lowerTimeBound`` lies before ``streamCut``."""
 
@@ -421,12 +421,12 @@ class WatermarkSerializer(serializers.Serializer):
     streamCut = serializers.DictField(child=serializers.IntegerField())
 
 
-class DelegationTokenSerializer(serializers.Serializer):
+class DelegationTokenSerializer(serializers.Serializer[Any]):
     token = fields.CharField(help_text="Empty when authentication is off.")
     expiresIn = serializers.IntegerField(help_text="Seconds the token is valid.")
 
 
-class SegmentRatesSerializer(serializers.Serializer):
+class SegmentRatesSerializer(serializers.Serializer[Any]):
     segmentId = serializers.IntegerField()
     name = fields.CharField()
     keyStart = serializers.FloatField()
@@ -435,7 +435,7 @@ class SegmentRatesSerializer(serializers.Serializer):
     bytesPerSecond = serializers.FloatField()
 
 
-class StreamMetricsSerializer(serializers.Serializer):
+class StreamMetricsSerializer(serializers.Serializer[Any]):
     eventsPerSecond = serializers.FloatField()
     bytesPerSecond = serializers.FloatField(help_text="Event headers (8 bytes each) included.")
     segments = SegmentRatesSerializer(many=True)

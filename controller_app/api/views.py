@@ -70,8 +70,8 @@ class ScopesView(APIView):
 
     @extend_schema(operation_id="listScopes", responses=s.ScopesListSerializer)
     def get(self, request: Request) -> Response:
-        names = Scope.objects.order_by("name").values_list("name", flat=True)
-        names = grants.visible(request.user, names, grants.scope_resource)
+        every = Scope.objects.order_by("name").values_list("name", flat=True)
+        names = grants.visible(request.user, every, grants.scope_resource)
         return Response({"scopes": [{"scopeName": n} for n in names]})
 
     @extend_schema(

@@ -94,7 +94,7 @@ class Leader:
         #: failure is a failed round like any other.
         self.heartbeat = heartbeat
         #: node id -> (its renewal count, when this leader saw the count last move)
-        self._seen: dict[str, tuple[int, float]] = {}
+        self._seen: dict[str, tuple[int, float | None]] = {}
         #: Since when this leader has watched without a break (None: not watching).
         self._watching_since: float | None = None
 

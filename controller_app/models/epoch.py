@@ -25,8 +25,8 @@ from controller_app.choices import (
 )
 from controller_app.models.base import StatefulModel
 from controller_app.models.stream import Stream
-from controller_app.segments import Segment, decode_segments, segment_id
-from millrace.kernel.naming import short_segment_name
+from controller_app.segments import Segment, decode_segments
+from millrace.kernel.naming import segment_id, short_segment_name
 
 
 class Epoch(models.Model):

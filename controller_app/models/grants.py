@@ -48,8 +48,9 @@ class Grant(models.Model):
     @property
     def principal(self) -> str:
         """``user:alice`` or ``group:team-a``."""
-        if self.user_id is not None:
+        if self.user is not None:
             return f"user:{self.user.get_username()}"
+        assert self.group is not None  # (a grant names a user or a group: its check constraint)
         return f"group:{self.group.name}"
 
     def __str__(self) -> str:

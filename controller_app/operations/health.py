@@ -34,6 +34,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -275,7 +276,7 @@ def broker_health() -> Health:
     transport = settings.CELERY_BROKER_URL.split("://")[0]
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=PROBE_TIMEOUT_SECONDS)
+            conn.ensure_connection(max_retries=1, timeout=PROBE_TIMEOUT_SECONDS)  # type: ignore[arg-type]
             with conn.channel():
                 pass
     except Exception as exc:  # kombu and its transports raise many kinds
@@ -307,7 +308,7 @@ def contributors() -> list[Health]:
     children = supervised()
     nodes = _nodes()
     calls: dict[Any, Callable[[], Any]] = {
-        address: (lambda address=address: _probe(address)) for address in nodes
+        address: functools.partial(_probe, address) for address in nodes
     }
     calls["broker"] = broker_health
     left = HEALTH_TIMEOUT_SECONDS - (time.monotonic() - started) - 0.2
@@ -322,7 +323,7 @@ def contributors() -> list[Health]:
         elif path.exists():  # a node of this host that no longer reports: never believed UP
             reports[address] = {"stale": _age(path)}
     done, broker = answers["broker"]
-    found = [
+    parts = [
         database,
         segment_store_health(nodes, probes, reports, children.get("segmentstore")),
         tier_health(reports),
@@ -331,7 +332,7 @@ def contributors() -> list[Health]:
         broker if done else Health.of("broker", False, {"error": "no answer in time"}),
     ]
     grpc = grpc_health()
-    return found if grpc is None else [*found, grpc]
+    return parts if grpc is None else [*parts, grpc]
 
 
 def grpc_health() -> Health | None:

@@ -71,7 +71,7 @@ def worker_ready() -> Answer:
     consumer = state["consumer"]
     if not alive or consumer is None:
         return False, why if not alive else "the consumer is not running yet"
-    if consumer.blueprint.state != bootsteps.RUN:
+    if consumer.blueprint.state != bootsteps.RUN:  # type: ignore[attr-defined]
         return False, "the consumer is not running (starting, restarting or stopping)"
     connection = consumer.connection
     if connection is None or not connection.connected:

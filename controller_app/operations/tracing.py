@@ -30,13 +30,13 @@ def start(role: str) -> bool:
         traces.setup(role, mode)
         from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
-        CeleryInstrumentor().instrument()
+        CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
         if role == "controller":
             from opentelemetry.instrumentation.django import DjangoInstrumentor
             from opentelemetry.instrumentation.grpc import GrpcAioInstrumentorServer
 
             DjangoInstrumentor().instrument()
-            GrpcAioInstrumentorServer().instrument()
+            GrpcAioInstrumentorServer().instrument()  # type: ignore[no-untyped-call]
     except ImportError as exc:
         log.error("MILLRACE_TRACES=%s needs the traces extra (pip install 'millrace[traces]'):"
                   " %s; no traces", mode, exc)  # fmt: skip

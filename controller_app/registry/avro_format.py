@@ -53,7 +53,8 @@ def parse(
 
 
 def incompatibilities(reader: Any, writer: Any) -> list[str]:
-    result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+    result = checker.get_compatibility(reader, writer)
     if result.compatibility is SchemaCompatibilityType.compatible:
         return []
     kinds = sorted(kind.value for kind in result.incompatibilities)
@@ -70,7 +71,7 @@ _FAST = "_millrace_fastavro"
 def decode(schema: avro.schema.Schema, body: bytes) -> Any:
     fast = getattr(schema, _FAST, None)
     if fast is None:
-        fast = fastavro.parse_schema(schema.to_json())
+        fast = fastavro.parse_schema(schema.to_json())  # type: ignore[arg-type]
         setattr(schema, _FAST, fast)
     stream = io.BytesIO(body)
     try:

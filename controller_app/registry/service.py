@@ -333,13 +333,13 @@ def _register(subject: str, parsed: formats.Parsed, references: list[Any]) -> di
     )
     if problems:
         raise RegistryError.incompatible(subject, problems)
-    row, _ = RegistrySchema.objects.get_or_create(
+    schema, _ = RegistrySchema.objects.get_or_create(
         fingerprint=parsed.fingerprint,
         defaults={"schema_type": parsed.schema_type, "text": parsed.text, "references": references},
     )
     last = SubjectVersion.objects.filter(subject=subject).aggregate(last=Max("version"))["last"]
-    version = SubjectVersion.objects.create(subject=subject, version=(last or 0) + 1, schema=row)
-    return {"id": row.pk, "version": version.version}
+    version = SubjectVersion.objects.create(subject=subject, version=(last or 0) + 1, schema=schema)
+    return {"id": schema.pk, "version": version.version}
 
 
 # -- deleting ---------------------------------------------------------------------------------
@@ -374,6 +374,7 @@ def delete_subject(subject: str, *, permanent: bool = False) -> list[int]:
 def delete_version(subject: str, version: str | int, *, permanent: bool = False) -> int:
     _check_writable(subject)
     number = version_number(version)
+    row: SubjectVersion | None
     if number is None:
         row = _version_row(subject, "latest", deleted=permanent)
     else:

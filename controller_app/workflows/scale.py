@@ -145,12 +145,7 @@ def scale_stream(
     start_when_active(scope, name, _S.SCALING, wait, "scale", then=record)
     job = created[-1]
     dispatch.send_on_commit(dispatch.SCALE_STREAM, stream.pk)
-    return (
-        wait_until(  # type: ignore[no-any-return]
-            lambda: _finished(job.pk), wait, f"scale of stream {scope}/{name}"
-        )
-        or job
-    )
+    return wait_until(lambda: _finished(job.pk), wait, f"scale of stream {scope}/{name}") or job
 
 
 def _same_scale(
@@ -178,7 +173,7 @@ def _repeated(job: EpochTransition, wait: float | None, what: str) -> EpochTrans
     may not have taken its task), never recorded twice."""
     if job.state in EPOCH_TRANSITION_PENDING:
         dispatch.send(dispatch.SCALE_STREAM, job.stream_id)
-    return wait_until(lambda: _finished(job.pk), wait, what) or job  # type: ignore[no-any-return]
+    return wait_until(lambda: _finished(job.pk), wait, what) or job
 
 
 def _finished(transition_id: int) -> EpochTransition | None:

@@ -31,6 +31,7 @@ from controller_app.errors import (
 )
 from controller_app.models import (
     Epoch,
+    Scope,
     SegmentRecord,
     Stream,
     StreamBucket,
@@ -98,7 +99,7 @@ def _same_config(stream: Stream, config: StreamConfig) -> bool:
     )
 
 
-def _insert_stream(scope_row: object, name: str, config: StreamConfig) -> Stream:
+def _insert_stream(scope_row: Scope, name: str, config: StreamConfig) -> Stream:
     stream = Stream.objects.create(
         scope=scope_row, name=name, state=StreamState.CREATING, **config.model_fields()
     )
@@ -247,7 +248,7 @@ def seal_stream(
         current = get_stream(scope, name)
         return current if current.state == StreamState.SEALED else None
 
-    return wait_until(sealed, wait, f"seal of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
+    return wait_until(sealed, wait, f"seal of stream {scope}/{name}") or stream
 
 
 def run_seal(store: SegmentStorePort, stream_id: int) -> None:

@@ -28,7 +28,7 @@ def half_done_work() -> list[tuple[str, int]]:
     work = []
     busy = Stream.objects.exclude(state__in=[StreamState.ACTIVE, StreamState.SEALED])
     for stream_id, state in busy.values_list("pk", "state"):
-        task = _RESUME.get(state)
+        task = _RESUME.get(state)  # type: ignore[call-overload]  # (a state is its text)
         if task is not None:
             work.append((task, stream_id))
     committing = Transaction.objects.filter(state=TxnState.COMMITTING)

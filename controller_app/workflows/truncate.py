@@ -57,7 +57,7 @@ def truncate_stream(
         latest = sel.latest_truncation(current)
         return current if applied and latest is not None and latest.number >= number else None
 
-    return wait_until(done, wait, f"truncation of stream {scope}/{name}") or stream  # type: ignore[no-any-return]
+    return wait_until(done, wait, f"truncation of stream {scope}/{name}") or stream
 
 
 def _check_lengths(store: SegmentStorePort, stream: Stream, cut: dict[int, int]) -> None:

@@ -16,7 +16,8 @@ from controller_app import selectors as sel
 from controller_app.choices import StreamState
 from controller_app.models import Epoch, SegmentRecord, Stream, TruncationRecord
 from controller_app.segment_client import segment_store
-from controller_app.segments import CutOrder, compare_cuts, keyspace_gap, segment_epoch
+from controller_app.segments import CutOrder, compare_cuts, keyspace_gap
+from millrace.kernel.naming import segment_epoch
 
 
 def check_stream(stream: Stream) -> list[str]:

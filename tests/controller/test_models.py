@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from controller_app.choices import EpochTransitionState
 from controller_app.models import Transaction
-from controller_app.segments import segment_id
+from millrace.kernel.naming import segment_id
 from tests.controller import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -22,8 +22,8 @@ from controller_app.errors import (
     SegmentNotFoundError,
 )
 from controller_app.models import Stream
-from controller_app.segments import CutOrder, Segment, qualified_segment_name
-from millrace.kernel.naming import container_for
+from controller_app.segments import CutOrder, Segment
+from millrace.kernel.naming import container_for, qualified_segment_name
 from tests.controller import factories as f
 from tests.controller.history import START_TIME, History
 
