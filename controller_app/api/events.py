@@ -42,7 +42,10 @@ EVENTS_PER_REQUEST_MAX = 10_000
 
 
 class EventSerializer(serializers.Serializer[Any]):
-    data = fields.CharField  # type: ignore[assignment]  # (the event's field, not DRF's .data)(required=False, allow_blank=True, help_text="UTF-8 text")
+    #: (The event's text, a field of the request: not the serializer's own ``data``.)
+    data = fields.CharField(  # type: ignore[assignment]
+        required=False, allow_blank=True, help_text="UTF-8 text"
+    )
     dataBase64 = fields.CharField(required=False, help_text="bytes, base64")
     routingKey = fields.CharField(required=False, allow_null=True, max_length=1024)
 

@@ -6,6 +6,7 @@ import pytest
 
 from controller_app import segments as sg
 from controller_app.segments import CutOrder, Segment
+from millrace.kernel import naming
 from millrace.kernel.naming import container_for
 
 A = Segment(0, 0, 0.0, 0.5)
@@ -16,26 +17,26 @@ E = Segment(4, 2, 0.5, 1.0)
 
 
 def test_segment_ids() -> None:
-    sid = sg.segment_id(5, 7)
+    sid = naming.segment_id(5, 7)
     assert sid == 0x0000000500000007
-    assert (sg.segment_epoch(sid), sg.segment_number(sid)) == (5, 7)
-    assert sg.segment_id(sg.EPOCH_MAX, 2**32 - 1) == 2**63 - 1
+    assert (naming.segment_epoch(sid), naming.segment_number(sid)) == (5, 7)
+    assert naming.segment_id(naming.EPOCH_MAX, 2**32 - 1) == 2**63 - 1
     for bad in ((-1, 0), (0, -1), (2**31, 0), (0, 2**32)):
         with pytest.raises(ValueError):
-            sg.segment_id(*bad)
+            naming.segment_id(*bad)
 
 
 def test_qualified_names() -> None:
-    assert sg.qualified_segment_name("sc1", "st1", 0) == "sc1/st1/0.#epoch.0"
-    assert sg.qualified_segment_name("s", "st", 0x0000000100000001) == "s/st/1.#epoch.1"
-    assert sg.parse_segment_name("s/st/1.#epoch.1") == ("s", "st", 0x0000000100000001)
-    assert sg.parse_segment_name("s/st/3") == ("s", "st", 3)
+    assert naming.qualified_segment_name("sc1", "st1", 0) == "sc1/st1/0.#epoch.0"
+    assert naming.qualified_segment_name("s", "st", 0x0000000100000001) == "s/st/1.#epoch.1"
+    assert naming.parse_segment_name("s/st/1.#epoch.1") == ("s", "st", 0x0000000100000001)
+    assert naming.parse_segment_name("s/st/3") == ("s", "st", 3)
     with pytest.raises(ValueError):
-        sg.parse_segment_name("s/st/x.#epoch.1")
+        naming.parse_segment_name("s/st/x.#epoch.1")
 
 
 def test_container_is_the_segment_stores_hash() -> None:
-    name = sg.qualified_segment_name("sc", "st", sg.segment_id(2, 9))
+    name = naming.qualified_segment_name("sc", "st", naming.segment_id(2, 9))
     txn = f"{name}#transaction.{'ab' * 16}"
     assert container_for(txn, 8) == container_for(name, 8)
 
