@@ -54,11 +54,13 @@ setup() {
 
 ensure_debian_packages() {
   # The console's end-to-end tests drive Debian's chromium through Playwright (no browser
-  # download); the observability tests run Debian's prometheus (and promtool). Installed once
+  # download); the observability tests run Debian's prometheus (and promtool); the Kafka tests
+  # run Debian's kcat. Installed once
   # with apt-get (as root, or through sudo), with no service started: the tests start their own.
   local missing=() sudo=""
   [ -x /usr/bin/chromium ] || missing+=(chromium)
   [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || missing+=(prometheus)
+  [ -x /usr/bin/kcat ] || missing+=(kcat)
   [ ${#missing[@]} = 0 ] && return 0
   if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || die "missing: ${missing[*]}: install these Debian packages"

@@ -495,8 +495,24 @@ class SegmentStoreSettings:
     )  # fmt: skip
     unsafe: frozenset[str] = _unsafe()
     metrics_port: int = env_int(
-        "MILLRACE_SEGMENTSTORE_METRICS_PORT", 9092,
+        "MILLRACE_SEGMENTSTORE_METRICS_PORT", 9093,
         "port of the node's /metrics and /traffic (0: none)", low=0, high=65535,
+    )  # fmt: skip
+    kafka_port: int = env_int(
+        "MILLRACE_KAFKA_PORT", 9092,
+        "port of the node's Kafka listener, for Kafka's clients (0: none)", low=0, high=65535,
+    )  # fmt: skip
+    kafka_scope: str = env_str(
+        "MILLRACE_KAFKA_SCOPE", "kafka", "the scope of Kafka topics named without one"
+    )
+    kafka_auto_create: bool = env_bool(
+        "MILLRACE_KAFKA_AUTO_CREATE", True,
+        "a topic a Kafka producer or Metadata request names is created when missing",
+    )  # fmt: skip
+    kafka_partitions: int = env_int(
+        "MILLRACE_KAFKA_PARTITIONS", 1,
+        "partitions (segments) of a topic Kafka's clients create without a count",
+        low=1, high=1000,
     )  # fmt: skip
     autoscale_window_s: int = _autoscale_window()
     traffic_monitor: bool = env_bool(

@@ -26,6 +26,7 @@ from typing import Any
 from millrace.kernel import logs
 from millrace.kernel.config import LogSettings, SegmentStoreSettings, TlsSettings
 from millrace.kernel.event_loop import event_loop_factory
+from millrace.kernel.kafka_topics import KafkaCatalog
 from millrace.kernel.membership import Membership, NodeCard
 from millrace.kernel.memory import keep_freed_memory
 from millrace.kernel.quotas import QuotaSource
@@ -42,6 +43,8 @@ from segment_app.engine.config import (
 )
 from segment_app.engine.errors import EngineError
 from segment_app.engine.store import SegmentStore
+from segment_app.kafka.handlers import KafkaSettings
+from segment_app.kafka.server import KafkaServer
 from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
 from segment_app.server.quotas import ScopeThrottles, exchange_loop
@@ -147,12 +150,14 @@ async def run_node(
     tls: TlsSettings | None = None,
     schema_policies: SchemaPolicies | None = None,
     quota_source: QuotaSource | None = None,
+    kafka_catalog: KafkaCatalog | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set); ``on_ready`` sees the server.
     With ``config.advertise``, the node joins the cluster through ``membership`` and serves
     the containers its leader assigns; without, it serves every container. With ``tls``
     enabled, the wire and metrics ports serve TLS with a certificate re-read when its files
-    change. Appends are held to their streams' schemas and scopes' quotas (``_guard_appends``)."""
+    change. Appends are held to their streams' schemas and scopes' quotas (``_guard_appends``).
+    With ``kafka_catalog``, the node serves Kafka's clients too (``config.kafka_port``)."""
     stop = stop or asyncio.Event()
     if config.advertise is not None and membership is None:
         raise ValueError("MILLRACE_ADVERTISE is set: the node needs the cluster's database")
@@ -172,12 +177,15 @@ async def run_node(
         gc.collect()
         gc.freeze()
         try:
+            kafka = await _start_kafka(config, store, kafka_catalog, context)
             print(
                 f"Millrace segment store listening on {'tls://' if context else ''}"
                 f"{config.host}:{server.port} "
-                f"(data dir {config.data_dir})",
+                f"(data dir {config.data_dir})"
+                + (f"; Kafka's clients: bootstrap.servers={_advertised_host(config)}:{kafka.port}"
+                   if kafka is not None else ""),
                 flush=True,
-            )
+            )  # fmt: skip
             if on_ready is not None:
                 on_ready(server)
             guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
@@ -211,6 +219,8 @@ async def run_node(
                     await asyncio.gather(session, return_exceptions=True)
                 if metrics is not None:
                     metrics.close()
+                if kafka is not None:
+                    await kafka.stop()
         finally:
             await server.stop()
     finally:
@@ -244,14 +254,47 @@ def node_card(config: SegmentStoreSettings, port: int, metrics_port: int | None)
 TRAFFIC_TICK_SECONDS = 1.0
 
 
+def _advertised_host(config: SegmentStoreSettings) -> str:
+    """The host clients reach this node at (its advertised address's, else its own)."""
+    if config.advertise:
+        return config.advertise.rsplit(":", 1)[0]
+    return "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+
+
+async def _start_kafka(
+    config: SegmentStoreSettings,
+    store: SegmentStore,
+    catalog: KafkaCatalog | None,
+    tls: Any,
+) -> KafkaServer | None:
+    """The Kafka listener (``config.kafka_port``; none without the metadata database). A port
+    that is taken stops the start (``OSError``), as the wire port does."""
+    if catalog is None or not config.kafka_port:
+        return None
+    settings = KafkaSettings(
+        host=config.host, port=config.kafka_port, advertised_host=_advertised_host(config),
+        auth_enabled=config.auth_enabled, scope=config.kafka_scope,
+        auto_create=config.kafka_auto_create, partitions=config.kafka_partitions,
+    )  # fmt: skip
+    kafka = KafkaServer(store, settings, catalog, tls=tls)
+    try:
+        await kafka.start()
+    except OSError as exc:
+        raise OSError(
+            f"the Kafka port {config.host}:{config.kafka_port} cannot be listened on ({exc}): "
+            "set MILLRACE_KAFKA_PORT (or --kafka-port) to a free port, or 0 for none"
+        ) from None
+    return kafka
+
+
 def _start_metrics(
     config: SegmentStoreSettings,
     server: SegmentStoreServer,
     health: Callable[[], dict[str, Any]],
     certificate: str | None,
 ) -> Any:
-    """The metrics port, or ``None`` when it is off or cannot be bound (the node serves on;
-    a warning says why)."""
+    """The metrics port, or ``None`` when it is off. A port that is taken stops the start
+    (``OSError`` naming the setting), as every other port does."""
     if not config.metrics_port:
         return None
     try:
@@ -260,8 +303,11 @@ def _start_metrics(
             tls=server.tls, certificate=certificate,
         )  # fmt: skip
     except OSError as exc:
-        log.warning("no metrics on %s:%d: %s", config.host, config.metrics_port, exc)
-        return None
+        raise OSError(
+            f"the metrics port {config.host}:{config.metrics_port} cannot be listened on "
+            f"({exc}): set MILLRACE_SEGMENTSTORE_METRICS_PORT (or --metrics-port) to a free "
+            "port, or 0 for none"
+        ) from None
     scheme = "https" if server.tls else "http"
     log.info("metrics on %s://%s:%d/metrics", scheme, config.host, metrics.port)
     return metrics
@@ -414,6 +460,7 @@ def serve(
     tls: TlsSettings | None = None,
     schema_policies: SchemaPolicies | None = None,
     quota_source: QuotaSource | None = None,
+    kafka_catalog: KafkaCatalog | None = None,
 ) -> int:
     """Run a node of ``settings`` until SIGTERM or SIGINT (``millrace segmentstore``), logging
     as ``log`` says (``None``: as the process already does); the exit status: 0 after a clean
@@ -431,7 +478,8 @@ def serve(
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_node(settings, membership=membership, tls=tls,
                                 schema_policies=schema_policies,
-                                quota_source=quota_source))  # fmt: skip
+                                quota_source=quota_source,
+                                kafka_catalog=kafka_catalog))  # fmt: skip
     except (OSError, ValueError, TierError, EngineError) as exc:
         # e.g. a corrupt tier-1 record: the message names the file and the offset.
         print(f"millrace segmentstore: error: {exc}", file=sys.stderr)

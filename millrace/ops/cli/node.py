@@ -116,8 +116,13 @@ def _segmentstore_options(store: Any) -> None:
     )  # fmt: skip
     store.add_argument(
         "--metrics-port", type=any_port, metavar="PORT",
-        help="port of /metrics and /traffic (default $MILLRACE_SEGMENTSTORE_METRICS_PORT or 9092;"
+        help="port of /metrics and /traffic (default $MILLRACE_SEGMENTSTORE_METRICS_PORT or 9093;"
         " 0: none)",
+    )  # fmt: skip
+    store.add_argument(
+        "--kafka-port", type=any_port, metavar="PORT",
+        help="port of the Kafka listener, for Kafka's clients (default $MILLRACE_KAFKA_PORT or"
+        " 9092, Kafka's; 0: none)",
     )  # fmt: skip
     store.add_argument("--containers", type=int, metavar="N", help="segment containers")
     store.add_argument(
@@ -170,6 +175,7 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
         "host": args.host,
         "port": args.port,
         "metrics_port": args.metrics_port,
+        "kafka_port": args.kafka_port,
         "container_count": args.containers,
         "read_tail_wait_seconds": args.read_tail_wait,
         "advertise": args.advertise and parse_advertise({"MILLRACE_ADVERTISE": args.advertise}),
@@ -185,7 +191,15 @@ def run_segmentstore(args: argparse.Namespace, rest: list[str]) -> int:
     policies = _schema_policies() if args.schemas or membership is not None else None
     # (a node that reads the metadata database for schemas reads its scopes' quotas too)
     quotas = needs("controller_app.quotas", "quotas").DatabaseQuotas() if policies else None
-    return int(node.serve(settings, log, membership, TlsSettings.from_env(), policies, quotas))
+    # (and serves Kafka's clients: topics, users and groups' offsets are in that database)
+    catalog = None
+    if policies and settings.kafka_port:
+        catalog = needs("controller_app.kafka_catalog", "Kafka").DatabaseKafkaCatalog(
+            settings.kafka_scope
+        )
+    return int(
+        node.serve(settings, log, membership, TlsSettings.from_env(), policies, quotas, catalog)
+    )
 
 
 def _traces(role: str, mode: str) -> None:

@@ -1,0 +1,199 @@
+"""``DatabaseKafkaCatalog``: a node's Kafka listener's metadata, from the metadata database.
+
+Implements ``millrace.kernel.kafka_topics.KafkaCatalog`` (blocking; the listener calls it on a
+thread). Topics are streams (``topic_stream``); a topic is served when its stream has a fixed
+number of segments and was never scaled, so that a partition is one segment for the stream's
+life. Topics are created and deleted through the streams' workflows, with the same grants as
+REST (MANAGE on the scope to create, on the stream to delete). Users sign in with their
+password or their API token. This module is the home of the records Kafka's clients leave:
+committed offsets and producer ids (``controller_app.models.kafka``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import close_old_connections, transaction
+
+from controller_app import errors
+from controller_app import selectors as sel
+from controller_app.access import grants, tokens
+from controller_app.choices import ScalingPolicyType, StreamState
+from controller_app.models import KafkaCommittedOffset, KafkaProducerId, Scope, Stream
+from controller_app.segment_client import segment_store
+from controller_app.segments import decode_segments
+from controller_app.workflows import scopes, streams
+from controller_app.workflows.config import StreamConfig
+from millrace.kernel.kafka_topics import (
+    DEFAULT_KAFKA_SCOPE,
+    CatalogError,
+    CommittedOffset,
+    TopicView,
+)
+from millrace.kernel.naming import qualified_segment_name, segment_id
+
+__all__ = ["DatabaseKafkaCatalog"]
+
+# Kafka's error codes the catalog answers with.
+TOPIC_ALREADY_EXISTS = 36
+INVALID_TOPIC_EXCEPTION = 17
+UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_REQUEST = 42
+POLICY_VIOLATION = 44
+KAFKA_STORAGE_ERROR = 56
+
+_ACCESS = {"READ": grants.READ, "READ_UPDATE": grants.READ_UPDATE, "MANAGE": grants.MANAGE}
+
+
+class DatabaseKafkaCatalog:
+    """Topics, users, committed offsets and producer ids, from the metadata database."""
+
+    def __init__(self, kafka_scope: str = DEFAULT_KAFKA_SCOPE) -> None:
+        self.kafka_scope = kafka_scope
+
+    # -- who ---------------------------------------------------------------------------------
+
+    def _user(self, principal: str | None) -> Any:
+        if principal is None:
+            return None
+        return get_user_model().objects.filter(username=principal, is_active=True).first()
+
+    def authenticate(self, username: str, secret: str) -> str | None:
+        close_old_connections()
+        user = self._user(username)
+        if user is None:
+            return None
+        try:
+            by_token = tokens.user_of(secret)
+        except tokens.TokenExpiredError:
+            by_token = None
+        if by_token is not None and by_token.pk == user.pk:
+            return str(user.username)
+        return str(user.username) if user.check_password(secret) else None
+
+    def may(self, principal: str | None, scope: str, name: str, kind: str, access: str) -> bool:
+        close_old_connections()
+        user = self._user(principal)
+        if kind == "reader-group":
+            resource = grants.reader_group_resource(scope, name)
+        else:
+            resource = grants.stream_prn(scope, name)
+        return grants.allowed(user, resource, _ACCESS[access])
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def topics(
+        self, principal: str | None, wanted: Sequence[tuple[str, str]] | None
+    ) -> list[TopicView]:
+        close_old_connections()
+        rows = Stream.objects.select_related("scope").filter(
+            state__in=(StreamState.ACTIVE, StreamState.SEALED)
+        )
+        if wanted is not None:
+            found = []
+            for scope, name in wanted:
+                row = rows.filter(scope__name=scope, name=name).first()
+                if row is not None:
+                    found.append(row)
+            listed = found
+        else:
+            listed = [row for row in rows.order_by("scope__name", "name")
+                      if not row.name.startswith(sel.INTERNAL_PREFIX)]  # fmt: skip
+            user = self._user(principal)
+            listed = [row for row in listed if grants.allowed(
+                user, grants.stream_prn(row.scope.name, row.name), grants.READ)]  # fmt: skip
+        return [self._view(row) for row in listed]
+
+    def _view(self, row: Stream) -> TopicView:
+        scope = row.scope.name
+        configs = {
+            "cleanup.policy": "delete",
+            "retention.ms": str(row.retention_value if row.retention_type == "TIME" else -1),
+            "retention.bytes": str(row.retention_value if row.retention_type == "SIZE" else -1),
+            "millrace.stream": f"{scope}/{row.name}",
+        }
+        if row.scaling_type != ScalingPolicyType.FIXED_NUM_SEGMENTS or row.current_epoch != 0:
+            fixed = row.scaling_type == ScalingPolicyType.FIXED_NUM_SEGMENTS
+            why = (
+                f"stream {scope}/{row.name} "
+                + ("was scaled" if fixed else "scales by its traffic")
+                + ": Kafka's partitions are fixed, so only streams with a fixed number of "
+                "segments never scaled are topics"
+            )  # fmt: skip
+            return TopicView(scope, row.name, (), (INVALID_TOPIC_EXCEPTION, why), configs)
+        epoch = sel.current_epoch(row)
+        segments = sorted(decode_segments(epoch.segments), key=lambda s: s.key_start)
+        names = tuple(
+            qualified_segment_name(scope, row.name, segment_id(s.creation_epoch, s.number))
+            for s in segments
+        )
+        return TopicView(scope, row.name, names, None, configs)
+
+    def create_topic(self, principal: str | None, scope: str, stream: str, partitions: int) -> None:
+        close_old_connections()
+        user = self._user(principal)
+        if not grants.allowed(user, grants.scope_resource(scope), grants.MANAGE):
+            raise CatalogError(TOPIC_AUTHORIZATION_FAILED,
+                               f"{principal} may not create streams in scope {scope}")  # fmt: skip
+        if not Scope.objects.filter(name=scope).exists():
+            if scope != self.kafka_scope:
+                raise CatalogError(UNKNOWN_TOPIC_OR_PARTITION, f"no scope {scope}")
+            with contextlib.suppress(errors.AlreadyExistsError):
+                scopes.create_scope(scope)
+        config = StreamConfig(
+            scaling_type=ScalingPolicyType.FIXED_NUM_SEGMENTS, min_segments=partitions
+        )
+        try:
+            streams.create_stream(segment_store(), scope, stream, config)
+        except errors.AlreadyExistsError as exc:
+            raise CatalogError(TOPIC_ALREADY_EXISTS, str(exc)) from None
+        except errors.InvalidArgumentError as exc:
+            raise CatalogError(INVALID_REQUEST, str(exc)) from None
+        except errors.ControllerError as exc:
+            raise CatalogError(KAFKA_STORAGE_ERROR, str(exc)) from None
+
+    def delete_topic(self, principal: str | None, scope: str, stream: str) -> None:
+        close_old_connections()
+        user = self._user(principal)
+        if not grants.allowed(user, grants.stream_prn(scope, stream), grants.MANAGE):
+            raise CatalogError(TOPIC_AUTHORIZATION_FAILED,
+                               f"{principal} may not delete stream {scope}/{stream}")  # fmt: skip
+        try:
+            streams.seal_stream(scope, stream)
+            streams.delete_stream(scope, stream)
+        except errors.NotFoundError:
+            raise CatalogError(UNKNOWN_TOPIC_OR_PARTITION, f"no topic {scope}.{stream}") from None
+        except errors.ControllerError as exc:
+            raise CatalogError(KAFKA_STORAGE_ERROR, str(exc)) from None
+
+    # -- groups' offsets and producers ----------------------------------------------------------
+
+    def commit_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], CommittedOffset]
+    ) -> None:
+        close_old_connections()
+        with transaction.atomic():
+            for (topic, partition), committed in offsets.items():
+                KafkaCommittedOffset.objects.update_or_create(
+                    group=group, topic=topic, partition=partition,
+                    defaults={"offset": committed.offset, "metadata": committed.metadata},
+                )  # fmt: skip
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], CommittedOffset]:
+        close_old_connections()
+        rows = KafkaCommittedOffset.objects.filter(group=group)
+        if partitions is not None:
+            rows = rows.filter(topic__in={topic for topic, _ in partitions})
+        return {
+            (row.topic, row.partition): CommittedOffset(row.offset, row.metadata) for row in rows
+        }
+
+    def next_producer_id(self) -> int:
+        close_old_connections()
+        return int(KafkaProducerId.objects.create().pk)

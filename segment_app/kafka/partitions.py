@@ -1,0 +1,308 @@
+"""A partition as Kafka's clients see it: a segment whose events are numbered.
+
+Responsibility: Kafka's offsets over a segment. A record is an event (the 8-byte header, then
+the value); its offset is the number of events before it in the segment, counted from the
+segment's creation, so that offsets are dense and every face's events are records. The
+``PartitionLog`` keeps where events start at points of the segment (every ``STEP_BYTES``, and
+the end of every append it made), so that an offset is found by a short scan forward; and it
+stores a checkpoint (a record count at a byte offset) in two of the segment's attributes at
+least every ``CHECKPOINT_BYTES``, so that a node that opens the partition after a restart or a
+failover, or after tier-2 took the data, scans from there and not from the start.
+
+When the segment was truncated past the last checkpoint (retention removed events no Kafka
+client ever asked for), the events removed are not known: the first event left is numbered as
+if each removed event had been the smallest one (8 bytes). Offsets then skip numbers there,
+but still rise with the bytes and never change once given (docs/components/kafka.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import uuid
+from collections.abc import Sequence
+
+from millrace.kernel.wire.event_frame import EVENT_HEADER, EVENT_TYPE
+from segment_app.engine.api import NULL_ATTRIBUTE_VALUE, AttributeUpdate, SegmentStoreAPI
+
+__all__ = ["CorruptPartitionError", "PartitionLog", "Partitions", "frame_values"]
+
+log = logging.getLogger(__name__)
+
+#: The segment attributes holding the checkpoint: a record count and the byte offset it is at.
+CHECKPOINT_RECORDS = uuid.UUID("6b61666b-612d-7265-636f-726473000001")
+CHECKPOINT_BYTES = uuid.UUID("6b61666b-612d-6279-7465-730000000002")
+#: A point kept in memory at least this often (bytes scanned).
+STEP_BYTES = 64 * 1024
+#: A checkpoint stored at least this often (bytes scanned).
+CHECKPOINT_EVERY_BYTES = 1024 * 1024
+#: How much one read of a scan asks for.
+SCAN_READ_BYTES = 1024 * 1024
+_HEADER = EVENT_HEADER.size
+
+
+class CorruptPartitionError(Exception):
+    """The segment holds bytes that are not events (a byte stream): no offsets."""
+
+
+def frame_values(values: Sequence[bytes]) -> bytes:
+    """The events of ``values`` as one block of a segment."""
+    pack = EVENT_HEADER.pack
+    return b"".join(part for value in values for part in (pack(EVENT_TYPE, len(value)), value))
+
+
+class PartitionLog:
+    """One partition's offsets; made by ``Partitions.log``."""
+
+    def __init__(self, store: SegmentStoreAPI, segment: str) -> None:
+        self.store = store
+        self.segment = segment
+        #: (records, bytes) points where an event starts, rising in both.
+        self._points: list[tuple[int, int]] = []
+        self._point_bytes: list[int] = []
+        #: The end of what is counted: records before ``frontier_bytes``.
+        self.frontier_records = 0
+        self.frontier_bytes = 0
+        self._stored_bytes = 0
+        self._scan = asyncio.Lock()
+        #: Set when this node appended to the partition (long fetches wake on it).
+        self.appended = asyncio.Event()
+
+    async def open(self) -> None:
+        """Start from the stored checkpoint, or the segment's start."""
+        info = await self.store.get_info(self.segment)
+        stored = await self.store.get_attributes(
+            self.segment, [CHECKPOINT_RECORDS, CHECKPOINT_BYTES]
+        )
+        records, at = stored[CHECKPOINT_RECORDS], stored[CHECKPOINT_BYTES]
+        if records == NULL_ATTRIBUTE_VALUE or at == NULL_ATTRIBUTE_VALUE:
+            records, at = 0, 0
+        if at < info.start_offset:  # truncated past the checkpoint (see the module's note)
+            records, at = records + (info.start_offset - at) // _HEADER, info.start_offset
+        self._stored_bytes = at
+        self._add_point(records, at)
+        self.frontier_records, self.frontier_bytes = records, at
+
+    def _add_point(self, records: int, at: int) -> None:
+        if self._point_bytes and at <= self._point_bytes[-1]:
+            return
+        self._points.append((records, at))
+        self._point_bytes.append(at)
+
+    # -- counting ---------------------------------------------------------------------------------
+
+    async def catch_up(self, until: int | None = None) -> None:
+        """Count the events up to byte ``until`` (None: the segment's end now)."""
+        if until is not None and until <= self.frontier_bytes:
+            return
+        async with self._scan:
+            if until is None:
+                until = (await self.store.get_info(self.segment)).length
+            last_point = self._point_bytes[-1] if self._point_bytes else 0
+            while self.frontier_bytes < until:
+                read = await self.store.read(
+                    self.segment,
+                    self.frontier_bytes,
+                    min(SCAN_READ_BYTES, until - self.frontier_bytes),
+                )
+                data = read.data
+                if not data:
+                    break
+                count, used = _count_events(data, self.segment, self.frontier_bytes)
+                if used == 0:  # an event longer than one read: read its whole length
+                    _, length = EVENT_HEADER.unpack_from(data)
+                    read = await self.store.read(
+                        self.segment, self.frontier_bytes, _HEADER + length
+                    )
+                    count, used = _count_events(read.data, self.segment, self.frontier_bytes)
+                    if used == 0:
+                        break
+                self.frontier_records += count
+                self.frontier_bytes += used
+                if self.frontier_bytes - last_point >= STEP_BYTES:
+                    self._add_point(self.frontier_records, self.frontier_bytes)
+                    last_point = self.frontier_bytes
+            await self._store_checkpoint()
+
+    async def _store_checkpoint(self) -> None:
+        if self.frontier_bytes - self._stored_bytes < CHECKPOINT_EVERY_BYTES:
+            return
+        records, at = self.frontier_records, self.frontier_bytes
+        try:
+            await self.store.update_attributes(self.segment, [
+                AttributeUpdate(CHECKPOINT_RECORDS, records),
+                AttributeUpdate(CHECKPOINT_BYTES, at),
+            ])  # fmt: skip
+        except Exception as exc:  # (a sealed segment, a container moving: counted again later)
+            log.debug("no Kafka checkpoint on %s: %s", self.segment, exc)
+            return
+        self._stored_bytes = at
+
+    async def store_checkpoint_at(self, records: int, at: int) -> None:
+        """Store that ``records`` events lie before byte ``at`` (before a truncation there)."""
+        await self.store.update_attributes(self.segment, [
+            AttributeUpdate(CHECKPOINT_RECORDS, records),
+            AttributeUpdate(CHECKPOINT_BYTES, at),
+        ])  # fmt: skip
+        self._stored_bytes = max(self._stored_bytes, at)
+
+    async def end_offset(self) -> int:
+        """The offset the next record will have (the high watermark)."""
+        await self.catch_up()
+        return self.frontier_records
+
+    async def start_offset(self) -> int:
+        """The first offset still stored (the log start offset)."""
+        info = await self.store.get_info(self.segment)
+        return await self.records_at(max(info.start_offset, self._points[0][1]))
+
+    async def records_at(self, at: int) -> int:
+        """The offset of the event that starts at byte ``at``."""
+        if at == self.frontier_bytes:
+            return self.frontier_records
+        if at > self.frontier_bytes:
+            await self.catch_up(at)
+            if at == self.frontier_bytes:
+                return self.frontier_records
+        index = bisect.bisect_right(self._point_bytes, at) - 1
+        records, position = self._points[max(index, 0)]
+        while position < at:
+            read = await self.store.read(
+                self.segment, position, min(SCAN_READ_BYTES, at - position)
+            )
+            count, used = _count_events(read.data, self.segment, position, stop=at)
+            if used == 0:
+                raise CorruptPartitionError(f"{self.segment}: no event starts at byte {at}")
+            records += count
+            position += used
+        return records
+
+    async def position_of(self, offset: int) -> int:
+        """The byte where the event numbered ``offset`` starts (``offset`` ≤ the end)."""
+        if offset >= self.frontier_records:
+            await self.catch_up()
+            if offset >= self.frontier_records:
+                return self.frontier_bytes
+        index = bisect.bisect_right(self._points, (offset, 1 << 62)) - 1
+        records, position = self._points[max(index, 0)]
+        while records < offset:
+            read = await self.store.read(self.segment, position, SCAN_READ_BYTES)
+            count, used = _count_events(read.data, self.segment, position, limit=offset - records)
+            if used == 0:
+                raise CorruptPartitionError(f"{self.segment}: no event {offset}")
+            records += count
+            position += used
+        return position
+
+    # -- appending and reading ----------------------------------------------------------------
+
+    async def append(
+        self, values: Sequence[bytes], writer_id: uuid.UUID | None = None,
+        event_number: int | None = None,
+    ) -> int | None:  # fmt: skip
+        """Append ``values`` as events, durably; the offset of the first (None: the store had
+        them already, a producer's retry)."""
+        data = frame_values(values)
+        result = await self.store.append(
+            self.segment, data, writer_id=writer_id, event_number=event_number
+        )
+        if result.duplicate:
+            return None
+        start = result.length - len(data)
+        base = await self.records_at(start)
+        if self.frontier_bytes == start:
+            self.frontier_records, self.frontier_bytes = base + len(values), result.length
+            self._add_point(self.frontier_records, self.frontier_bytes)
+            if self.frontier_bytes - self._stored_bytes >= CHECKPOINT_EVERY_BYTES:
+                await self._store_checkpoint()
+        self.appended.set()
+        self.appended = asyncio.Event()
+        return base
+
+    async def read(self, offset: int, max_bytes: int) -> list[bytes]:
+        """The values of the events from ``offset`` on: at least one (if there is one), then as
+        many as fit in ``max_bytes``."""
+        position = await self.position_of(offset)
+        values: list[bytes] = []
+        want = max(max_bytes, _HEADER)
+        while True:
+            read = await self.store.read(self.segment, position, want)
+            data = read.data
+            used = 0
+            unpack = EVENT_HEADER.unpack_from
+            while used + _HEADER <= len(data):
+                kind, length = unpack(data, used)
+                if kind != EVENT_TYPE or length < 0:
+                    raise CorruptPartitionError(
+                        f"{self.segment}: not an event at {position + used}"
+                    )
+                end = used + _HEADER + length
+                if end > len(data):
+                    break
+                values.append(data[used + _HEADER : end])
+                used = end
+            if values or not data or read.at_tail:
+                if not values and data and len(data) >= _HEADER:  # one event over max_bytes
+                    _, length = unpack(data, 0)
+                    if len(data) < _HEADER + length:
+                        want = _HEADER + length
+                        continue
+                return values
+
+
+def _count_events(
+    data: bytes, segment: str, at: int, stop: int | None = None, limit: int | None = None
+) -> tuple[int, int]:
+    """How many whole events ``data`` (read at byte ``at``) holds and their bytes; ending
+    before byte ``stop`` or after ``limit`` events."""
+    count = used = 0
+    unpack = EVENT_HEADER.unpack_from
+    size = len(data) if stop is None else min(len(data), stop - at)
+    while used + _HEADER <= size:
+        kind, length = unpack(data, used)
+        if kind != EVENT_TYPE or length < 0:
+            raise CorruptPartitionError(f"{segment}: not an event at byte {at + used}")
+        end = used + _HEADER + length
+        if end > size:
+            break
+        count += 1
+        used = end
+        if limit is not None and count >= limit:
+            break
+    return count, used
+
+
+class Partitions:
+    """The partitions this node has opened, by segment."""
+
+    def __init__(self, store: SegmentStoreAPI) -> None:
+        self.store = store
+        self._logs: dict[str, PartitionLog] = {}
+        self._opening: dict[str, asyncio.Future[PartitionLog]] = {}
+
+    async def log(self, segment: str) -> PartitionLog:
+        found = self._logs.get(segment)
+        if found is not None:
+            return found
+        opening = self._opening.get(segment)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[PartitionLog] = asyncio.get_running_loop().create_future()
+        self._opening[segment] = future
+        try:
+            partition = PartitionLog(self.store, segment)
+            await partition.open()
+            self._logs[segment] = partition
+            future.set_result(partition)
+            return partition
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # (retrieved: no warning when nobody else waited)
+            raise
+        finally:
+            self._opening.pop(segment, None)
+
+    def forget(self, segment: str) -> None:
+        """Drop what is known of ``segment`` (its container moved, it was deleted)."""
+        self._logs.pop(segment, None)

@@ -1,0 +1,176 @@
+"""The Kafka listener of a segment store node (``MILLRACE_KAFKA_PORT``, 9092).
+
+Responsibility: accept Kafka clients, read their frames, answer each request in turn (as a
+Kafka broker does: one request of a connection at a time, replies in order), and keep serving
+whatever a client sends. A frame that does not decode is answered with Kafka's error code when
+its header can be read; only a frame whose size cannot be a request (negative, or over
+``FRAME_BYTES_MAX`` without a readable header) ends its connection. What each request does is
+``segment_app.kafka.handlers``'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import struct
+
+from millrace.kernel.kafka_topics import KafkaCatalog
+from segment_app.engine.api import SegmentStoreAPI
+from segment_app.kafka import codec
+from segment_app.kafka.groups import GroupCoordinator
+from segment_app.kafka.handlers import (
+    SASL_AUTHENTICATION_FAILED,
+    Handlers,
+    KafkaSettings,
+    Session,
+)
+from segment_app.kafka.partitions import Partitions
+
+__all__ = ["KafkaServer"]
+
+log = logging.getLogger(__name__)
+
+#: Kafka's ``socket.request.max.bytes``: a larger frame is refused and skipped.
+FRAME_BYTES_MAX = 100 * 1024 * 1024
+_SIZE = struct.Struct(">i")
+
+
+class KafkaServer:
+    """Serves Kafka's protocol over a node's store; ``start`` / ``stop``."""
+
+    def __init__(
+        self, store: SegmentStoreAPI, settings: KafkaSettings, catalog: KafkaCatalog,
+        *, tls: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        self.settings = settings
+        self.tls = tls
+        self.partitions = Partitions(store)
+        self.groups = GroupCoordinator()
+        self.handlers = Handlers(settings, self.partitions, self.groups, catalog)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the Kafka listener is not listening")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self.groups.start()
+        self._server = await asyncio.start_server(
+            self._serve, self.settings.host, self.settings.port, reuse_address=True, ssl=self.tls
+        )
+        log.info("Kafka listener on %s:%d", self.settings.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await self.groups.stop()
+        with contextlib.suppress(Exception):
+            await self._server.wait_closed()
+        self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        session = Session(host=str(peer[0]))
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                if size < 0:
+                    log.info("Kafka client %s sent a frame of size %d: closed", peer, size)
+                    return
+                if size > FRAME_BYTES_MAX:
+                    await self._refuse_oversized(reader, writer, size)
+                    continue
+                frame = await reader.readexactly(size)
+                if session.raw_sasl:  # (SaslHandshake v0: the token comes bare)
+                    session.raw_sasl = False
+                    principal = await self.handlers.authenticate_plain(frame)
+                    if principal is None:
+                        log.info("Kafka client %s: SASL/PLAIN refused", peer)
+                        return  # (v0 has no way to say why: Kafka closes too)
+                    session.principal = principal
+                    writer.write(_SIZE.pack(0))
+                    continue
+                reply = await self._answer(frame, session)
+                if reply is not None:
+                    writer.write(reply)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _refuse_oversized(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int
+    ) -> None:
+        """Answer a frame over the limit from its header, and skip it."""
+        header = await reader.readexactly(8)
+        left = size - 8
+        try:
+            codec.decode_request(header)
+        except codec.DecodeError as exc:
+            error = exc
+        else:
+            error = codec.DecodeError("", codec.ErrorCode.corrupt_message)
+        key, version, correlation = struct.unpack(">hhi", header)
+        while left > 0:
+            chunk = await reader.read(min(left, 1 << 20))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", left)
+            left -= len(chunk)
+        span = codec.SUPPORTED.get(key)
+        if span is not None and span[0] <= version <= span[1]:
+            reply = codec.error_reply(key, version, codec.ErrorCode.message_too_large)
+            writer.write(codec.encode_reply(key, version, correlation, reply))
+            await writer.drain()
+        log.info("Kafka request of %d bytes refused (over %d) %s", size, FRAME_BYTES_MAX, error)
+
+    async def _answer(self, frame: bytes, session: Session) -> bytes | None:
+        try:
+            request = codec.decode_request(frame)
+        except codec.DecodeError as exc:
+            log.info("Kafka request refused: %s", exc)
+            return _refusal(exc)
+        key, version = request.key, request.version
+        if key == codec.API_VERSIONS and request.body is None:
+            version = 0  # (an unknown version is answered in v0)
+        try:
+            values = await self.handlers.table[key](request.body, request.version, session)
+        except Exception:
+            log.exception("Kafka API key %d v%d failed", key, version)
+            reply = codec.error_reply(key, version, codec.ErrorCode.unknown_server_error)
+            return codec.encode_reply(key, version, request.correlation_id, reply)
+        if values is None:  # (a produce with acks=0 has no reply)
+            return None
+        if key == 36 and values.get("error_code") == SASL_AUTHENTICATION_FAILED:
+            log.info("Kafka client %s: SASL authentication failed", session.host)
+        reply = codec.build(codec.response_schema(key, version), values)
+        return codec.encode_reply(key, version, request.correlation_id, reply)
+
+
+def _refusal(error: codec.DecodeError) -> bytes | None:
+    """The reply to a request that did not decode, when its API and version are known."""
+    if error.correlation_id is None:
+        return None
+    key, version = error.key, error.version
+    span = codec.SUPPORTED.get(key)
+    if span is None or not span[0] <= version <= span[1]:
+        # Not a reply kio can write for: the bare header and the error code, which is what a
+        # client that asked a version it was not offered reads first.
+        return _SIZE.pack(6) + struct.pack(">ih", error.correlation_id, int(error.code))
+    reply = codec.error_reply(key, version, error.code)
+    return codec.encode_reply(key, version, error.correlation_id, reply)
