@@ -102,7 +102,8 @@ class DatabaseKafkaCatalog:
             listed = found
         else:
             listed = [row for row in rows.order_by("scope__name", "name")
-                      if not row.name.startswith(sel.INTERNAL_PREFIX)]  # fmt: skip
+                      if not row.name.startswith(sel.INTERNAL_PREFIX)
+                      and not row.scope.name.startswith(sel.INTERNAL_PREFIX)]  # fmt: skip
             user = self._user(principal)
             listed = [row for row in listed if grants.allowed(
                 user, grants.stream_prn(row.scope.name, row.name), grants.READ)]  # fmt: skip

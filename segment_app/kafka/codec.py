@@ -25,8 +25,8 @@ from kio.serial import entity_reader, entity_writer
 
 __all__ = [
     "SUPPORTED",
-    "ErrorCode",
     "DecodeError",
+    "ErrorCode",
     "Request",
     "build",
     "decode_request",
@@ -62,6 +62,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
 }
 
 API_VERSIONS = 18
+_MISSING: Any = dataclasses.MISSING
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
@@ -161,8 +162,8 @@ def build(schema: Any, values: Mapping[str, Any]) -> Any:
     for field in dataclasses.fields(schema):
         if field.name in values:
             fields[field.name] = _value(field, values[field.name])
-        elif dataclasses.MISSING not in (field.default, field.default_factory):
-            continue
+        elif field.default is not _MISSING or field.default_factory is not _MISSING:
+            continue  # (kio's default: a tagged field left out)
         else:
             fields[field.name] = _zero(field)
     return schema(**fields)
