@@ -22,6 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every Spark JVM of the suite (and of the processes it starts) reads the tests' Spark
     # configuration: tests/spark_conf/spark-defaults.conf says what and why.
     os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "spark_conf"))
+    # A node's Kafka and metrics ports have fixed defaults (9092, 9093), and a port that is
+    # taken stops a node's start: the tests' nodes serve neither unless a test gives them a
+    # free port (``Standalone`` does).
+    os.environ.setdefault("MILLRACE_KAFKA_PORT", "0")
+    os.environ.setdefault("MILLRACE_SEGMENTSTORE_METRICS_PORT", "0")
     fast = "django.contrib.auth.hashers.MD5PasswordHasher"
     settings.PASSWORD_HASHERS = [fast, *settings.PASSWORD_HASHERS]
 

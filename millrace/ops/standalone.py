@@ -603,6 +603,13 @@ def run(
     ensure_port_free("HTTP", http_host, http_port, "--http-port")
     if grpc_port:
         ensure_port_free("gRPC", http_host, grpc_port, "--grpc-port")
+    if store.kafka_port:
+        ensure_port_free("Kafka", store.host, store.kafka_port, "MILLRACE_KAFKA_PORT")
+    if store.metrics_port:
+        ensure_port_free(
+            "segment store metrics", store.host, store.metrics_port,
+            "MILLRACE_SEGMENTSTORE_METRICS_PORT",
+        )  # fmt: skip
     token, password, first = ensure_admin(data_dir)
     tls_settings = TlsSettings.from_env()
     tls = tls_settings.enabled
@@ -700,6 +707,13 @@ def _print_ready(node: _Ready, token: str, password: str, first: bool) -> None:
         lines.append(
             f"  gRPC          {wire}://{host}:{node.grpc_port}   (Pravega's clients:"
             f' pravega_client.StreamManager("{wire}://{host}:{node.grpc_port}", True, {node.tls}))'
+        )
+    if store.kafka_port:
+        security = "SASL_SSL" if node.tls else "SASL_PLAINTEXT"
+        lines.append(
+            f"  Kafka         {node.wire_name}:{store.kafka_port}   (Kafka's clients:"
+            f" bootstrap.servers={node.wire_name}:{store.kafka_port}, security.protocol="
+            f"{security}, sasl.mechanism=PLAIN, user {ADMIN_USER}, password its API token)"
         )
     lines += [
         f"  credentials   {data_dir / 'admin-token'} (API token), "

@@ -124,17 +124,14 @@ def decode_request(frame: bytes) -> Request:
     _, read_header, read_body = _request_reader(key, version)
     try:
         header, used = read_header(frame, 0)
-        body, body_used = read_body(frame, used)
+        body, _ = read_body(frame, used)
     except Exception as exc:  # (kio raises what the bytes make it raise)
         raise DecodeError(
             f"API key {key} v{version}: the request does not decode: {exc}",
             ErrorCode.corrupt_message, key, version, correlation_id,
         ) from None  # fmt: skip
-    if used + body_used != len(frame):
-        raise DecodeError(
-            f"API key {key} v{version}: {len(frame) - used - body_used} bytes after the request",
-            ErrorCode.corrupt_message, key, version, correlation_id,
-        )  # fmt: skip
+    # (Bytes left after the body are not refused: Kafka's brokers ignore them too, and kio's
+    # reader stops early after a null array of Metadata v9+.)
     return Request(key, version, correlation_id, header.client_id, body)
 
 

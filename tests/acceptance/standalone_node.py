@@ -50,7 +50,12 @@ class Standalone:
         self.wire_port = wire_port
         #: The controller's gRPC port (Pravega's own clients).
         self.grpc_port = free_ports(1)[0]
-        self.metrics_port = int(environ.get("MILLRACE_SEGMENTSTORE_METRICS_PORT") or 9092)
+        for name in ("MILLRACE_SEGMENTSTORE_METRICS_PORT", "MILLRACE_KAFKA_PORT"):
+            if name not in (env or {}):  # (a free port of its own, unless the test gives one)
+                environ[name] = str(free_ports(1)[0])
+        self.metrics_port = int(environ["MILLRACE_SEGMENTSTORE_METRICS_PORT"])
+        #: The node's Kafka listener (``bootstrap.servers=127.0.0.1:<kafka_port>``).
+        self.kafka_port = int(environ["MILLRACE_KAFKA_PORT"])
         self.environ = environ
         self.data_dir = data_dir
         self.lines: list[str] = []

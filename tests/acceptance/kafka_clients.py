@@ -1,0 +1,74 @@
+"""Kafka's own clients, configured for a node's Kafka listener as a user configures them."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+from typing import Any
+
+from tests.acceptance.standalone_node import Standalone
+
+
+def bootstrap(node: Standalone) -> str:
+    return f"127.0.0.1:{node.kafka_port}"
+
+
+def confluent(node: Standalone, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka's (librdkafka's) settings: SASL/PLAIN as the admin, its token the
+    password."""
+    return {
+        "bootstrap.servers": bootstrap(node), "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN", "sasl.username": "admin", "sasl.password": node.token,
+        **extra,
+    }  # fmt: skip
+
+
+def kafka_python(node: Standalone, **extra: Any) -> dict[str, Any]:
+    """kafka-python's and aiokafka's settings (they share the names)."""
+    return {
+        "bootstrap_servers": bootstrap(node), "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN", "sasl_plain_username": "admin",
+        "sasl_plain_password": node.token, **extra,
+    }  # fmt: skip
+
+
+def kcat(node: Standalone, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+    """Debian's kcat, as the admin; its standard output (a failure shows its error output)."""
+    argv = [
+        "kcat", "-b", bootstrap(node), "-X", "security.protocol=SASL_PLAINTEXT",
+        "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=admin",
+        "-X", f"sasl.password={node.token}", *args,
+    ]  # fmt: skip
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"kcat {' '.join(args)}: {done.returncode}\n{done.stderr}"
+    return done.stdout
+
+
+def raw_exchange(node: Standalone, frame: bytes, timeout: float = 10) -> bytes:
+    """Send ``frame`` (whole: size and all) on a new connection; what comes back before the
+    node closes or goes quiet for a second."""
+    with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=timeout) as sock:
+        sock.sendall(frame)
+        sock.settimeout(1.0)
+        got = b""
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+                if len(got) >= 4 and len(got) >= 4 + struct.unpack(">i", got[:4])[0]:
+                    break
+        except TimeoutError:
+            pass
+        return got
+
+
+def request_frame(key: int, version: int, correlation: int, body: bytes, flexible: bool) -> bytes:
+    """A request frame with a request header (v2 when ``flexible``: with its tag count)."""
+    header = struct.pack(">hhih", key, version, correlation, 4) + b"test"
+    if flexible:
+        header += b"\0"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload

@@ -1,0 +1,374 @@
+"""Kafka's own clients, unchanged, against a standalone node's Kafka listener.
+
+confluent-kafka (librdkafka), kafka-python, aiokafka and Debian's kcat, as a user configures
+them (SASL/PLAIN as a Millrace user, its API token the password): topics created, described
+and deleted; records produced with keys and headers, consumed through groups, committed, and
+resumed from after a restart of the segment store; records and events crossing between the
+Kafka face and Millrace's own clients; compressed batches; and a protocol fuzz that leaves the
+node serving with nothing stored changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import struct
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance import kafka_clients as kc
+from tests.acceptance.standalone_node import Standalone, eventually, running_standalone
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    yield from running_standalone(tmp_path_factory, "kafka", {})
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _consume_confluent(node: Standalone, topic: str, group: str, want: int,
+                       timeout: float = 60) -> list[Any]:  # fmt: skip
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(kc.confluent(node, **{
+        "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    }))  # fmt: skip
+    consumer.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append(message)
+        if got:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return got
+
+
+# -- each client --------------------------------------------------------------------------------
+
+
+def test_kcat_lists_produces_and_consumes(node: Standalone) -> None:
+    listed = kc.kcat(node, "-L")
+    assert f"broker 0 at 127.0.0.1:{node.kafka_port}" in listed
+    topic = _topic("kcat")
+    lines = [f"line {i}" for i in range(20)]
+    kc.kcat(
+        node,
+        "-P",
+        "-t",
+        topic,
+        "-K",
+        ":",
+        stdin="\n".join(f"k{i}:{v}" for i, v in enumerate(lines)) + "\n",
+    )
+    out = kc.kcat(node, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %s\n")
+    assert out.splitlines() == [f"{i} {line}" for i, line in enumerate(lines)]
+    assert f'topic "{topic}" with 1 partitions' in kc.kcat(node, "-L", "-t", topic)
+
+
+def test_confluent_kafka_admin_produce_group_commit_resume(node: Standalone) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient(kc.confluent(node))
+    topic = _topic("confluent")
+    admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(30)
+    described = admin.describe_configs([ConfigResource("topic", topic)])
+    configs = next(iter(described.values())).result(30)
+    assert configs["millrace.stream"].value == f"kafka/{topic}"
+    again = admin.create_topics([NewTopic(topic, num_partitions=3)])[topic]
+    with pytest.raises(Exception, match="exists"):
+        again.result(30)
+
+    producer = Producer(kc.confluent(node, **{"enable.idempotence": True, "acks": "all"}))
+    delivered: list[Any] = []
+    for i in range(300):
+        producer.produce(topic, key=f"key-{i % 7}", value=f"value {i}",
+                         headers=[("n", str(i).encode())],
+                         on_delivery=lambda err, msg: delivered.append((err, msg)))  # fmt: skip
+    assert producer.flush(30) == 0
+    assert all(err is None for err, _ in delivered) and len(delivered) == 300
+    # Offsets are dense per partition: each partition's records are 0, 1, 2, ...
+    by_partition: dict[int, list[int]] = {}
+    for _, msg in delivered:
+        by_partition.setdefault(msg.partition(), []).append(msg.offset())
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+    group = _topic("group")
+    first = _consume_confluent(node, topic, group, 300)
+    assert sorted(m.value().decode() for m in first) == sorted(f"value {i}" for i in range(300))
+    for partition, offsets in by_partition.items():  # per partition in the order produced
+        seen = [m.offset() for m in first if m.partition() == partition]
+        assert seen == sorted(seen) == list(range(len(offsets)))
+
+    # The segment store dies and comes back: offsets go on from where they were, and the
+    # group resumes after what it committed.
+    store = node.pid_of("segmentstore")
+    assert store is not None
+    import os
+
+    os.kill(store, signal.SIGKILL)
+    eventually(lambda: node.pid_of("segmentstore") not in (None, store), 60, "a new segment store")
+    for i in range(300, 350):
+        producer.produce(topic, key=f"key-{i % 7}", value=f"value {i}")
+    deadline = time.monotonic() + 60
+    while producer.flush(5) and time.monotonic() < deadline:
+        pass
+    assert producer.flush(0) == 0
+    second = _consume_confluent(node, topic, group, 50)
+    assert sorted(m.value().decode() for m in second) == sorted(
+        f"value {i}" for i in range(300, 350)
+    )
+    for partition in by_partition:
+        seen = [m.offset() for m in second if m.partition() == partition]
+        assert seen == list(
+            range(len(by_partition[partition]), len(by_partition[partition]) + len(seen))
+        )
+
+    admin.delete_topics([topic])[topic].result(60)
+    eventually(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
+
+
+def test_kafka_python_admin_produce_and_group(node: Standalone) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(**kc.kafka_python(node))
+    topic = _topic("kafkapython")
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    assert topic in admin.list_topics()
+    producer = KafkaProducer(acks="all", **kc.kafka_python(node))
+    futures = [producer.send(topic, key=b"k%d" % (i % 3), value=b"v%d" % i,
+                             headers=[("h", b"x")]) for i in range(100)]  # fmt: skip
+    producer.flush()
+    assert all(f.get(10).offset >= 0 for f in futures)
+    consumer = KafkaConsumer(topic, group_id=_topic("g"), auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000, **kc.kafka_python(node))  # fmt: skip
+    got = [message.value for message in consumer]
+    consumer.commit()
+    consumer.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(100))
+    admin.delete_topics([topic])
+    eventually(lambda: topic not in admin.list_topics(), 30, "the topic gone")
+    admin.close()
+    producer.close()
+
+
+def test_aiokafka_produce_and_group(node: Standalone) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = _topic("aiokafka")
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(acks="all", enable_idempotence=True, **kc.kafka_python(node))
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send_and_wait(topic, b"v%d" % i, key=b"same key")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, group_id=_topic("g"), auto_offset_reset="earliest",
+                                    **kc.kafka_python(node))  # fmt: skip
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < 50 and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for messages in batch.values():
+                    got += [m.value for m in messages]
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(run()) == [b"v%d" % i for i in range(50)]  # one key: in order
+
+
+# -- security ------------------------------------------------------------------------------------
+
+
+def test_without_sasl_a_client_sees_no_topic_and_can_do_nothing(node: Standalone) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+
+    topic = _topic("private")
+    kc.kcat(node, "-P", "-t", topic, stdin="secret\n")
+    anonymous = {"bootstrap.servers": kc.bootstrap(node)}
+    listed = AdminClient(anonymous).list_topics(timeout=10)
+    assert listed.topics == {}
+    producer = Producer({**anonymous, "message.timeout.ms": 5000})
+    errors: list[Any] = []
+    producer.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(15)
+    assert errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    wrong = kc.confluent(node, **{"sasl.password": "not the token"})
+    with pytest.raises(KafkaException):  # (librdkafka logs "SASL authentication error")
+        AdminClient(wrong).list_topics(timeout=10)
+    # ... and the record stored before is still the only one.
+    out = kc.kcat(node, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %s\n")
+    assert out.splitlines() == ["0 secret"]
+
+
+# -- one store, every face ------------------------------------------------------------------------
+
+
+def test_millrace_events_are_kafka_records_and_kafka_records_are_events(node: Standalone) -> None:
+    from confluent_kafka import Producer
+
+    manager = node.manager()
+    topic = _topic("interop")
+    manager.create_scope("kafka")
+    manager.create_stream("kafka", topic, initial_segments=1)
+    writer = manager.create_writer("kafka", topic)
+    for i in range(40):
+        writer.write_event(f"from millrace {i}", routing_key="k")
+    writer.flush()
+    got = _consume_confluent(node, topic, _topic("g"), 40)
+    assert [m.value().decode() for m in got] == [f"from millrace {i}" for i in range(40)]
+    assert [m.offset() for m in got] == list(range(40))
+
+    producer = Producer(kc.confluent(node))
+    for i in range(40):
+        producer.produce(topic, value=f"from kafka {i}")
+    assert producer.flush(30) == 0
+    reader = manager.create_reader("kafka", topic)
+    events = []
+    while len(events) < 80:
+        event = reader.read_next(timeout=10)
+        assert event is not None, f"only {len(events)} events"
+        events.append(bytes(event.data).decode())
+    assert events == [f"from millrace {i}" for i in range(40)] + [
+        f"from kafka {i}" for i in range(40)
+    ]
+    reader.close()
+    manager.close()
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_are_stored_and_read_back(node: Standalone, codec: str) -> None:
+    from confluent_kafka import Producer
+
+    topic = _topic(codec)
+    producer = Producer(kc.confluent(node, **{"compression.type": codec, "linger.ms": 50}))
+    for i in range(500):
+        producer.produce(topic, value=f"{codec} record {i} " * 4)
+    assert producer.flush(30) == 0
+    got = _consume_confluent(node, topic, _topic("g"), 500)
+    assert [m.value().decode() for m in got] == [f"{codec} record {i} " * 4 for i in range(500)]
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def _end_offset(node: Standalone, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kc.confluent(node, **{"group.id": "offsets"}))
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def _bad_batch(topic: str) -> bytes:
+    """A Produce v9 of one record batch whose CRC does not match."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    builder.append(0, timestamp=None, key=None, value=b"corrupt", headers=[])
+    batch = bytearray(builder.build())
+    batch[-1] ^= 0xFF
+    name = topic.encode()
+    body = (
+        b"\0" + struct.pack(">hi", -1, 30_000)  # no transactional id, acks, timeout
+        + b"\x02" + bytes([len(name) + 1]) + name  # one topic
+        + b"\x02" + struct.pack(">i", 0)  # one partition: 0
+        + _uvarint(len(batch) + 1) + bytes(batch) + b"\0"  # its records, its tags
+        + b"\0" + b"\0"  # the topic's tags, the request's tags
+    )  # fmt: skip
+    return kc.request_frame(0, 9, 77, body, flexible=True)
+
+
+def _uvarint(value: int) -> bytes:
+    out = b""
+    while True:
+        part = value & 0x7F
+        value >>= 7
+        if value:
+            out += bytes([part | 0x80])
+        else:
+            return out + bytes([part])
+
+
+def test_a_protocol_fuzz_leaves_the_node_serving_and_the_data_unchanged(node: Standalone) -> None:
+    topic = _topic("fuzz")
+    kc.kcat(node, "-P", "-t", topic, stdin="\n".join(f"r{i}" for i in range(10)) + "\n")
+    before = _end_offset(node, topic)
+    assert before == 10
+
+    # An unknown API key is answered with UNSUPPORTED_VERSION (35), on its correlation id.
+    reply = kc.raw_exchange(node, kc.request_frame(9999, 0, 5, b"", flexible=False))
+    assert struct.unpack(">iih", reply[:10]) == (6, 5, 35)
+    # ApiVersions in a version not offered: answered in v0 with the versions offered.
+    reply = kc.raw_exchange(node, kc.request_frame(18, 99, 6, b"", flexible=False))
+    size, correlation, error = struct.unpack(">iih", reply[:10])
+    assert (correlation, error) == (6, 35) and size > 6
+    # A Metadata request cut short: CORRUPT_MESSAGE... in a Metadata reply the client can read.
+    reply = kc.raw_exchange(node, kc.request_frame(3, 12, 7, b"\x05\x01", flexible=True))
+    assert struct.unpack(">ii", reply[:8])[1] == 7
+    # A record batch with a bad CRC: CORRUPT_MESSAGE (2) for its partition, nothing stored.
+    reply = kc.raw_exchange(node, _bad_batch(topic))
+    assert struct.unpack(">ii", reply[:8])[1] == 77
+    assert struct.pack(">h", 2) in reply
+    # Truncated frames, a size past the end, random bytes, a huge size: none stops the node.
+    huge = struct.pack(">i", 200 * 1024 * 1024) + b"\0" * 64
+    noise = zlib.compress(b"noise") * 3
+    for junk in (b"\x00\x00", struct.pack(">i", 50) + b"abc", struct.pack(">i", -7), noise, huge):
+        kc.raw_exchange(node, junk, timeout=5)
+    with socket.create_connection(("127.0.0.1", node.kafka_port)) as sock:
+        sock.sendall(struct.pack(">i", 100))  # a frame that never comes: the node waits, alone
+        assert f"broker 0 at 127.0.0.1:{node.kafka_port}" in kc.kcat(node, "-L")
+    assert _end_offset(node, topic) == before
+    out = kc.kcat(node, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%s\n")
+    assert out.splitlines() == [f"r{i}" for i in range(10)]
+
+
+def test_the_banner_names_the_kafka_bootstrap(node: Standalone) -> None:
+    assert f"bootstrap.servers=127.0.0.1:{node.kafka_port}" in node.output()
+
+
+def test_a_taken_kafka_port_stops_the_start(tmp_path: Path) -> None:
+    from tests.acceptance.standalone_node import free_ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        http, wire = free_ports(2)
+        node = Standalone(tmp_path / "data", http, wire, env={"MILLRACE_KAFKA_PORT": str(port)})
+        try:
+            assert node.process.wait(120) != 0
+            assert f"Kafka port 127.0.0.1:{port} is not free" in node.output()
+            assert "MILLRACE_KAFKA_PORT" in node.output()
+        finally:
+            node.kill()
