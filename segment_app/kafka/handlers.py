@@ -63,7 +63,8 @@ GROUP_ID_NOT_FOUND = 69
 
 #: The mechanisms SaslHandshake offers.
 MECHANISMS = ("PLAIN",)
-#: How long a node keeps what the catalog said of a topic.
+#: How long a node keeps what the catalog said of a topic, and of a principal's access to it
+#: (a grant's change reaches Kafka's clients within this).
 TOPIC_CACHE_S = 2.0
 #: Kafka's ``message.max.bytes``: the largest batch a produce may carry.
 BATCH_BYTES_MAX = 4 * 1024 * 1024
@@ -119,6 +120,8 @@ class Handlers:
         self.groups = groups
         self.catalog = catalog
         self._topics: dict[tuple[str, str], tuple[float, TopicView | None]] = {}
+        #: What the catalog judged of a principal's access lately (``TOPIC_CACHE_S``).
+        self._judged: dict[tuple[str | None, str, str, str, str], tuple[float, bool]] = {}
         self._producer_ids = 0
         self.table: dict[int, Callable[[Any, int, Session], Awaitable[Any]]] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
@@ -140,9 +143,16 @@ class Handlers:
             return False
         if not self.settings.auth_enabled:
             return True
-        return await asyncio.to_thread(
-            self.catalog.may, session.principal, scope, name, kind, access
-        )
+        key = (session.principal, scope, name, kind, access)
+        now = time.monotonic()
+        cached = self._judged.get(key)
+        if cached is not None and now - cached[0] < TOPIC_CACHE_S:
+            return cached[1]
+        verdict = await asyncio.to_thread(self.catalog.may, *key)
+        if len(self._judged) > 10_000:
+            self._judged.clear()
+        self._judged[key] = (now, verdict)
+        return verdict
 
     # -- topics --------------------------------------------------------------------------------
 
