@@ -19,6 +19,7 @@ import crc32c
 
 __all__ = [
     "EPOCH_MAX",
+    "KAFKA_RECORDS_MARK",
     "SEGMENT_NUMBER_BITS",
     "TRANSACTION_MARK",
     "container_for",
@@ -39,8 +40,11 @@ EPOCH_MAX = (1 << 31) - 1  # keeps segment and transaction ids positive as signe
 EPOCH_MARK = ".#epoch."
 #: Marks a transaction's shadow segment (``<parent>#transaction.<hex>``).
 TRANSACTION_MARK = "#transaction."
+#: Marks the segment keeping a partition's Kafka record keys, headers and times
+#: (``<parent>#kafka.records``, segment_app/kafka/partitions.py).
+KAFKA_RECORDS_MARK = "#kafka.records"
 #: What follows a parent's name in the names of segments derived from it.
-_DERIVED_MARKS = (TRANSACTION_MARK, "#transient.", "$attributes")
+_DERIVED_MARKS = (TRANSACTION_MARK, "#transient.", "$attributes", KAFKA_RECORDS_MARK)
 
 
 def segment_id(creation_epoch: int, number: int) -> int:

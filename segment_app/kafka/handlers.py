@@ -32,6 +32,7 @@ from segment_app.engine.errors import ContainerOfflineError, EngineError
 from segment_app.kafka import codec
 from segment_app.kafka.groups import GroupCoordinator, GroupError
 from segment_app.kafka.partitions import CorruptPartitionError, PartitionLog, Partitions
+from segment_app.kafka.record_meta import RecordMeta
 
 __all__ = ["Handlers", "KafkaSettings", "Session"]
 
@@ -456,14 +457,13 @@ class Handlers:
             batches = _batches(bytes(partition.records or b""))
             first: int | None = None
             for batch in batches:
-                values = [record.value or b"" for record in batch]
                 writer_id, event_number = None, None
                 if batch.producer_id >= 0 and batch.base_sequence >= 0:
                     writer_id = uuid.UUID(
                         int=(batch.producer_id << 16) | batch.producer_epoch & 0xFFFF
                     )
                     event_number = batch.base_sequence + batch.last_offset_delta
-                base = await log_.append(values, writer_id, event_number)
+                base = await log_.append(batch.records, writer_id, event_number)
                 if first is None:
                     first = base
             entry["base_offset"] = -1 if first is None else first
@@ -521,7 +521,8 @@ class Handlers:
             if offset == end or budget <= 0:
                 return entry, log_
             values = await log_.read(offset, min(asked.partition_max_bytes, budget))
-            entry["records"] = _batch_of(offset, values)
+            meta = await log_.metadata(offset, len(values))
+            entry["records"] = _batch_of(offset, values, meta)
         except ContainerOfflineError:
             entry["error_code"] = NOT_LEADER_OR_FOLLOWER
             return entry, None
@@ -825,8 +826,9 @@ class _Decoded:
         return iter(self.records)
 
 
-def _batch_of(base: int, values: Sequence[bytes]) -> bytes:
-    """One record batch of ``values`` numbered from ``base`` (no key, no time kept)."""
+def _batch_of(base: int, values: Sequence[bytes], meta: dict[int, RecordMeta]) -> bytes:
+    """One record batch of ``values`` numbered from ``base``, with the times, keys and headers
+    ``meta`` has for them (none: no time, no key)."""
     if not values:
         return b""
     builder = DefaultRecordBatchBuilder(
@@ -834,7 +836,11 @@ def _batch_of(base: int, values: Sequence[bytes]) -> bytes:
         base_sequence=-1, batch_size=1 << 30,
     )  # fmt: skip
     for delta, value in enumerate(values):
-        builder.append(delta, timestamp=-1, key=None, value=value, headers=[])
+        found = meta.get(base + delta)
+        if found is None:
+            builder.append(delta, timestamp=-1, key=None, value=value, headers=[])
+        else:
+            builder.append(delta, timestamp=found[0], key=found[1], value=value, headers=found[2])
     data = builder.build()
     _INT64.pack_into(data, 0, base)
     return bytes(data)

@@ -19,12 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
+from millrace.kernel.naming import KAFKA_RECORDS_MARK
 from millrace.kernel.wire.event_frame import EVENT_HEADER, EVENT_TYPE
 from segment_app.engine.api import NULL_ATTRIBUTE_VALUE, AttributeUpdate, SegmentStoreAPI
+from segment_app.engine.errors import BadOffsetError, SegmentExistsError, SegmentNotFoundError
+from segment_app.kafka.record_meta import (
+    ENTRY_HEAD,
+    VOID,
+    Entry,
+    RecordMeta,
+    decode_body,
+    encode_entry,
+    void_entry,
+)
 
 __all__ = ["CorruptPartitionError", "PartitionLog", "Partitions", "frame_values"]
 
@@ -40,6 +53,8 @@ CHECKPOINT_EVERY_BYTES = 1024 * 1024
 #: How much one read of a scan asks for.
 SCAN_READ_BYTES = 1024 * 1024
 _HEADER = EVENT_HEADER.size
+#: Tries of an append that other writers' appends keep landing before.
+APPEND_ATTEMPTS = 8
 
 
 class CorruptPartitionError(Exception):
@@ -68,6 +83,18 @@ class PartitionLog:
         self._scan = asyncio.Lock()
         #: Set when this node appended to the partition (long fetches wake on it).
         self.appended = asyncio.Event()
+        #: Where the next append goes (bytes, records), reserved ahead of the appends under
+        #: way; None: not known (at first, and after an append did not land where reserved).
+        self._next: tuple[int, int] | None = None
+        self._under_way = 0
+        self._settled = asyncio.Condition()
+        #: The companion segment of the records' times, keys and headers.
+        self.meta_segment = segment + KAFKA_RECORDS_MARK
+        self._meta_ready = False
+        #: Its entries' headers, in order (loaded at the first read of them).
+        self._entries: list[Entry] | None = None
+        self._entry_bases: list[int] = []
+        self._pending_body: dict[int, int] = {}
 
     async def open(self) -> None:
         """Start from the stored checkpoint, or the segment's start."""
@@ -198,27 +225,151 @@ class PartitionLog:
     # -- appending and reading ----------------------------------------------------------------
 
     async def append(
-        self, values: Sequence[bytes], writer_id: uuid.UUID | None = None,
+        self, records: Sequence[Any], writer_id: uuid.UUID | None = None,
         event_number: int | None = None,
     ) -> int | None:  # fmt: skip
-        """Append ``values`` as events, durably; the offset of the first (None: the store had
-        them already, a producer's retry)."""
+        """Append the records' values as events and their times, keys and headers beside them,
+        durably; the offset of the first (None: the store had them already, a producer's
+        retry). Each append is placed where the last one ends (``expected_offset``): when
+        another writer got there first, the partition is counted again and the append retried.
+        """
+        values = [record.value or b"" for record in records]
         data = frame_values(values)
-        result = await self.store.append(
-            self.segment, data, writer_id=writer_id, event_number=event_number
-        )
-        if result.duplicate:
-            return None
-        start = result.length - len(data)
-        base = await self.records_at(start)
-        if self.frontier_bytes == start:
-            self.frontier_records, self.frontier_bytes = base + len(values), result.length
-            self._add_point(self.frontier_records, self.frontier_bytes)
-            if self.frontier_bytes - self._stored_bytes >= CHECKPOINT_EVERY_BYTES:
-                await self._store_checkpoint()
-        self.appended.set()
-        self.appended = asyncio.Event()
-        return base
+        for _ in range(APPEND_ATTEMPTS):
+            start, base = await self._reserve(len(data), len(values))
+            self._under_way += 1
+            try:
+                landed = self.store.append_nowait(
+                    self.segment, data, writer_id=writer_id, event_number=event_number,
+                    expected_offset=start,
+                )  # fmt: skip
+                entry = encode_entry(base, start, records)
+                self._pending_body[base] = len(entry) - ENTRY_HEAD.size
+                meta = self._append_meta(entry)
+                try:
+                    result = await landed
+                except BadOffsetError:
+                    self._next = None
+                    await self._void(meta, base, start)
+                    continue
+                except BaseException:
+                    self._next = None
+                    await self._void(meta, base, start)
+                    raise
+            finally:
+                self._under_way -= 1
+                async with self._settled:
+                    self._settled.notify_all()
+            if result.duplicate:
+                self._next = None
+                await self._void(meta, base, start)
+                return None
+            if self.frontier_bytes == start:
+                self.frontier_records, self.frontier_bytes = base + len(values), result.length
+                self._add_point(self.frontier_records, self.frontier_bytes)
+                if self.frontier_bytes - self._stored_bytes >= CHECKPOINT_EVERY_BYTES:
+                    await self._store_checkpoint()
+            await self._meta_landed(meta, base, len(values), start)
+            self.appended.set()
+            self.appended = asyncio.Event()
+            return base
+        raise BadOffsetError(f"{self.segment}: other writers kept appending first")
+
+    async def _reserve(self, size: int, count: int) -> tuple[int, int]:
+        """(byte, offset) where an append of ``size`` bytes and ``count`` records goes."""
+        if not self._meta_ready:
+            await self._ensure_meta_segment()
+        while self._next is None:
+            async with self._settled:
+                await self._settled.wait_for(lambda: self._under_way == 0)
+            if self._next is None:
+                await self.catch_up()
+                self._next = (self.frontier_bytes, self.frontier_records)
+        start, base = self._next
+        self._next = (start + size, base + count)
+        return start, base
+
+    async def _ensure_meta_segment(self) -> None:
+        with contextlib.suppress(SegmentExistsError):
+            await self.store.create_segment(self.meta_segment)
+        self._meta_ready = True
+
+    def _append_meta(self, entry: bytes) -> asyncio.Future[Any]:
+        return self.store.append_nowait(self.meta_segment, entry)
+
+    async def _meta_landed(
+        self, meta: asyncio.Future[Any], base: int, count: int, start: int
+    ) -> None:
+        try:
+            result = await meta
+        except Exception as exc:  # (the values are in: their keys and times are not)
+            log.warning("%s: records stored without their keys and times: %s", self.segment, exc)
+            return
+        if self._entries is not None:
+            body_length = self._pending_body.pop(base, 0)
+            body_at = result.length - body_length
+            bisect.insort(self._entries, Entry(base, count, start, body_at, body_length),
+                          key=lambda e: e.base)  # fmt: skip
+            self._entry_bases = [e.base for e in self._entries]
+
+    async def _void(self, meta: asyncio.Future[Any], base: int, start: int) -> None:
+        self._pending_body.pop(base, None)
+        with contextlib.suppress(Exception):
+            await meta
+            await self.store.append(self.meta_segment, void_entry(base, start))
+
+    async def metadata(self, offset: int, count: int) -> dict[int, RecordMeta]:
+        """The times, keys and headers of records ``offset`` to ``offset + count - 1`` that
+        have them (records written by Millrace's own writers have none)."""
+        entries = await self._load_entries()
+        found: dict[int, RecordMeta] = {}
+        index = max(bisect.bisect_right(self._entry_bases, offset) - 1, 0)
+        end = offset + count
+        for entry in entries[index:]:
+            if entry.base >= end:
+                break
+            if entry.base + entry.count <= offset:
+                continue
+            read = await self.store.read(self.meta_segment, entry.body_at, entry.body_length)
+            body = read.data
+            while len(body) < entry.body_length:
+                more = await self.store.read(
+                    self.meta_segment, entry.body_at + len(body), entry.body_length - len(body)
+                )
+                if not more.data:
+                    break
+                body += more.data
+            for i, meta in enumerate(decode_body(body, entry.count)):
+                found[entry.base + i] = meta
+        return found
+
+    async def _load_entries(self) -> list[Entry]:
+        """The companion segment's entries (voided ones left out), read once."""
+        if self._entries is not None:
+            return self._entries
+        entries: list[Entry] = []
+        try:
+            info = await self.store.get_info(self.meta_segment)
+        except SegmentNotFoundError:
+            self._entries, self._entry_bases = entries, []
+            return entries
+        at, end, buffer, buffer_at = info.start_offset, info.length, b"", info.start_offset
+        head = ENTRY_HEAD.size
+        while at + head <= end:
+            if at + head > buffer_at + len(buffer):
+                read = await self.store.read(self.meta_segment, at, SCAN_READ_BYTES)
+                buffer, buffer_at = read.data, at
+                if len(buffer) < head:
+                    break
+            base, count, start, length = ENTRY_HEAD.unpack_from(buffer, at - buffer_at)
+            if count == VOID:
+                entries = [e for e in entries if not (e.base == base and e.start == start)]
+            else:
+                entries.append(Entry(base, count, start, at + head, length))
+            at += head + max(length, 0)
+        entries.sort(key=lambda e: e.base)
+        self._entries, self._entry_bases = entries, [e.base for e in entries]
+        return entries
 
     async def read(self, offset: int, max_bytes: int) -> list[bytes]:
         """The values of the events from ``offset`` on: at least one (if there is one), then as

@@ -79,8 +79,8 @@ def test_kcat_lists_produces_and_consumes(node: Standalone) -> None:
         ":",
         stdin="\n".join(f"k{i}:{v}" for i, v in enumerate(lines)) + "\n",
     )
-    out = kc.kcat(node, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %s\n")
-    assert out.splitlines() == [f"{i} {line}" for i, line in enumerate(lines)]
+    out = kc.kcat(node, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%o %k %s\n")
+    assert out.splitlines() == [f"{i} k{i} {line}" for i, line in enumerate(lines)]
     assert f'topic "{topic}" with 1 partitions' in kc.kcat(node, "-L", "-t", topic)
 
 
@@ -116,6 +116,11 @@ def test_confluent_kafka_admin_produce_group_commit_resume(node: Standalone) -> 
     group = _topic("group")
     first = _consume_confluent(node, topic, group, 300)
     assert sorted(m.value().decode() for m in first) == sorted(f"value {i}" for i in range(300))
+    for message in first:  # each record's key and headers come back with it
+        i = int(message.value().decode().split()[1])
+        assert message.key() == f"key-{i % 7}".encode()
+        assert message.headers() == [("n", str(i).encode())]
+        assert message.timestamp()[1] > 0
     for partition, offsets in by_partition.items():  # per partition in the order produced
         seen = [m.offset() for m in first if m.partition() == partition]
         assert seen == sorted(seen) == list(range(len(offsets)))
@@ -261,6 +266,49 @@ def test_millrace_events_are_kafka_records_and_kafka_records_are_events(node: St
         f"from kafka {i}" for i in range(40)
     ]
     reader.close()
+    manager.close()
+
+
+def test_kafka_and_millrace_writers_interleaved_on_one_partition(node: Standalone) -> None:
+    """A Millrace writer appending between Kafka's produces: every record gets the next
+    offset, and each Kafka record keeps its own key (an append that another writer got ahead
+    of is placed again, and its keys with it)."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    manager = node.manager()
+    topic = _topic("interleaved")
+    manager.create_scope("kafka")
+    manager.create_stream("kafka", topic, initial_segments=1)
+    writer = manager.create_writer("kafka", topic)
+
+    def millrace_writes() -> None:
+        for i in range(300):
+            writer.write_event(f"m{i}", routing_key="x")
+            if i % 10 == 0:
+                writer.flush()
+        writer.flush()
+
+    thread = threading.Thread(target=millrace_writes)
+    thread.start()
+    producer = Producer(kc.confluent(node, **{"linger.ms": 0}))
+    for i in range(300):
+        producer.produce(topic, key=f"key {i}", value=f"k{i}")
+        if i % 10 == 0:
+            producer.flush(10)
+    assert producer.flush(30) == 0
+    thread.join(60)
+    got = _consume_confluent(node, topic, _topic("g"), 600)
+    assert [m.offset() for m in got] == list(range(600))
+    values = [m.value().decode() for m in got]
+    assert sorted(values) == sorted([f"m{i}" for i in range(300)] + [f"k{i}" for i in range(300)])
+    for message in got:
+        value = message.value().decode()
+        if value.startswith("k"):
+            assert message.key() == f"key {value[1:]}".encode()
+        else:
+            assert message.key() is None  # (a Millrace event keeps no key)
     manager.close()
 
 
