@@ -31,8 +31,15 @@ from millrace.kernel.kafka_topics import (
 from segment_app.engine.errors import ContainerOfflineError, EngineError
 from segment_app.kafka import codec
 from segment_app.kafka.groups import GroupCoordinator, GroupError
-from segment_app.kafka.partitions import CorruptPartitionError, PartitionLog, Partitions
+from segment_app.kafka.partitions import (
+    CorruptPartitionError,
+    PartitionLog,
+    Partitions,
+    frame_values,
+)
 from segment_app.kafka.record_meta import RecordMeta
+from segment_app.server.quotas import ScopeThrottles
+from segment_app.server.schema_guard import UNKNOWN_SCHEMA, SchemaGuard, judge, stream_of
 
 __all__ = ["Handlers", "KafkaSettings", "Session"]
 
@@ -57,10 +64,12 @@ ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
 INVALID_PARTITIONS = 37
 INVALID_REQUEST = 42
+POLICY_VIOLATION = 44
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 KAFKA_STORAGE_ERROR = 56
 SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
+INVALID_RECORD = 87
 
 #: The mechanisms SaslHandshake offers.
 MECHANISMS = ("PLAIN",)
@@ -101,6 +110,8 @@ class Session:
     #: SaslHandshake v0 was used: the next frame is the bare PLAIN token.
     raw_sasl: bool = False
     mechanism: str | None = None
+    #: Seconds the connection is muted after this reply (its scope is over a rate quota).
+    throttle_s: float = 0.0
 
 
 def _ms(value: Any) -> int:
@@ -120,6 +131,9 @@ class Handlers:
         self.partitions = partitions
         self.groups = groups
         self.catalog = catalog
+        #: The node's schema guard and scope quotas, as its wire appends have them (None: none).
+        self.schema_guard: SchemaGuard | None = None
+        self.quotas: ScopeThrottles | None = None
         self._topics: dict[tuple[str, str], tuple[float, TopicView | None]] = {}
         #: What the catalog judged of a principal's access lately (``TOPIC_CACHE_S``).
         self._judged: dict[tuple[str | None, str, str, str, str], tuple[float, bool]] = {}
@@ -427,7 +441,7 @@ class Handlers:
         if request.acks == 0:
             return None
         return {
-            "throttle_time": 0,
+            "throttle_time": int(session.throttle_s * 1000),
             "responses": [{"name": name, "partition_responses": entries}
                           for name, entries in by_topic.items()],
         }  # fmt: skip
@@ -455,15 +469,18 @@ class Handlers:
             return name, entry
         try:
             batches = _batches(bytes(partition.records or b""))
+            framed = [frame_values([r.value or b"" for r in batch.records]) for batch in batches]
+            for batch, data in zip(batches, framed, strict=True):
+                await self._guard(log_.segment, data, len(batch.records), session)
             first: int | None = None
-            for batch in batches:
+            for batch, data in zip(batches, framed, strict=True):
                 writer_id, event_number = None, None
                 if batch.producer_id >= 0 and batch.base_sequence >= 0:
                     writer_id = uuid.UUID(
                         int=(batch.producer_id << 16) | batch.producer_epoch & 0xFFFF
                     )
                     event_number = batch.base_sequence + batch.last_offset_delta
-                base = await log_.append(batch.records, writer_id, event_number)
+                base = await log_.append(batch.records, data, writer_id, event_number)
                 if first is None:
                     first = base
             entry["base_offset"] = -1 if first is None else first
@@ -475,6 +492,30 @@ class Handlers:
             entry.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(exc))
         return name, entry
 
+    async def _guard(self, segment: str, data: bytes, count: int, session: Session) -> None:
+        """Hold a produce to its stream's schemas and its scope's quotas, as the wire's appends
+        are: ``_BadBatch`` (INVALID_RECORD, POLICY_VIOLATION) if refused; a scope over its rate
+        mutes the connection for a while (``Session.throttle_s``)."""
+        quotas = self.quotas
+        if quotas is not None and quotas.allowances:
+            reason = quotas.refusal(segment)
+            if reason is not None:
+                raise _BadBatch(POLICY_VIOLATION, reason)
+            scope = quotas.scope_charged(segment, len(data), count)
+            if scope is not None:
+                session.throttle_s = max(session.throttle_s, quotas.wait(scope))
+        guard, stream = self.schema_guard, stream_of(segment)
+        if guard is None or stream is None:
+            return
+        await guard.ready(stream)
+        policy = guard.policy(stream) or await guard.reload(stream)
+        refusal = judge(policy, data)
+        if refusal is UNKNOWN_SCHEMA:  # (a schema registered a moment ago)
+            policy = await guard.reload(stream)
+            refusal = judge(policy, data, final=True)
+        if refusal is not None:
+            raise _BadBatch(INVALID_RECORD, str(refusal.error(segment, policy, refusal.index)))
+
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, request: Any, version: int, session: Session) -> Any:
@@ -482,21 +523,29 @@ class Handlers:
         budget = request.max_bytes if version >= 3 else 1 << 30
         while True:
             total, responses, waits = 0, [], []
+            charged: list[tuple[str, int]] = []
             for topic in request.topics:
                 partitions = []
                 for asked in topic.partitions:
                     entry, log_ = await self._fetch_partition(
                         session, topic.topic, asked, budget - total
                     )
+                    size = len(entry.get("records") or b"")
                     if log_ is not None:
                         waits.append(log_)
-                    total += len(entry.get("records") or b"")
+                        if size:
+                            charged.append((log_.segment, size))
+                    total += size
                     partitions.append(entry)
                 responses.append({"topic": topic.topic, "partitions": partitions})
             left = deadline - time.monotonic()
             if total >= max(request.min_bytes, 1) or left <= 0 or not waits:
-                return {"throttle_time": 0, "error_code": NONE, "session_id": 0,
-                        "responses": responses}  # fmt: skip
+                if self.quotas is not None and self.quotas.allowances:
+                    for segment, size in charged:  # (a scope over its read rate: muted)
+                        delay = self.quotas.charge_read(segment, size)
+                        session.throttle_s = max(session.throttle_s, delay)
+                return {"throttle_time": int(session.throttle_s * 1000), "error_code": NONE,
+                        "session_id": 0, "responses": responses}  # fmt: skip
             await _first_append(waits, min(left, 0.1))
 
     async def _fetch_partition(

@@ -225,16 +225,15 @@ class PartitionLog:
     # -- appending and reading ----------------------------------------------------------------
 
     async def append(
-        self, records: Sequence[Any], writer_id: uuid.UUID | None = None,
+        self, records: Sequence[Any], data: bytes, writer_id: uuid.UUID | None = None,
         event_number: int | None = None,
     ) -> int | None:  # fmt: skip
-        """Append the records' values as events and their times, keys and headers beside them,
-        durably; the offset of the first (None: the store had them already, a producer's
-        retry). Each append is placed where the last one ends (``expected_offset``): when
-        another writer got there first, the partition is counted again and the append retried.
-        """
-        values = [record.value or b"" for record in records]
-        data = frame_values(values)
+        """Append the records' values (``data``: framed by ``frame_values``) as events and
+        their times, keys and headers beside them, durably; the offset of the first (None: the
+        store had them already, a producer's retry). Each append is placed where the last one
+        ends (``expected_offset``): when another writer got there first, the partition is
+        counted again and the append retried."""
+        values = records
         for _ in range(APPEND_ATTEMPTS):
             start, base = await self._reserve(len(data), len(values))
             self._under_way += 1

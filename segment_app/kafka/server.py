@@ -27,6 +27,8 @@ from segment_app.kafka.handlers import (
     Session,
 )
 from segment_app.kafka.partitions import Partitions
+from segment_app.server.quotas import ScopeThrottles
+from segment_app.server.schema_guard import SchemaGuard
 
 __all__ = ["KafkaServer"]
 
@@ -42,13 +44,17 @@ class KafkaServer:
 
     def __init__(
         self, store: SegmentStoreAPI, settings: KafkaSettings, catalog: KafkaCatalog,
-        *, tls: ssl.SSLContext | None = None,
+        *, tls: ssl.SSLContext | None = None, schema_guard: SchemaGuard | None = None,
+        quotas: ScopeThrottles | None = None,
     ) -> None:  # fmt: skip
         self.settings = settings
         self.tls = tls
         self.partitions = Partitions(store)
         self.groups = GroupCoordinator()
         self.handlers = Handlers(settings, self.partitions, self.groups, catalog)
+        #: Set before ``start``: the node's schema guard and scope quotas (None: none).
+        self.handlers.schema_guard = schema_guard
+        self.handlers.quotas = quotas
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -106,6 +112,9 @@ class KafkaServer:
                 if reply is not None:
                     writer.write(reply)
                     await writer.drain()
+                if session.throttle_s > 0:  # (Kafka mutes a throttled client's connection)
+                    await asyncio.sleep(session.throttle_s)
+                    session.throttle_s = 0.0
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:

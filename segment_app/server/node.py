@@ -177,7 +177,7 @@ async def run_node(
         gc.collect()
         gc.freeze()
         try:
-            kafka = await _start_kafka(config, store, kafka_catalog, context)
+            kafka = await _start_kafka(config, store, kafka_catalog, context, server)
             print(
                 f"Millrace segment store listening on {'tls://' if context else ''}"
                 f"{config.host}:{server.port} "
@@ -266,9 +266,11 @@ async def _start_kafka(
     store: SegmentStore,
     catalog: KafkaCatalog | None,
     tls: Any,
+    wire: SegmentStoreServer,
 ) -> KafkaServer | None:
-    """The Kafka listener (``config.kafka_port``; none without the metadata database). A port
-    that is taken stops the start (``OSError``), as the wire port does."""
+    """The Kafka listener (``config.kafka_port``; none without the metadata database), holding
+    produces to the same schemas and quotas as the wire server's appends. A port that is taken
+    stops the start (``OSError``), as the wire port does."""
     if catalog is None or not config.kafka_port:
         return None
     settings = KafkaSettings(
@@ -276,7 +278,9 @@ async def _start_kafka(
         auth_enabled=config.auth_enabled, scope=config.kafka_scope,
         auto_create=config.kafka_auto_create, partitions=config.kafka_partitions,
     )  # fmt: skip
-    kafka = KafkaServer(store, settings, catalog, tls=tls)
+    kafka = KafkaServer(
+        store, settings, catalog, tls=tls, schema_guard=wire.schema_guard, quotas=wire.quotas
+    )
     try:
         await kafka.start()
     except OSError as exc:

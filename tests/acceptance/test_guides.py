@@ -234,3 +234,21 @@ def test_the_security_guide_runs_as_written(tmp_path: Path) -> None:
         _stop(process, output)
     token = (where / "data" / "admin-token").read_text().strip()
     assert token and token not in output.read_text()
+
+
+def test_the_kafka_guide_runs_as_written(node: Standalone, tmp_path: Path) -> None:
+    """Each example of the Kafka clients' guide, in order, against the module's node (its free
+    Kafka port in place of 9092)."""
+    where = repository_like(tmp_path / "cwd", node.data_dir)
+    env = node_terminal(node)
+    substitutions = node_ports(node) | {"127.0.0.1:9092": f"127.0.0.1:{node.kafka_port}"}
+    shown = [run_block(where, language, text, env, substitutions)
+             for language, text in blocks("docs/guides/kafka.md")]  # fmt: skip
+    kcat, confluent, kafka_python, aiokafka, millrace, avro = shown
+    assert kcat.splitlines()[:3] == ["0 alice signed up", "1 bob signed up", "2 alice paid"]
+    assert 'topic "signups" with 1 partitions' in kcat
+    assert len(confluent.splitlines()) == 9 and "b'order 8'" in confluent
+    assert "b'order 9'" in kafka_python
+    assert "b'paid 10'" in aiokafka
+    assert "10 events" in millrace
+    assert "kafka.typed-orders-value" in avro

@@ -420,3 +420,45 @@ def test_a_taken_kafka_port_stops_the_start(tmp_path: Path) -> None:
             assert "MILLRACE_KAFKA_PORT" in node.output()
         finally:
             node.kill()
+
+
+def test_a_stream_bound_to_its_schemas_holds_kafka_produces_to_them(node: Standalone) -> None:
+    """The stream ``<scope>.st`` in ``header`` mode: a record Confluent's Avro serializer made
+    is stored; a record without a schema header is refused (INVALID_RECORD) and not stored."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.acceptance.standalone_node import request
+
+    scope = f"e{uuid.uuid4().hex[:10]}"
+    manager = node.manager()
+    manager.create_scope(scope)
+    body = {
+        "streamName": "st",
+        "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 1},
+        "schema": {"enforcement": "header"},
+    }
+    status, answer = request(node.base, "POST", f"/v1/scopes/{scope}/streams", node.token, body)
+    assert status == 201, answer
+    password = (node.data_dir / "admin-password").read_text().strip()
+    registry = SchemaRegistryClient(
+        {"url": f"{node.base}/registry", "basic.auth.user.info": f"admin:{password}"}
+    )
+    schema = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}'
+    topic = f"{scope}.st"
+    typed = AvroSerializer(registry, schema)(
+        {"id": 7}, SerializationContext(topic, MessageField.VALUE)
+    )
+    producer = Producer(kc.confluent(node, **{"message.send.max.retries": 0}))
+    outcomes: list[Any] = []
+    for value in (typed, b"plain bytes, no schema header"):
+        producer.produce(topic, value=value, on_delivery=lambda err, msg: outcomes.append(err))
+        assert producer.flush(30) == 0
+    assert outcomes[0] is None
+    assert outcomes[1] is not None and outcomes[1].code() == KafkaError.INVALID_RECORD
+    got = _consume_confluent(node, topic, _topic("g"), 1, timeout=20)
+    assert [m.value() for m in got] == [typed]
+    assert _end_offset(node, topic) == 1
+    manager.close()
