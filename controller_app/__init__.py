@@ -17,6 +17,8 @@ Its other modules:
   helper
 * ``event_writers``: the controller's own event writers (the REST API's appends, the canary)
 * ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients
+* ``kafka_catalog``: what a node's Kafka listener reads and changes in the metadata database
+  (topics, users and grants, committed offsets, producer ids)
 * ``lag``: reader-group lag, measured and judged by the controller
 * ``operations``: running a node: its health, heartbeats, metrics, probes, traces, the canary
   and ``millrace doctor``

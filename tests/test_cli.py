@@ -162,7 +162,13 @@ def test_configuration_error_inside_a_command_exits_2(
     env_data_dir: Path, fake_node: list, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     def failing(
-        settings: Any, log: Any, membership: Any, tls: Any, policies: Any, quotas: Any
+        settings: Any,
+        log: Any,
+        membership: Any,
+        tls: Any,
+        policies: Any,
+        quotas: Any,
+        kafka: Any,
     ) -> None:
         raise ConfigError("MILLRACE_TIER1='x': unknown tier-1 backend")
 
@@ -188,7 +194,7 @@ def test_exit_status_of_the_command_is_returned(
     monkeypatch.setattr(
         sys.modules["segment_app.server.node"],
         "serve",
-        lambda settings, log, membership, tls, policies, quotas: 3,
+        lambda settings, log, membership, tls, policies, quotas, kafka: 3,
     )
     assert cli.main(["segmentstore"]) == 3
 
@@ -367,15 +373,19 @@ def test_the_local_cluster_plans_ports_that_never_collide() -> None:
     from millrace.kernel.config import GRPC_PORT, HTTP_PORT
     from millrace.ops.local_cluster import plan_ports
 
-    ports = plan_ports(HTTP_PORT, GRPC_PORT, 12345, nodes=3, controllers=2)
-    assert (ports.http, ports.grpc, ports.wire) == (
-        [9091, 9092],
-        [9090, 9093],
+    ports = plan_ports(HTTP_PORT, GRPC_PORT, 12345, nodes=3, controllers=2, metrics_port=9093,
+                       kafka_port=9092)  # fmt: skip
+    assert (ports.kafka, ports.http, ports.grpc, ports.wire, ports.metrics) == (
+        [9092, 9093, 9094],
+        [9091, 9095],
+        [9090, 9096],
         [12345, 12346, 12347],
+        [9097, 9098, 9099],
     )
-    crowded = plan_ports(9000, 9000, 9001, nodes=2, controllers=3, metrics_port=9002)
-    every = crowded.http + crowded.grpc + crowded.wire + crowded.metrics
-    assert len(set(every)) == len(every) == 10
+    crowded = plan_ports(9000, 9000, 9001, nodes=2, controllers=3, metrics_port=9002,
+                         kafka_port=9001)  # fmt: skip
+    every = crowded.http + crowded.grpc + crowded.wire + crowded.metrics + crowded.kafka
+    assert len(set(every)) == len(every) == 12
     assert plan_ports(9091, 0, 12345, nodes=1, controllers=2).grpc == [0, 0]  # no gRPC
 
 

@@ -5,8 +5,9 @@ paths as clients spell them (``rest_paths``), segment names and ids (``naming``)
 token claims and the token-secret keyring (``claims``), typed settings read from the environment
 (``config``), logging with redaction (``logs``), TLS contexts (``tls``), the cluster membership
 contract (``membership``), the schema policy a segment store holds streams' appends to
-(``schema_policy``), the scope quotas it holds them to (``quotas``), key-value table keys and
-placement (``kvt``), status files (``status_files``), the HTTP port each process answers probes
+(``schema_policy``), the scope quotas it holds them to (``quotas``), how Kafka's topics are
+streams and what a node's Kafka listener asks of the metadata (``kafka_topics``), key-value
+table keys and placement (``kvt``), status files (``status_files``), the HTTP port each process answers probes
 and scrapes on (``metrics_port``), OpenTelemetry's spans, off unless set up (``traces``), the
 event loop the server and blocking clients run on (``event_loop``) and the allocator tuning of
 bulk-data processes (``memory``). It imports no Django and no role: the standard library, small

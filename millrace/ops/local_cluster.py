@@ -37,21 +37,23 @@ __all__ = ["Ports", "cluster_environment", "plan_ports", "run"]
 @dataclasses.dataclass(frozen=True)
 class Ports:
     """Every port of the local cluster: each controller's HTTP and gRPC ports (gRPC 0: none),
-    each node's wire and metrics ports (metrics 0: none), all different."""
+    each node's wire, Kafka and metrics ports (Kafka and metrics 0: none), all different."""
 
     http: list[int]
     grpc: list[int]
     wire: list[int]
     metrics: list[int]
+    kafka: list[int]
 
 
 def plan_ports(
     http_port: int, grpc_port: int, wire_port: int, nodes: int, controllers: int,
-    metrics_port: int = 0,
+    metrics_port: int = 0, kafka_port: int = 0,
 ) -> Ports:  # fmt: skip
-    """Each role's ports counted up from its first one, skipping any port another role took:
-    with the defaults the controllers' HTTP ports are 9091 and 9092, so their gRPC ports are
-    9090 and 9093 (9091 is taken), and the nodes' metrics ports 9094-9096."""
+    """Each role's ports counted up from its first one, skipping any port another role took,
+    the nodes' Kafka ports first (so that the first is Kafka's 9092): with the defaults the
+    Kafka ports are 9092-9094, the controllers' HTTP ports 9091 and 9095, their gRPC ports
+    9090 and 9096, and the nodes' metrics ports 9097-9099."""
     taken: set[int] = set()
 
     def count_up(first: int, many: int) -> list[int]:
@@ -65,11 +67,12 @@ def plan_ports(
             port += 1
         return found
 
+    kafka = count_up(kafka_port, nodes) if kafka_port else [0] * nodes
     http = count_up(http_port, controllers)
     grpc = count_up(grpc_port, controllers) if grpc_port else [0] * controllers
     wire = count_up(wire_port, nodes)
     metrics = count_up(metrics_port, nodes) if metrics_port else [0] * nodes
-    return Ports(http, grpc, wire, metrics)
+    return Ports(http, grpc, wire, metrics, kafka)
 
 
 def cluster_environment(data_dir: Path, store: SegmentStoreSettings) -> dict[str, str]:
@@ -93,12 +96,14 @@ def _children(data_dir: Path, ports: Ports) -> list[Child]:
     tls = peer_context(TlsSettings.from_env())  # (each child serves TLS when it is on)
     scheme = "https" if tls else "http"
     children = []
-    for i, (port, metrics) in enumerate(zip(ports.wire, ports.metrics, strict=True)):
+    for i, (port, metrics, kafka) in enumerate(
+        zip(ports.wire, ports.metrics, ports.kafka, strict=True)
+    ):
         children.append(Child(
             f"node-{i}",
             cli_argv("segmentstore", "--data-dir", str(data_dir / f"node-{i}"), "--port", str(port),
-                 "--metrics-port", str(metrics), "--advertise", f"127.0.0.1:{port}",
-                 "--node-id", f"node-{i}"),
+                 "--metrics-port", str(metrics), "--kafka-port", str(kafka),
+                 "--advertise", f"127.0.0.1:{port}", "--node-id", f"node-{i}"),
             wire_answers("127.0.0.1", port, tls),
         ))  # fmt: skip
     for name, argv in (("worker", ["--concurrency", "2"]), ("beat-0", []), ("beat-1", [])):
@@ -129,9 +134,15 @@ def run(
 ) -> int:
     """Run the local cluster until SIGINT or SIGTERM; the exit status. Every port is planned
     (``plan_ports``) and checked free before anything starts."""
-    ports = plan_ports(http_port, grpc_port, store.port, nodes, controllers, store.metrics_port)
-    for i, (wire, metrics) in enumerate(zip(ports.wire, ports.metrics, strict=True)):
+    ports = plan_ports(
+        http_port, grpc_port, store.port, nodes, controllers, store.metrics_port, store.kafka_port
+    )
+    for i, (wire, metrics, kafka) in enumerate(
+        zip(ports.wire, ports.metrics, ports.kafka, strict=True)
+    ):
         ensure_port_free(f"node-{i}", "127.0.0.1", wire, "--segmentstore-port")
+        if kafka:
+            ensure_port_free(f"node-{i}", "127.0.0.1", kafka, "MILLRACE_KAFKA_PORT")
         if metrics:
             ensure_port_free(
                 f"node-{i}", "127.0.0.1", metrics, "MILLRACE_SEGMENTSTORE_METRICS_PORT"
@@ -162,6 +173,14 @@ def _print_ready(data_dir: Path, ports: Ports, token: str, password: str, first:
         *([f"  gRPC          {grpc}  (Pravega's clients; any of them)"] if grpc else []),
         f"  nodes         {len(ports.wire)} segment store nodes on 127.0.0.1, ports {wire}"
         + (f" (metrics {', '.join(map(str, ports.metrics))})" if any(ports.metrics) else ""),
+        *(
+            [
+                "  Kafka         bootstrap.servers="
+                + ",".join(f"127.0.0.1:{port}" for port in ports.kafka)
+            ]
+            if any(ports.kafka)
+            else []
+        ),
         f"  credentials   {data_dir / 'admin-token'} (API token), "
         f"{data_dir / 'admin-password'} (console password)",
         f"  try:          millrace cluster status --data-dir {data_dir}"

@@ -27,7 +27,7 @@ __all__ = [
     "SUPPORTED",
     "DecodeError",
     "ErrorCode",
-    "Request",
+    "KafkaRequest",
     "build",
     "decode_request",
     "encode_reply",
@@ -78,7 +78,7 @@ class DecodeError(Exception):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Request:
+class KafkaRequest:
     key: int
     version: int
     correlation_id: int
@@ -103,7 +103,7 @@ def _writers(key: int, version: int) -> tuple[Any, Any]:
     return entity_writer(schema.__header_schema__), entity_writer(schema)
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes) -> KafkaRequest:
     """The request in ``frame`` (the bytes after the size); ``DecodeError`` if it is not one
     this node answers or does not decode."""
     if len(frame) < _HEAD.size:
@@ -116,7 +116,7 @@ def decode_request(frame: bytes) -> Request:
                           ErrorCode.unsupported_version, key, version, correlation_id)  # fmt: skip
     if not span[0] <= version <= span[1]:
         if key == API_VERSIONS:  # answered in v0 with the versions: the client retries
-            return Request(key, version, correlation_id, None, None)
+            return KafkaRequest(key, version, correlation_id, None, None)
         raise DecodeError(
             f"API key {key} version {version} is not served (versions {span[0]}-{span[1]})",
             ErrorCode.unsupported_version, key, version, correlation_id,
@@ -132,7 +132,7 @@ def decode_request(frame: bytes) -> Request:
         ) from None  # fmt: skip
     # (Bytes left after the body are not refused: Kafka's brokers ignore them too, and kio's
     # reader stops early after a null array of Metadata v9+.)
-    return Request(key, version, correlation_id, header.client_id, body)
+    return KafkaRequest(key, version, correlation_id, header.client_id, body)
 
 
 def encode_reply(key: int, version: int, correlation_id: int, reply: Any) -> bytes:

@@ -19,13 +19,9 @@ import struct
 from millrace.kernel.kafka_topics import KafkaCatalog
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.kafka import codec
+from segment_app.kafka.context import SASL_AUTHENTICATION_FAILED, KafkaSettings, Session
 from segment_app.kafka.groups import GroupCoordinator
-from segment_app.kafka.handlers import (
-    SASL_AUTHENTICATION_FAILED,
-    Handlers,
-    KafkaSettings,
-    Session,
-)
+from segment_app.kafka.handlers import Handlers
 from segment_app.kafka.partitions import Partitions
 from segment_app.server.quotas import ScopeThrottles
 from segment_app.server.schema_guard import SchemaGuard
@@ -53,8 +49,8 @@ class KafkaServer:
         self.groups = GroupCoordinator()
         self.handlers = Handlers(settings, self.partitions, self.groups, catalog)
         #: Set before ``start``: the node's schema guard and scope quotas (None: none).
-        self.handlers.schema_guard = schema_guard
-        self.handlers.quotas = quotas
+        self.handlers.context.schema_guard = schema_guard
+        self.handlers.context.quotas = quotas
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 

@@ -11,7 +11,7 @@ Its other modules:
 * ``locate``: ``LocateOffset``
 * ``membership``: a node's membership of a cluster
 * ``metrics``: the segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``,
-  9092)
+  9093)
 * ``quotas``: scopes' quotas on a node: appends and reads delayed to its share of the rates,
   appends refused at a stored-bytes limit
 * ``services``: the wire server's configuration (``ServerConfig``) and the pieces it hands each

@@ -1,4 +1,4 @@
-"""The segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``, 9092).
+"""The segment store node's metrics port (``MILLRACE_SEGMENTSTORE_METRICS_PORT``, 9093).
 
 ``GET /live`` and ``GET /ready`` are the node's own probes, without credentials: live while
 its event loop ticks (the traffic monitor's tick, every second; stale after

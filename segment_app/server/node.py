@@ -43,7 +43,7 @@ from segment_app.engine.config import (
 )
 from segment_app.engine.errors import EngineError
 from segment_app.engine.store import SegmentStore
-from segment_app.kafka.handlers import KafkaSettings
+from segment_app.kafka.context import KafkaSettings
 from segment_app.kafka.server import KafkaServer
 from segment_app.server.membership import NodeSession
 from segment_app.server.metrics import MetricsServer
@@ -178,14 +178,7 @@ async def run_node(
         gc.freeze()
         try:
             kafka = await _start_kafka(config, store, kafka_catalog, context, server)
-            print(
-                f"Millrace segment store listening on {'tls://' if context else ''}"
-                f"{config.host}:{server.port} "
-                f"(data dir {config.data_dir})"
-                + (f"; Kafka's clients: bootstrap.servers={_advertised_host(config)}:{kafka.port}"
-                   if kafka is not None else ""),
-                flush=True,
-            )  # fmt: skip
+            _print_listening(config, server, kafka)
             if on_ready is not None:
                 on_ready(server)
             guard = DiskGuard(str(config.data_dir), config.disk_full_percent, config.unsafe)
@@ -252,6 +245,18 @@ def node_card(config: SegmentStoreSettings, port: int, metrics_port: int | None)
 
 #: Seconds between two ticks of the traffic monitor.
 TRAFFIC_TICK_SECONDS = 1.0
+
+
+def _print_listening(
+    config: SegmentStoreSettings, server: SegmentStoreServer, kafka: KafkaServer | None
+) -> None:
+    print(
+        f"Millrace segment store listening on {'tls://' if server.tls else ''}"
+        f"{config.host}:{server.port} (data dir {config.data_dir})"
+        + (f"; Kafka's clients: bootstrap.servers={_advertised_host(config)}:{kafka.port}"
+           if kafka is not None else ""),
+        flush=True,
+    )  # fmt: skip
 
 
 def _advertised_host(config: SegmentStoreSettings) -> str:
