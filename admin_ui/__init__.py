@@ -9,6 +9,7 @@ Its other modules:
 * ``actions``: the console's changes (POST)
 * ``apps``: Django app of the browser admin console
 * ``charts``: geometry of the console's server-drawn SVG figures
+* ``kafka``: the console's Kafka page: listeners and consumer groups
 * ``kvtables``: the console's key-value tables
 * ``schemas``: the console's Schemas pages (the schema registry)
 * ``security``: the console's Security page

@@ -7,6 +7,7 @@ from django.urls import path
 
 from admin_ui import access as acl
 from admin_ui import actions as a
+from admin_ui import kafka as kf
 from admin_ui import kvtables as kv
 from admin_ui import schemas as sr
 from admin_ui import security as sec
@@ -26,6 +27,7 @@ urlpatterns = [
     path("dashboard/health", v.dashboard_health, name="dashboard-health"),
     path("dashboard/live.json", v.dashboard_live, name="dashboard-live"),
     path("cluster/", v.cluster, name="cluster"),
+    path("kafka/", kf.kafka, name="kafka"),
     path("find", v.find, name="find"),
     path("scopes/", v.scopes, name="scopes"),
     path("scopes/create", a.scope_create, name="scope-create"),

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sdk_client import _redis_pipelined, _role  # noqa: E402
-from services import redis_server, spare_port, standalone_node  # noqa: E402
+from sdk_client import _redis_pipelined, _role
+from services import redis_server, spare_port, standalone_node
 
 HERE = Path(__file__).resolve()
 RECORDS = 1_000_000
@@ -173,13 +173,13 @@ def measure(work: Path, rounds: int, records: int) -> dict[str, Any]:
         for n in range(rounds):
             spec = {"kafka_port": kafka_port, "token": token, "records": records,
                     "topic": f"bench{n}", "group": f"g{n}", "samples": 500}  # fmt: skip
-            produced, cpu = _with_cpu(store, lambda: _kafka_role("kafka_producer", spec))
+            produced, cpu = _with_cpu(store, lambda s=spec: _kafka_role("kafka_producer", s))
             assert produced["failed"] == 0, produced
             runs["kafka_produce"].append(produced["records_per_s"])
             runs["kafka_cpu_us"].append(cpu / records * 1e6)
             wspec = {"base": base, "token": token, "scope": f"w{n}", "stream": "s",
                      "events": records, "group": f"rg{n}", "mode": "next"}  # fmt: skip
-            written, cpu = _with_cpu(store, lambda: _role("blocking_writer", wspec))
+            written, cpu = _with_cpu(store, lambda s=wspec: _role("blocking_writer", s))
             runs["writer"].append(written["events_per_s"])
             runs["writer_cpu_us"].append(cpu / records * 1e6)
             runs["redis"].append(_redis_pipelined(host, port))
@@ -213,7 +213,8 @@ def main() -> int:
         return 0
     rounds, records = (1, 100_000) if args.quick else (args.rounds, RECORDS)
     print(f"machine: {os.cpu_count()} cores, {platform.python_implementation()} "
-          f"{platform.python_version()}, {platform.platform()}; load {os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"{platform.python_version()}, {platform.platform()};"
+          f" load {os.getloadavg()[0]:.2f}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="millrace-kafka-") as scratch:
         result = measure(Path(scratch), rounds, records)
     m, met = result["medians"], result["met"]
@@ -223,7 +224,8 @@ def main() -> int:
 
     print(f"{records:,} records of 100 B, medians of {rounds} rounds:")
     print(f"  confluent-kafka produce (acks=all): {m['kafka_produce']:,.0f} records/s;"
-          f" Redis XADD pipelined (AOF always) {m['redis']:,.0f}: {m['kafka_produce'] / m['redis']:.1f}x"
+          f" Redis XADD pipelined (AOF always) {m['redis']:,.0f}:"
+          f" {m['kafka_produce'] / m['redis']:.1f}x"
           f" (>= 3x: {verdict('produce_vs_redis')}); Millrace's blocking writer"
           f" {m['writer']:,.0f}: {m['kafka_produce'] / m['writer']:.2f}x"
           f" (>= 0.5x: {verdict('produce_vs_writer')})")  # fmt: skip

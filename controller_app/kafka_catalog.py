@@ -12,17 +12,25 @@ committed offsets and producer ids (``controller_app.models.kafka``).
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import close_old_connections, transaction
+from django.utils import timezone
 
 from controller_app import errors
 from controller_app import selectors as sel
 from controller_app.access import grants, tokens
 from controller_app.choices import ScalingPolicyType, StreamState
-from controller_app.models import KafkaCommittedOffset, KafkaProducerId, Scope, Stream
+from controller_app.models import (
+    KafkaCommittedOffset,
+    KafkaNodeReport,
+    KafkaProducerId,
+    Scope,
+    Stream,
+)
 from controller_app.segment_client import segment_store
 from controller_app.segments import decode_segments
 from controller_app.workflows import scopes, streams
@@ -35,7 +43,10 @@ from millrace.kernel.kafka_topics import (
 )
 from millrace.kernel.naming import qualified_segment_name, segment_id
 
-__all__ = ["DatabaseKafkaCatalog"]
+__all__ = ["DatabaseKafkaCatalog", "kafka_groups"]
+
+#: A node's report older than this is left out of the views (the node reports every 2 s).
+REPORT_FRESH_S = 15
 
 # Kafka's error codes the catalog answers with.
 TOPIC_ALREADY_EXISTS = 36
@@ -198,3 +209,46 @@ class DatabaseKafkaCatalog:
     def next_producer_id(self) -> int:
         close_old_connections()
         return int(KafkaProducerId.objects.create().pk)
+
+    def report(self, node: str, report: Mapping[str, object]) -> None:
+        close_old_connections()
+        KafkaNodeReport.objects.update_or_create(node=node, defaults={"report": dict(report)})
+
+
+def kafka_groups() -> dict[str, Any]:
+    """The Kafka listeners and consumer groups as the nodes last reported them (fresh reports
+    only), each group with its members and, per partition, the offset committed, the end and
+    the lag in records; groups that only committed offsets are listed too (no members)."""
+    fresh = timezone.now() - datetime.timedelta(seconds=REPORT_FRESH_S)
+    reports = list(KafkaNodeReport.objects.filter(updated_at__gte=fresh).order_by("node"))
+    ends: dict[tuple[str, int], int] = {}
+    live: dict[str, dict[str, Any]] = {}
+    for row in reports:
+        for key, end in dict(row.report.get("ends", {})).items():
+            topic, _, partition = key.rpartition("/")
+            ends[(topic, int(partition))] = int(end)
+        for group in row.report.get("groups", []):
+            live[group["group"]] = {**group, "coordinator": row.node}
+    committed: dict[str, list[KafkaCommittedOffset]] = {}
+    for offset in KafkaCommittedOffset.objects.order_by("group", "topic", "partition"):
+        committed.setdefault(offset.group, []).append(offset)
+    groups = []
+    for name in sorted(set(live) | set(committed)):
+        partitions: list[dict[str, Any]] = []
+        for offset in committed.get(name, []):
+            end = ends.get((offset.topic, offset.partition))
+            partitions.append({
+                "topic": offset.topic, "partition": offset.partition, "committed": offset.offset,
+                "end": end, "lag": None if end is None else max(end - offset.offset, 0),
+            })  # fmt: skip
+        found = live.get(name, {})
+        groups.append({
+            "group": name, "state": found.get("state", "Empty"),
+            "coordinator": found.get("coordinator"), "protocol": found.get("protocol", ""),
+            "generation": found.get("generation"), "members": found.get("members", []),
+            "partitions": partitions,
+            "lag": sum(p["lag"] or 0 for p in partitions),
+        })  # fmt: skip
+    listeners = [{"node": r.node, "bootstrap": r.report.get("bootstrap"),
+                  "updatedAt": r.updated_at.isoformat()} for r in reports]  # fmt: skip
+    return {"listeners": listeners, "groups": groups}

@@ -299,7 +299,8 @@ WRITE_HOMES = {
     "CanaryProbe": "controller_app/operations/canary.py",
     "ReaderGroupLag": "controller_app/lag.py",
     "AuditEntry": "controller_app/audit.py",
-    **dict.fromkeys(("KafkaCommittedOffset", "KafkaProducerId"), "controller_app/kafka_catalog.py"),
+    **dict.fromkeys(("KafkaCommittedOffset", "KafkaProducerId", "KafkaNodeReport"),
+                    "controller_app/kafka_catalog.py"),
     "TaskCount": "controller_app/tasks.py",
 }  # fmt: skip
 #: What writes a record: a manager's or a query set's writing call, an instance's save or delete.

@@ -8,6 +8,7 @@ Its other modules:
 
 * ``acl_views``: ``/v1/acl``: grants listed, given, revoked and checked
 * ``cluster_views``: ``GET /v1/cluster``
+* ``kafka_views``: ``GET /v1/kafka/groups``
 * ``events``: REST append and read for HTTP clients
 * ``fields``: request fields and the JSON parser, strict where DRF's defaults are lenient
 * ``health_urls``: URLs of the health endpoints (Pravega's paths

@@ -10,6 +10,7 @@ from controller_app.api import reader_groups as rg
 from controller_app.api import views as v
 from controller_app.api.cluster_views import ClusterView
 from controller_app.api.events import EventsView
+from controller_app.api.kafka_views import KafkaGroupsView
 from controller_app.api.metrics_views import ScrapeTargetsView
 from controller_app.api.quota_views import QuotaView
 from millrace.kernel.naming import EPOCH_MAX, segment_epoch
@@ -39,6 +40,7 @@ KVT = "scopes/<str:scope>/kvtables/<str:kvtable>"
 
 urlpatterns = [
     path("cluster", ClusterView.as_view()),
+    path("kafka/groups", KafkaGroupsView.as_view()),
     path("metrics/targets", ScrapeTargetsView.as_view()),
     path("acl", acl.GrantsView.as_view()),
     path("acl/revoke", acl.RevokeView.as_view()),

@@ -40,7 +40,7 @@ from controller_app.models.host import (
     ProcessHeartbeat,
     TaskCount,
 )
-from controller_app.models.kafka import KafkaCommittedOffset, KafkaProducerId
+from controller_app.models.kafka import KafkaCommittedOffset, KafkaNodeReport, KafkaProducerId
 from controller_app.models.kvt import KeyValueTable
 from controller_app.models.quotas import QuotaUsage, ScopeQuota
 from controller_app.models.reader_group import ReaderGroup, ReaderGroupLag, Subscriber
@@ -65,6 +65,7 @@ __all__ = [
     "EpochTransition",
     "Grant",
     "KafkaCommittedOffset",
+    "KafkaNodeReport",
     "KafkaProducerId",
     "KeyValueTable",
     "Node",

@@ -1,11 +1,12 @@
 """What Kafka's clients leave with Millrace besides their records: consumer groups' committed
-offsets and the producer ids handed out (docs/components/kafka.md)."""
+offsets and the producer ids handed out; and what each node's Kafka listener last reported
+(docs/components/kafka.md)."""
 
 from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["KafkaCommittedOffset", "KafkaProducerId"]
+__all__ = ["KafkaCommittedOffset", "KafkaNodeReport", "KafkaProducerId"]
 
 
 class KafkaCommittedOffset(models.Model):
@@ -36,3 +37,15 @@ class KafkaProducerId(models.Model):
 
     def __str__(self) -> str:
         return f"producer {self.pk}"
+
+
+class KafkaNodeReport(models.Model):
+    """What a node's Kafka listener last said of itself: its bootstrap address, the groups it
+    coordinates (state, members) and the end offset of each partition it has opened."""
+
+    node = models.CharField(max_length=255, unique=True)
+    report = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"Kafka listener of {self.node}"

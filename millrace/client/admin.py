@@ -34,6 +34,9 @@ class AdminCalls:
     async def cluster(self) -> Any:
         return await self._get(paths.cluster())
 
+    async def kafka_groups(self) -> Any:
+        return await self._get(paths.kafka_groups())
+
     async def list_scopes(self) -> Any:
         return await self._get(paths.scopes())
 

@@ -125,3 +125,7 @@ class KafkaCatalog(Protocol):
 
     def next_producer_id(self) -> int:
         """A producer id no other producer of the cluster was given."""
+
+    def report(self, node: str, report: Mapping[str, object]) -> None:
+        """Keep what the node's listener says of itself (its groups, its partitions' ends)
+        for the controller's views."""

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 __all__ = [
     "REGISTRY",
     "cluster",
+    "kafka_groups",
     "kvtable",
     "kvtable_entries",
     "kvtable_entry",
@@ -77,6 +78,10 @@ def _query(path: str, query: Mapping[str, object] | None) -> str:
 
 def cluster() -> str:
     return "/cluster"
+
+
+def kafka_groups() -> str:
+    return "/kafka/groups"
 
 
 def metrics_targets() -> str:

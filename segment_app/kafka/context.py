@@ -123,6 +123,8 @@ class KafkaSettings:
     #: The partitions of a topic created by Kafka's clients without a count.
     partitions: int = 1
     cluster_id: str = "millrace"
+    #: The node's name in what it reports (its advertised address, or host:port).
+    node_name: str = ""
 
 
 @dataclasses.dataclass
@@ -136,6 +138,8 @@ class Session:
     mechanism: str | None = None
     #: Seconds the connection is muted after this reply (its scope is over a rate quota).
     throttle_s: float = 0.0
+    #: The client's id, as its requests name it.
+    client_id: str = ""
 
 
 def milliseconds(value: Any) -> int:

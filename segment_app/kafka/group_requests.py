@@ -79,7 +79,8 @@ class GroupRequests:
         )
         try:
             joined = await self.context.groups.join(
-                request.group_id, request.member_id, client_id="", client_host=session.host,
+                request.group_id, request.member_id, client_id=session.client_id,
+                client_host=session.host,
                 session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
                 protocol_type=request.protocol_type,
                 protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],

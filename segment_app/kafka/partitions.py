@@ -22,7 +22,6 @@ import bisect
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from millrace.kernel.naming import KAFKA_RECORDS_MARK
@@ -39,7 +38,7 @@ from segment_app.kafka.record_meta import (
     void_entry,
 )
 
-__all__ = ["CorruptPartitionError", "PartitionLog", "Partitions", "frame_values"]
+__all__ = ["CorruptPartitionError", "PartitionLog", "Partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +58,6 @@ APPEND_ATTEMPTS = 8
 
 class CorruptPartitionError(Exception):
     """The segment holds bytes that are not events (a byte stream): no offsets."""
-
-
-def frame_values(values: Sequence[bytes]) -> bytes:
-    """The events of ``values`` as one block of a segment."""
-    pack = EVENT_HEADER.pack
-    return b"".join(part for value in values for part in (pack(EVENT_TYPE, len(value)), value))
 
 
 class PartitionLog:
@@ -225,24 +218,23 @@ class PartitionLog:
     # -- appending and reading ----------------------------------------------------------------
 
     async def append(
-        self, records: Sequence[Any], data: bytes, writer_id: uuid.UUID | None = None,
+        self, count: int, data: bytes, body: bytes, writer_id: uuid.UUID | None = None,
         event_number: int | None = None,
     ) -> int | None:  # fmt: skip
-        """Append the records' values (``data``: framed by ``frame_values``) as events and
-        their times, keys and headers beside them, durably; the offset of the first (None: the
-        store had them already, a producer's retry). Each append is placed where the last one
-        ends (``expected_offset``): when another writer got there first, the partition is
-        counted again and the append retried."""
-        values = records
+        """Append ``count`` records: their values' events (``data``) and their times, keys and
+        headers beside them (``body``; both ``record_meta.split``'s), durably; the offset of
+        the first (None: the store had them already, a producer's retry). Each append is placed
+        where the last one ends (``expected_offset``): when another writer got there first, the
+        partition is counted again and the append retried."""
         for _ in range(APPEND_ATTEMPTS):
-            start, base = await self._reserve(len(data), len(values))
+            start, base = await self._reserve(len(data), count)
             self._under_way += 1
             try:
                 landed = self.store.append_nowait(
                     self.segment, data, writer_id=writer_id, event_number=event_number,
                     expected_offset=start,
                 )  # fmt: skip
-                entry = encode_entry(base, start, records)
+                entry = encode_entry(base, start, count, body)
                 self._pending_body[base] = len(entry) - ENTRY_HEAD.size
                 meta = self._append_meta(entry)
                 try:
@@ -264,11 +256,11 @@ class PartitionLog:
                 await self._void(meta, base, start)
                 return None
             if self.frontier_bytes == start:
-                self.frontier_records, self.frontier_bytes = base + len(values), result.length
+                self.frontier_records, self.frontier_bytes = base + count, result.length
                 self._add_point(self.frontier_records, self.frontier_bytes)
                 if self.frontier_bytes - self._stored_bytes >= CHECKPOINT_EVERY_BYTES:
                     await self._store_checkpoint()
-            await self._meta_landed(meta, base, len(values), start)
+            await self._meta_landed(meta, base, count, start)
             self.appended.set()
             self.appended = asyncio.Event()
             return base
@@ -452,6 +444,10 @@ class Partitions:
             raise
         finally:
             self._opening.pop(segment, None)
+
+    def opened(self) -> dict[str, PartitionLog]:
+        """The partitions this node has opened, by segment."""
+        return dict(self._logs)
 
     def forget(self, segment: str) -> None:
         """Drop what is known of ``segment`` (its container moved, it was deleted)."""

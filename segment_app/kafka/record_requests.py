@@ -35,9 +35,8 @@ from segment_app.kafka.context import (
 from segment_app.kafka.partitions import (
     CorruptPartitionError,
     PartitionLog,
-    frame_values,
 )
-from segment_app.kafka.record_meta import RecordMeta
+from segment_app.kafka.record_meta import RecordMeta, split
 from segment_app.server.schema_guard import UNKNOWN_SCHEMA, judge, stream_of
 
 __all__ = ["RecordRequests"]
@@ -104,18 +103,18 @@ class RecordRequests:
             return name, entry
         try:
             batches = _batches(bytes(partition.records or b""))
-            framed = [frame_values([r.value or b"" for r in batch.records]) for batch in batches]
-            for batch, data in zip(batches, framed, strict=True):
+            framed = [split(batch.records) for batch in batches]
+            for batch, (data, _) in zip(batches, framed, strict=True):
                 await self._guard(log_.segment, data, len(batch.records), session)
             first: int | None = None
-            for batch, data in zip(batches, framed, strict=True):
+            for batch, (data, body) in zip(batches, framed, strict=True):
                 writer_id, event_number = None, None
                 if batch.producer_id >= 0 and batch.base_sequence >= 0:
                     writer_id = uuid.UUID(
                         int=(batch.producer_id << 16) | batch.producer_epoch & 0xFFFF
                     )
                     event_number = batch.base_sequence + batch.last_offset_delta
-                base = await log_.append(batch.records, data, writer_id, event_number)
+                base = await log_.append(len(batch.records), data, body, writer_id, event_number)
                 if first is None:
                     first = base
             entry["base_offset"] = -1 if first is None else first

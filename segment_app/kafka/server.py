@@ -16,7 +16,8 @@ import logging
 import ssl
 import struct
 
-from millrace.kernel.kafka_topics import KafkaCatalog
+from millrace.kernel.kafka_topics import KafkaCatalog, stream_topic
+from millrace.kernel.naming import parse_segment_name, segment_number
 from segment_app.engine.api import SegmentStoreAPI
 from segment_app.kafka import codec
 from segment_app.kafka.context import SASL_AUTHENTICATION_FAILED, KafkaSettings, Session
@@ -30,6 +31,8 @@ __all__ = ["KafkaServer"]
 
 log = logging.getLogger(__name__)
 
+#: How often the listener reports its groups and partitions' ends (the console's Kafka page).
+REPORT_EVERY_S = 2.0
 #: Kafka's ``socket.request.max.bytes``: a larger frame is refused and skipped.
 FRAME_BYTES_MAX = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
@@ -53,6 +56,8 @@ class KafkaServer:
         self.handlers.context.quotas = quotas
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._reporter: asyncio.Task[None] | None = None
+        self._catalog = catalog
 
     @property
     def port(self) -> int:
@@ -66,17 +71,31 @@ class KafkaServer:
             self._serve, self.settings.host, self.settings.port, reuse_address=True, ssl=self.tls
         )
         log.info("Kafka listener on %s:%d", self.settings.host, self.port)
+        self._reporter = asyncio.create_task(self._report_loop())
 
     async def stop(self) -> None:
         if self._server is None:
             return
         self._server.close()
+        if self._reporter is not None:
+            self._reporter.cancel()
         for task in list(self._connections):
             task.cancel()
         await self.groups.stop()
         with contextlib.suppress(Exception):
             await self._server.wait_closed()
         self._server = None
+
+    async def _report_loop(self) -> None:
+        """Every ``REPORT_EVERY_S``, what the listener says of itself, to the catalog."""
+        name = self.settings.node_name or f"{self.settings.advertised_host}:{self.port}"
+        while True:
+            await asyncio.sleep(REPORT_EVERY_S)
+            try:
+                report = _report(self.settings, self.port, self.groups, self.partitions)
+                await asyncio.to_thread(self._catalog.report, name, report)
+            except Exception as exc:  # (the metadata database away: the next report)
+                log.warning("Kafka listener report not kept: %s", exc)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -151,6 +170,7 @@ class KafkaServer:
             log.info("Kafka request refused: %s", exc)
             return _refusal(exc)
         key, version = request.key, request.version
+        session.client_id = request.client_id or session.client_id
         if key == codec.API_VERSIONS and request.body is None:
             version = 0  # (an unknown version is answered in v0)
         try:
@@ -179,3 +199,25 @@ def _refusal(error: codec.DecodeError) -> bytes | None:
         return _SIZE.pack(6) + struct.pack(">ih", error.correlation_id, int(error.code))
     reply = codec.error_reply(key, version, error.code)
     return codec.encode_reply(key, version, error.correlation_id, reply)
+
+
+def _report(settings: KafkaSettings, port: int, groups: GroupCoordinator,
+            partitions: Partitions) -> dict[str, object]:  # fmt: skip
+    """What the listener says of itself to the controller's views: its bootstrap address, its
+    groups and its partitions' end offsets (``topic/partition``)."""
+    described = []
+    for name in sorted(groups.groups):
+        found = groups.describe(name)
+        if found is None:
+            continue
+        members = [{"member": m["member_id"], "client": m["client_id"], "host": m["client_host"]}
+                   for m in found["members"]]  # fmt: skip
+        described.append({"group": name, "state": found["state"], "protocol": found["protocol"],
+                          "generation": found["generation"], "members": members})  # fmt: skip
+    ends = {}
+    for segment, log_ in partitions.opened().items():
+        with contextlib.suppress(ValueError):
+            scope, stream, segment_id = parse_segment_name(segment)
+            topic = stream_topic(scope, stream, settings.scope)
+            ends[f"{topic}/{segment_number(segment_id)}"] = log_.frontier_records
+    return {"bootstrap": f"{settings.advertised_host}:{port}", "groups": described, "ends": ends}

@@ -282,6 +282,7 @@ async def _start_kafka(
         host=config.host, port=config.kafka_port, advertised_host=_advertised_host(config),
         auth_enabled=config.auth_enabled, scope=config.kafka_scope,
         auto_create=config.kafka_auto_create, partitions=config.kafka_partitions,
+        node_name=config.node_id or config.advertise or "",
     )  # fmt: skip
     kafka = KafkaServer(
         store, settings, catalog, tls=tls, schema_guard=wire.schema_guard, quotas=wire.quotas

@@ -15,6 +15,7 @@ Its other modules:
 
 * ``acl``: ``millrace acl grant|deny|revoke|list|check|join|leave|import``
 * ``cluster``: ``millrace cluster status``
+* ``kafka``: ``millrace kafka groups``
 * ``kvtables``: ``millrace kvt create|list|info|delete|get|put|remove|scan``
 * ``observe``: ``millrace scrape-config`` and ``millrace doctor``
 * ``remote``: what the client's commands share
@@ -35,6 +36,7 @@ from millrace.kernel.config import ConfigError
 from millrace.ops.cli import (
     acl,
     cluster,
+    kafka,
     kvtables,
     node,
     observe,
@@ -62,7 +64,7 @@ __all__ = ["CommandError", "build_parser", "main"]
 #: The command groups, in the order ``millrace --help`` lists them.
 GROUPS: tuple[Any, ...] = (
     node, users, acl, tls, status, observe, cluster, scopes, streams, readergroups, kvtables,
-    schemas, spark,
+    schemas, kafka, spark,
 )  # fmt: skip
 
 

@@ -1,0 +1,81 @@
+"""The console's Kafka page, in headless Chromium against a real standalone node: a
+confluent-kafka consumer group reads a topic and commits; the page shows the node's listener,
+the group's state, its member and, per partition, what it committed, the end and the lag; the
+REST API (``/v1/kafka/groups``, with a token) and ``millrace kafka groups`` say the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.acceptance import kafka_clients as kc
+from tests.acceptance.standalone_node import Standalone, eventually, request
+from tests.console.conftest import screenshot, sign_in
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Standalone) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer(kc.confluent(node))
+    for i in range(30):
+        producer.produce("clicks", value=f"click {i}")
+    assert producer.flush(30) == 0
+    consumer = Consumer(kc.confluent(node, **{
+        "group.id": "dashboards", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "client.id": "dashboard-1",
+    }))  # fmt: skip
+    consumer.subscribe(["clicks"])
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < 20 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            got += 1
+            if got == 20:
+                consumer.commit(message=message, asynchronous=False)  # 20 of 30 read
+    try:
+
+        def lagging() -> Any:
+            status, body = request(node.base, "GET", "/v1/kafka/groups", node.token)
+            assert status == 200, body
+            groups = {g["group"]: g for g in body["groups"]}
+            group = groups.get("dashboards")
+            return body if group and group["members"] and group["lag"] == 10 else None
+
+        body = eventually(lagging, 30, "the group reported with a lag of 10")
+        assert body["listeners"][0]["bootstrap"] == f"127.0.0.1:{node.kafka_port}"
+        group = next(g for g in body["groups"] if g["group"] == "dashboards")
+        assert group["state"] == "Stable" and group["members"][0]["client"] == "dashboard-1"
+        assert group["partitions"] == [
+            {"topic": "clicks", "partition": 0, "committed": 20, "end": 30, "lag": 10}
+        ]
+
+        shown = subprocess.run(
+            [sys.executable, "-m", "millrace.ops.cli", "kafka", "groups", "--url", node.base,
+             "--token", node.token],
+            capture_output=True, text=True, timeout=60, env={**os.environ},
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert "group dashboards: Stable, 1 member(s), lag 10 record(s)" in shown.stdout
+        assert "clicks" in shown.stdout
+
+        password = (node.data_dir / "admin-password").read_text().strip()
+        page = sign_in(chromium, node, "admin", password)
+        page.click("nav >> text=Kafka")
+        expect(page.locator("#kafka-listeners")).to_contain_text(f"127.0.0.1:{node.kafka_port}")
+        section = page.locator("section.kafka-group[data-group=dashboards]")
+        expect(section.locator("h3")).to_contain_text("Stable")
+        expect(section).to_contain_text("dashboard-1")
+        row = section.locator("tr[data-topic=clicks][data-partition='0']")
+        expect(row.locator("td")).to_have_text(["clicks", "0", "20", "30", "10"])
+        screenshot(page, "kafka")
+    finally:
+        consumer.close()
