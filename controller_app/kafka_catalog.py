@@ -25,9 +25,11 @@ from controller_app import selectors as sel
 from controller_app.access import grants, tokens
 from controller_app.choices import ScalingPolicyType, StreamState
 from controller_app.models import (
+    ContainerAssignment,
     KafkaCommittedOffset,
     KafkaNodeReport,
     KafkaProducerId,
+    Node,
     Scope,
     Stream,
 )
@@ -38,6 +40,7 @@ from controller_app.workflows.config import StreamConfig
 from millrace.kernel.kafka_topics import (
     DEFAULT_KAFKA_SCOPE,
     CatalogError,
+    ClusterView,
     CommittedOffset,
     TopicView,
 )
@@ -209,6 +212,24 @@ class DatabaseKafkaCatalog:
     def next_producer_id(self) -> int:
         close_old_connections()
         return int(KafkaProducerId.objects.create().pk)
+
+    def cluster(self) -> ClusterView:
+        close_old_connections()
+        fresh = timezone.now() - datetime.timedelta(seconds=REPORT_FRESH_S)
+        reports = {
+            row.node: str(row.report.get("bootstrap", ""))
+            for row in KafkaNodeReport.objects.filter(updated_at__gte=fresh)
+        }
+        ids = dict(Node.objects.filter(node_id__in=reports).values_list("node_id", "pk"))
+        brokers = {}
+        for node, bootstrap in reports.items():
+            host, _, port = bootstrap.rpartition(":")
+            if node in ids and port.isdigit():
+                brokers[node] = (int(ids[node]), host, int(port))
+        owners = dict(
+            ContainerAssignment.objects.values_list("container__number", "node__node_id")
+        )
+        return ClusterView(brokers, owners)
 
     def report(self, node: str, report: Mapping[str, object]) -> None:
         close_old_connections()

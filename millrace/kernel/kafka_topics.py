@@ -24,6 +24,7 @@ from typing import Protocol
 __all__ = [
     "DEFAULT_KAFKA_SCOPE",
     "CatalogError",
+    "ClusterView",
     "CommittedOffset",
     "KafkaCatalog",
     "TopicView",
@@ -87,6 +88,15 @@ class TopicView:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClusterView:
+    """The cluster as Kafka's clients are told it: each node whose listener reported lately,
+    by node id, as (broker id, host, Kafka port); and each container's owner, by node id."""
+
+    brokers: Mapping[str, tuple[int, str, int]]
+    owners: Mapping[int, str]
+
+
+@dataclasses.dataclass(frozen=True)
 class CommittedOffset:
     offset: int
     metadata: str = ""
@@ -125,6 +135,9 @@ class KafkaCatalog(Protocol):
 
     def next_producer_id(self) -> int:
         """A producer id no other producer of the cluster was given."""
+
+    def cluster(self) -> ClusterView:
+        """The live nodes' listeners and the containers' owners (a cluster's nodes ask)."""
 
     def report(self, node: str, report: Mapping[str, object]) -> None:
         """Keep what the node's listener says of itself (its groups, its partitions' ends)

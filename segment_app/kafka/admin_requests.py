@@ -20,6 +20,7 @@ from segment_app.kafka.context import (
     INVALID_PARTITIONS,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
     MECHANISMS,
     NONE,
     SASL_AUTHENTICATION_FAILED,
@@ -71,17 +72,12 @@ class AdminRequests:
 
     # -- metadata ------------------------------------------------------------------------------
 
-    def _broker(self) -> dict[str, Any]:
-        settings = self.context.settings
-        return {"node_id": settings.node_id, "host": settings.advertised_host,
-                "port": settings.port, "rack": None}  # fmt: skip
-
     def _topic_entry(self, name: str, view: TopicView | None, error: int) -> dict[str, Any]:
         if view is None or error:
             return {"error_code": error or UNKNOWN_TOPIC_OR_PARTITION, "name": name,
                     "partitions": [], "is_internal": False,
                     "topic_id": uuid.UUID(int=0)}  # fmt: skip
-        node = self.context.settings.node_id
+        leaders = [self.context.leader_of(segment) for segment in view.segments]
         return {
             "error_code": view.refusal[0] if view.refusal else NONE,
             "name": name,
@@ -89,10 +85,11 @@ class AdminRequests:
             "is_internal": False,
             "topic_authorized_operations": -2147483648,
             "partitions": [
-                {"error_code": NONE, "partition_index": index, "leader_id": node,
-                 "leader_epoch": 0, "replica_nodes": [node], "isr_nodes": [node],
-                 "offline_replicas": []}
-                for index in range(len(view.segments))
+                {"error_code": NONE if node >= 0 else LEADER_NOT_AVAILABLE,
+                 "partition_index": index, "leader_id": node, "leader_epoch": 0,
+                 "replica_nodes": [node] if node >= 0 else [],
+                 "isr_nodes": [node] if node >= 0 else [], "offline_replicas": []}
+                for index, node in enumerate(leaders)
             ] if view.refusal is None else [],
         }  # fmt: skip
 
@@ -129,18 +126,17 @@ class AdminRequests:
                     continue
                 topics.append(self._topic_entry(name, view, 0))
         return {
-            "throttle_time": 0, "brokers": [self._broker()],
+            "throttle_time": 0, "brokers": self.context.brokers(),
             "cluster_id": self.context.settings.cluster_id,
-            "controller_id": self.context.settings.node_id, "topics": topics,
+            "controller_id": self.context.broker_id(), "topics": topics,
         }  # fmt: skip
 
     async def describe_cluster(self, request: Any, version: int, session: Session) -> Any:
-        broker = self._broker()
         return {
             "throttle_time": 0, "error_code": NONE, "cluster_id": self.context.settings.cluster_id,
-            "controller_id": self.context.settings.node_id, "endpoint_type": 1,
-            "brokers": [{"broker_id": broker["node_id"], "host": broker["host"],
-                         "port": broker["port"], "rack": None}],
+            "controller_id": self.context.broker_id(), "endpoint_type": 1,
+            "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
+                         "rack": None} for b in self.context.brokers()],
             "cluster_authorized_operations": -2147483648,
         }  # fmt: skip
 

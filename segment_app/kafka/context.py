@@ -19,10 +19,12 @@ from typing import Any
 
 from millrace.kernel.kafka_topics import (
     CatalogError,
+    ClusterView,
     KafkaCatalog,
     TopicView,
     topic_stream,
 )
+from millrace.kernel.naming import container_for
 from segment_app.engine.errors import ContainerOfflineError
 from segment_app.kafka.groups import GroupCoordinator
 from segment_app.kafka.partitions import (
@@ -38,6 +40,7 @@ __all__ = [
     "CLUSTER_AUTHORIZATION_FAILED",
     "COORDINATOR_NOT_AVAILABLE",
     "CORRUPT_MESSAGE",
+    "GROUPS_KEY",
     "GROUP_AUTHORIZATION_FAILED",
     "GROUP_ID_NOT_FOUND",
     "ILLEGAL_SASL_STATE",
@@ -47,9 +50,11 @@ __all__ = [
     "INVALID_REQUIRED_ACKS",
     "INVALID_TOPIC_EXCEPTION",
     "KAFKA_STORAGE_ERROR",
+    "LEADER_NOT_AVAILABLE",
     "MECHANISMS",
     "MESSAGE_TOO_LARGE",
     "NONE",
+    "NOT_COORDINATOR",
     "NOT_LEADER_OR_FOLLOWER",
     "OFFSET_OUT_OF_RANGE",
     "POLICY_VIOLATION",
@@ -68,6 +73,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: What a group's coordinator is chosen by: the container of ``<GROUPS_KEY>/<group>``.
+GROUPS_KEY = "_kafka/groups"
 
 # Kafka's error codes, by name (kio's ``ErrorCode`` has them all; these are the ones used).
 NONE = 0
@@ -93,6 +101,8 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 KAFKA_STORAGE_ERROR = 56
 SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
+NOT_COORDINATOR = 16
+LEADER_NOT_AVAILABLE = 5
 INVALID_RECORD = 87
 
 #: The mechanisms SaslHandshake offers.
@@ -125,6 +135,10 @@ class KafkaSettings:
     cluster_id: str = "millrace"
     #: The node's name in what it reports (its advertised address, or host:port).
     node_name: str = ""
+    #: The node is one of a cluster's: partitions are led, and groups coordinated, by the
+    #: nodes that own their containers (``Context.view``); else by this node alone.
+    clustered: bool = False
+    container_count: int = 4
 
 
 @dataclasses.dataclass
@@ -164,8 +178,51 @@ class Context:
         self.schema_guard: SchemaGuard | None = None
         self.quotas: ScopeThrottles | None = None
         self.topics_seen: dict[tuple[str, str], tuple[float, TopicView | None]] = {}
+        #: The cluster as last read (a cluster's node; None: not yet, or a node of its own).
+        self.view: ClusterView | None = None
         #: What the catalog judged of a principal's access lately (``TOPIC_CACHE_S``).
         self._judged: dict[tuple[str | None, str, str, str, str], tuple[float, bool]] = {}
+
+    # -- the cluster as Kafka's clients see it --------------------------------------------
+
+    def brokers(self) -> list[dict[str, Any]]:
+        """Every node whose listener reported lately (this one alone outside a cluster)."""
+        settings = self.settings
+        me: dict[str, Any] = {"node_id": self.broker_id(), "host": settings.advertised_host,
+                              "port": settings.port, "rack": None}  # fmt: skip
+        if self.view is None:
+            return [me]
+        found: list[dict[str, Any]] = [
+            {"node_id": b[0], "host": b[1], "port": b[2], "rack": None}
+            for b in self.view.brokers.values()
+        ]
+        if not any(b["node_id"] == me["node_id"] for b in found):
+            found.append(me)
+        return sorted(found, key=lambda b: int(b["node_id"]))
+
+    def broker_id(self) -> int:
+        view = self.view
+        if view is None:
+            return self.settings.node_id
+        mine = view.brokers.get(self.settings.node_name)
+        return mine[0] if mine is not None else self.settings.node_id
+
+    def leader_of(self, name: str) -> int:
+        """The broker id of the node that owns ``name``'s container (-1: none known now);
+        outside a cluster, this node."""
+        if self.view is None:
+            return self.broker_id()
+        owner = self.view.owners.get(container_for(name, self.settings.container_count))
+        broker = self.view.brokers.get(owner or "")
+        return broker[0] if broker is not None else -1
+
+    def coordinator_of(self, group: str) -> dict[str, Any] | None:
+        """The node that coordinates ``group``: the owner of its key's container."""
+        leader = self.leader_of(f"{GROUPS_KEY}/{group}")
+        return next((b for b in self.brokers() if b["node_id"] == leader), None)
+
+    def coordinates(self, group: str) -> bool:
+        return self.leader_of(f"{GROUPS_KEY}/{group}") == self.broker_id()
 
     # -- who may -------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from segment_app.kafka.context import (
     COORDINATOR_NOT_AVAILABLE,
     GROUP_AUTHORIZATION_FAILED,
     NONE,
+    NOT_COORDINATOR,
     Context,
     Session,
     milliseconds,
@@ -37,6 +38,8 @@ class GroupRequests:
     # -- groups --------------------------------------------------------------------------------
 
     async def _group_allowed(self, session: Session, group: str) -> bool:
+        """Whether ``session`` may use ``group`` (the caller answers GROUP_AUTHORIZATION_FAILED
+        if not). A group this node does not coordinate is refused too: ``_not_here`` says so."""
         try:
             scope, name = topic_stream(group, self.context.settings.scope)
         except ValueError:
@@ -44,9 +47,13 @@ class GroupRequests:
         return await self.context.may(session, scope, name, "reader-group", "READ_UPDATE")
 
     def _coordinator(self, key: str) -> dict[str, Any]:
-        return {"key": key, "node_id": self.context.settings.node_id,
-                "host": self.context.settings.advertised_host, "port": self.context.settings.port,
-                "error_code": NONE, "error_message": None}  # fmt: skip
+        found = self.context.coordinator_of(key)
+        if found is None:
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": COORDINATOR_NOT_AVAILABLE,
+                    "error_message": "the group's node is not known now; try again"}  # fmt: skip
+        return {"key": key, "node_id": found["node_id"], "host": found["host"],
+                "port": found["port"], "error_code": NONE, "error_message": None}  # fmt: skip
 
     async def find_coordinator(self, request: Any, version: int, session: Session) -> Any:
         keys = list(request.coordinator_keys) if version >= 4 else [request.key]
@@ -69,6 +76,8 @@ class GroupRequests:
             "throttle_time": 0, "generation_id": -1, "protocol_name": "", "leader": "",
             "member_id": request.member_id, "members": [],
         }  # fmt: skip
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             return {**failed, "error_code": GROUP_AUTHORIZATION_FAILED}
         session_ms = milliseconds(request.session_timeout)
@@ -97,6 +106,8 @@ class GroupRequests:
         }  # fmt: skip
 
     async def sync_group(self, request: Any, version: int, session: Session) -> Any:
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "assignment": b""}
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
@@ -110,6 +121,8 @@ class GroupRequests:
                 "protocol_name": protocol, "assignment": assignment}  # fmt: skip
 
     async def heartbeat(self, request: Any, version: int, session: Session) -> Any:
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
         try:
@@ -121,6 +134,8 @@ class GroupRequests:
         return {"throttle_time": 0, "error_code": NONE}
 
     async def leave_group(self, request: Any, version: int, session: Session) -> Any:
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
         members = [m.member_id for m in request.members] if version >= 3 else [request.member_id]
@@ -134,6 +149,8 @@ class GroupRequests:
 
     async def offset_commit(self, request: Any, version: int, session: Session) -> Any:
         code = NONE
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             code = GROUP_AUTHORIZATION_FAILED
         else:
@@ -165,6 +182,8 @@ class GroupRequests:
         }  # fmt: skip
 
     async def offset_fetch(self, request: Any, version: int, session: Session) -> Any:
+        if not self.context.coordinates(request.group_id):
+            return _not_here(request)
         if not await self._group_allowed(session, request.group_id):
             return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "topics": []}
         asked = None
@@ -218,3 +237,19 @@ class GroupRequests:
                 ],
             })  # fmt: skip
         return {"throttle_time": 0, "groups": out}
+
+
+def _not_here(request: Any) -> dict[str, Any]:
+    """The answer of a node that does not coordinate the request's group (NOT_COORDINATOR, in
+    every error field the reply has): the client finds the coordinator again."""
+    topics = []
+    for topic in getattr(request, "topics", None) or ():
+        indexes = getattr(topic, "partition_indexes", None)
+        if indexes is None:
+            indexes = [p.partition_index for p in topic.partitions]
+        topics.append({"name": topic.name, "partitions": [
+            {"partition_index": i, "error_code": NOT_COORDINATOR, "committed_offset": -1}
+            for i in indexes]})  # fmt: skip
+    return {"throttle_time": 0, "error_code": NOT_COORDINATOR, "generation_id": -1,
+            "member_id": getattr(request, "member_id", ""), "members": [], "assignment": b"",
+            "topics": topics}  # fmt: skip

@@ -57,6 +57,7 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._reporter: asyncio.Task[None] | None = None
+        self._reported = asyncio.Event()
         self._catalog = catalog
 
     @property
@@ -72,6 +73,9 @@ class KafkaServer:
         )
         log.info("Kafka listener on %s:%d", self.settings.host, self.port)
         self._reporter = asyncio.create_task(self._report_loop())
+        if self.settings.clustered:  # (its first answers name the cluster's brokers already)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reported.wait(), REPORT_EVERY_S * 5)
 
     async def stop(self) -> None:
         if self._server is None:
@@ -87,15 +91,19 @@ class KafkaServer:
         self._server = None
 
     async def _report_loop(self) -> None:
-        """Every ``REPORT_EVERY_S``, what the listener says of itself, to the catalog."""
+        """Every ``REPORT_EVERY_S``, what the listener says of itself, to the catalog; a
+        cluster's node reads back the cluster as Kafka's clients are to see it."""
         name = self.settings.node_name or f"{self.settings.advertised_host}:{self.port}"
         while True:
-            await asyncio.sleep(REPORT_EVERY_S)
             try:
                 report = _report(self.settings, self.port, self.groups, self.partitions)
                 await asyncio.to_thread(self._catalog.report, name, report)
+                if self.settings.clustered:  # (who leads what, as the next replies say)
+                    self.handlers.context.view = await asyncio.to_thread(self._catalog.cluster)
             except Exception as exc:  # (the metadata database away: the next report)
                 log.warning("Kafka listener report not kept: %s", exc)
+            self._reported.set()
+            await asyncio.sleep(REPORT_EVERY_S)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -282,7 +282,9 @@ async def _start_kafka(
         host=config.host, port=config.kafka_port, advertised_host=_advertised_host(config),
         auth_enabled=config.auth_enabled, scope=config.kafka_scope,
         auto_create=config.kafka_auto_create, partitions=config.kafka_partitions,
-        node_name=config.node_id or config.advertise or "",
+        node_name=(node_card(config, wire.port, None).node_id if config.advertise
+                   else f"{_advertised_host(config)}:{wire.port}"),
+        clustered=config.advertise is not None, container_count=config.container_count,
     )  # fmt: skip
     kafka = KafkaServer(
         store, settings, catalog, tls=tls, schema_guard=wire.schema_guard, quotas=wire.quotas

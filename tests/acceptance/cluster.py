@@ -142,6 +142,8 @@ class LocalCluster:
         self.node_advertise: dict[int, str] = {}
         self.processes: dict[str, Process] = {}
         self.node_ports = free_ports(nodes)
+        #: Each node's Kafka listener (``bootstrap.servers``).
+        self.kafka_ports = free_ports(nodes)
         self.http_ports = free_ports(controllers)
         self.grpc_ports = free_ports(controllers)
         self.token = ""
@@ -202,6 +204,7 @@ class LocalCluster:
         ``node_env[i]`` over the cluster's environment."""
         port, host = self.node_ports[i], self.node_host(i)
         env, prefix = dict(self.node_env.get(i, {})), None
+        env.setdefault("MILLRACE_KAFKA_PORT", str(self.kafka_ports[i]))
         if self.network is not None:
             prefix = self.network.prefix(i)
             env.setdefault("DATABASE_URL", self.database_url.replace(
