@@ -462,3 +462,88 @@ def test_a_stream_bound_to_its_schemas_holds_kafka_produces_to_them(node: Standa
     assert [m.value() for m in got] == [typed]
     assert _end_offset(node, topic) == 1
     manager.close()
+
+
+CONSUMER_PROGRAM = """
+import signal, sys
+from confluent_kafka import Consumer
+settings = dict(a.split("=", 1) for a in sys.argv[2:])
+consumer = Consumer({**settings, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+consumer.subscribe([sys.argv[1]])
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+with open(settings["client.id"] + ".log", "a", buffering=1) as out:
+    while not stop:
+        message = consumer.poll(0.2)
+        if message is None or message.error() is not None:
+            continue
+        out.write(f"{message.partition()} {message.offset()} {message.value().decode()}\\n")
+        consumer.commit(message=message, asynchronous=False)
+consumer.close()  # leaves the group: the others take its partitions at once
+"""
+
+
+def test_a_group_of_three_with_one_leaving_and_one_killed_reads_every_record(
+    node: Standalone, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = _topic("trio")
+    admin = AdminClient(kc.confluent(node))
+    admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(60)
+    producer = Producer(kc.confluent(node))
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce(topic, key=f"k{i % 31}", value=f"v{i}")
+        assert producer.flush(30) == 0
+
+    produce(0, 600)
+    program = tmp_path / "consumer.py"
+    program.write_text(CONSUMER_PROGRAM)
+    settings = [f"{k}={v}" for k, v in kc.confluent(node).items()]
+    consumers = {
+        name: subprocess.Popen(
+            [sys.executable, str(program), topic, *settings, f"client.id={name}", "group.id=trio"],
+            cwd=tmp_path,
+        )
+        for name in ("a", "b", "c")
+    }
+
+    def consumed() -> list[tuple[int, int, str]]:
+        rows = []
+        for name in consumers:
+            log = tmp_path / f"{name}.log"
+            if log.exists():
+                for line in log.read_text().splitlines():
+                    partition, offset, value = line.split(" ", 2)
+                    rows.append((int(partition), int(offset), value))
+        return rows
+
+    try:
+        eventually(lambda: len({r[2] for r in consumed()}) >= 200, 90, "200 records consumed")
+        consumers["a"].terminate()  # a leaves the group
+        assert consumers["a"].wait(30) == 0
+        os.kill(consumers["b"].pid, signal.SIGKILL)  # b dies: its session times out
+        consumers["b"].wait(10)
+        produce(600, 300)
+        eventually(lambda: {r[2] for r in consumed()} >= {f"v{i}" for i in range(900)}, 120,
+                   "every record consumed by the group")  # fmt: skip
+    finally:
+        for process in consumers.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    # no record skipped: per partition, every offset from 0 to the end was read
+    by_partition: dict[int, set[int]] = {}
+    for partition, offset, _ in consumed():
+        by_partition.setdefault(partition, set()).add(offset)
+    for partition, offsets in by_partition.items():
+        assert offsets == set(range(max(offsets) + 1)), f"partition {partition} skipped some"
+    assert sum(len(o) for o in by_partition.values()) == 900
