@@ -72,3 +72,52 @@ def request_frame(key: int, version: int, correlation: int, body: bytes, flexibl
         header += b"\0"
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
+
+
+class RawKafka:
+    """One connection speaking Kafka's protocol request by request, as a client library would
+    on the wire (kio's entities), signed in with SASL/PLAIN: for tests that need to send
+    exactly the bytes a retry sends."""
+
+    def __init__(self, node: Standalone) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", node.kafka_port), timeout=30)
+        self.correlation = 0
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+        self.call(SaslHandshakeRequest(mechanism="PLAIN"))
+        answer = self.call(SaslAuthenticateRequest(auth_bytes=f"\0admin\0{node.token}".encode()))
+        assert answer.error_code == 0, answer
+
+    def call(self, request: Any) -> Any:
+        import io
+
+        from kio.index import load_response_schema
+        from kio.serial import entity_reader, entity_writer
+
+        self.correlation += 1
+        header_schema = request.__header_schema__
+        out = io.BytesIO()
+        entity_writer(header_schema)(out, header_schema(
+            request_api_key=request.__api_key__, request_api_version=request.__version__,
+            correlation_id=self.correlation, client_id="raw",
+        ))  # fmt: skip
+        entity_writer(type(request))(out, request)
+        payload = out.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", self._exactly(4))[0]
+        frame = self._exactly(size)
+        schema = load_response_schema(request.__api_key__, request.__version__)
+        _, used = entity_reader(schema.__header_schema__)(frame, 0)
+        return entity_reader(schema)(frame, used)[0]
+
+    def _exactly(self, size: int) -> bytes:
+        got = b""
+        while len(got) < size:
+            chunk = self.sock.recv(size - len(got))
+            assert chunk, "the node closed the connection"
+            got += chunk
+        return got
+
+    def close(self) -> None:
+        self.sock.close()

@@ -11,6 +11,7 @@ node serving with nothing stored changed.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 import socket
 import struct
@@ -547,3 +548,64 @@ def test_a_group_of_three_with_one_leaving_and_one_killed_reads_every_record(
     for partition, offsets in by_partition.items():
         assert offsets == set(range(max(offsets) + 1)), f"partition {partition} skipped some"
     assert sum(len(o) for o in by_partition.values()) == 900
+
+
+def _idempotent_produce(topic: str, producer_id: int) -> Any:
+    """A Produce v9 of one batch of 3 records from producer ``producer_id`` (epoch 0,
+    sequence 0): what an idempotent producer sends, and sends again when no reply came."""
+    import datetime
+
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from kio.schema.produce.v9.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, 0, 0, 1 << 20)
+    for i in range(3):
+        builder.append(i, timestamp=None, key=None, value=b"once %d" % i, headers=[])
+    builder.set_producer_state(producer_id, 0, 0)
+    return ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=0, records=bytes(builder.build())),)),),
+    )  # fmt: skip
+
+
+def _send_twice(node: Standalone) -> int:
+    """An idempotent producer's batch, then the same batch again (its retry after a reply that
+    never came): the records stored."""
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    topic = _topic("retried")
+    kc.kcat(node, "-P", "-t", topic, stdin="first\n")
+    raw = kc.RawKafka(node)
+    try:
+        given = raw.call(InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1,
+        ))  # fmt: skip
+        assert given.error_code == 0 and given.producer_id >= 0
+        for _ in range(2):
+            answer = raw.call(_idempotent_produce(topic, given.producer_id))
+            assert answer.responses[0].partition_responses[0].error_code == 0
+    finally:
+        raw.close()
+    return _end_offset(node, topic) - 1
+
+
+def test_an_idempotent_producers_retry_is_stored_once(node: Standalone) -> None:
+    assert _send_twice(node) == 3
+
+
+@pytest.fixture(scope="module")
+def node_without_dedup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """TEST-ONLY: a node whose engine keeps no writer's event numbers (``no-dedup``)."""
+    env = {"MILLRACE_TEST_UNSAFE": "no-dedup"}
+    yield from running_standalone(tmp_path_factory, "kafka-no-dedup", env)
+
+
+def test_without_deduplication_the_retry_is_stored_twice(node_without_dedup: Standalone) -> None:
+    """The guard switched off: the same retry stores the batch again."""
+    assert _send_twice(node_without_dedup) == 6
