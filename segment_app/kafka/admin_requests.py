@@ -4,8 +4,10 @@ SaslAuthenticate, Metadata, DescribeCluster, CreateTopics, DeleteTopics, Describ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from millrace.kernel.kafka_topics import (
@@ -155,7 +157,7 @@ class AdminRequests:
                 else self.context.settings.partitions
             )
             entry["num_partitions"] = count
-            try:
+            with _refusals(entry):
                 if not self.context.signed_in(session):
                     raise CatalogError(TOPIC_AUTHORIZATION_FAILED, "sign in with SASL first")
                 if topic.assignments:
@@ -169,10 +171,6 @@ class AdminRequests:
                         self.context.catalog.create_topic, session.principal, scope, stream, count
                     )
                     self.context.forget_topic(topic.name)
-            except ValueError as exc:
-                entry.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
-            except CatalogError as exc:
-                entry.update(error_code=exc.code, error_message=str(exc))
             results.append(entry)
         return {"throttle_time": 0, "topics": results}
 
@@ -182,7 +180,7 @@ class AdminRequests:
         responses = []
         for name in names:
             entry: dict[str, Any] = {"name": name, "error_code": NONE}
-            try:
+            with _refusals(entry):
                 if not self.context.signed_in(session):
                     raise CatalogError(TOPIC_AUTHORIZATION_FAILED, "sign in with SASL first")
                 scope, stream = topic_stream(name, self.context.settings.scope)
@@ -193,10 +191,6 @@ class AdminRequests:
                 for segment in view[1].segments if view and view[1] else ():
                     self.context.partitions.forget(segment)
                 self.context.forget_topic(name)
-            except ValueError as exc:
-                entry.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
-            except CatalogError as exc:
-                entry.update(error_code=exc.code, error_message=str(exc))
             responses.append(entry)
         return {"throttle_time": 0, "responses": responses}
 
@@ -233,3 +227,14 @@ class AdminRequests:
                 entry.update(error_code=INVALID_REQUEST, error_message="topics and brokers only")
             results.append(entry)
         return {"throttle_time": 0, "results": results}
+
+
+@contextlib.contextmanager
+def _refusals(entry: dict[str, Any]) -> Iterator[None]:
+    """A topic's name that maps to no stream, or the catalog's refusal, as its entry's error."""
+    try:
+        yield
+    except ValueError as exc:
+        entry.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
+    except CatalogError as exc:
+        entry.update(error_code=exc.code, error_message=str(exc))
