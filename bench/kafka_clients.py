@@ -3,8 +3,8 @@ client, in one run (issue 59's targets).
 
 Usage::
 
-    .venv/bin/python bench/kafka_clients.py              # 1,000,000 records, 3 rounds (a few minutes)
-    .venv/bin/python bench/kafka_clients.py --quick      # 100,000 records, 1 round (a smoke run)
+    .venv/bin/python bench/kafka_clients.py          # 1,000,000 records, 3 rounds (minutes)
+    .venv/bin/python bench/kafka_clients.py --quick  # 100,000 records, 1 round (a smoke run)
 
 One ``millrace standalone`` (embedded defaults: SQLite, file tier-1 with fdatasync before every
 acknowledgement, filesystem tier-2), every client a process of its own, rounds interleaved:

@@ -226,9 +226,7 @@ class DatabaseKafkaCatalog:
             host, _, port = bootstrap.rpartition(":")
             if node in ids and port.isdigit():
                 brokers[node] = (int(ids[node]), host, int(port))
-        owners = dict(
-            ContainerAssignment.objects.values_list("container__number", "node__node_id")
-        )
+        owners = dict(ContainerAssignment.objects.values_list("container__number", "node__node_id"))
         return ClusterView(brokers, owners)
 
     def report(self, node: str, report: Mapping[str, object]) -> None:

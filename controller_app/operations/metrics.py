@@ -60,6 +60,7 @@ class MetadataCollector(Collector):
         yield from _lag_families().values()
         yield from _canary_families().values()
         yield from _quota_families().values()
+        yield from _kafka_families().values()
 
     def collect(self) -> Iterator[Any]:
         streams = GaugeMetricFamily("millrace_streams", "Streams by state.", labels=["state"])
@@ -120,6 +121,7 @@ class MetadataCollector(Collector):
         yield from _lags()
         yield from _canaries()
         yield from _quotas()
+        yield from _kafka_groups()
 
 
 _GROUP = ["scope", "readergroup"]
@@ -250,6 +252,32 @@ def _quotas() -> Iterator[Any]:
         families["throttle"].add_metric([row.scope, row.node], row.throttle_seconds)
         for kind in ("append_bytes_per_s", "append_events_per_s", "read_bytes_per_s"):
             families["rate"].add_metric([row.scope, row.node, kind], getattr(row, kind))
+    yield from families.values()
+
+
+def _kafka_families() -> dict[str, Any]:
+    return {
+        "lag": GaugeMetricFamily(
+            "millrace_kafka_group_lag_records",
+            "Records of a partition a Kafka consumer group has not committed yet.",
+            labels=["group", "topic", "partition"],
+        ),
+        "members": GaugeMetricFamily(
+            "millrace_kafka_group_members", "Members of a Kafka consumer group.", labels=["group"]
+        ),
+    }
+
+
+def _kafka_groups() -> Iterator[Any]:
+    from controller_app.kafka_catalog import kafka_groups
+
+    families = _kafka_families()
+    for group in kafka_groups()["groups"]:
+        families["members"].add_metric([group["group"]], len(group["members"]))
+        for p in group["partitions"]:
+            if p["lag"] is not None:
+                labels = [group["group"], p["topic"], str(p["partition"])]
+                families["lag"].add_metric(labels, p["lag"])
     yield from families.values()
 
 

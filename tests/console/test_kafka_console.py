@@ -58,6 +58,16 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
             {"topic": "clicks", "partition": 0, "committed": 20, "end": 30, "lag": 10}
         ]
 
+        status, scraped = 0, ""
+        import urllib.request
+
+        scrape = urllib.request.Request(node.base + "/metrics", headers={
+            "Authorization": f"Token {node.token}"})  # fmt: skip
+        with urllib.request.urlopen(scrape, timeout=30) as answer:
+            status, scraped = answer.status, answer.read().decode()
+        assert status == 200
+        assert ('millrace_kafka_group_lag_records{group="dashboards",partition="0",topic="clicks"}'
+                ' 10.0') in scraped  # fmt: skip
         shown = subprocess.run(
             [sys.executable, "-m", "millrace.ops.cli", "kafka", "groups", "--url", node.base,
              "--token", node.token],
