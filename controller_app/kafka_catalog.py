@@ -48,8 +48,9 @@ from millrace.kernel.naming import qualified_segment_name, segment_id
 
 __all__ = ["DatabaseKafkaCatalog", "kafka_groups"]
 
-#: A node's report older than this is left out of the views (the node reports every 2 s).
-REPORT_FRESH_S = 15
+#: A node's report older than this is left out of the views (the node writes it when it changes,
+#: and at least every 10 s).
+REPORT_FRESH_S = 30
 
 # Kafka's error codes the catalog answers with.
 TOPIC_ALREADY_EXISTS = 36

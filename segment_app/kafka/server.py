@@ -15,6 +15,7 @@ import contextlib
 import logging
 import ssl
 import struct
+import time
 
 from millrace.kernel.kafka_topics import KafkaCatalog, stream_topic
 from millrace.kernel.naming import parse_segment_name, segment_number
@@ -31,8 +32,11 @@ __all__ = ["KafkaServer"]
 
 log = logging.getLogger(__name__)
 
-#: How often the listener reports its groups and partitions' ends (the console's Kafka page).
+#: How often the listener looks at its groups and partitions' ends (the console's Kafka page),
+#: and reports them when they changed.
 REPORT_EVERY_S = 2.0
+#: An unchanged report is written again this often (its readers take reports up to 30 s old).
+REPORT_KEEP_S = 10.0
 #: Kafka's ``socket.request.max.bytes``: a larger frame is refused and skipped.
 FRAME_BYTES_MAX = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
@@ -94,10 +98,17 @@ class KafkaServer:
         """Every ``REPORT_EVERY_S``, what the listener says of itself, to the catalog; a
         cluster's node reads back the cluster as Kafka's clients are to see it."""
         name = self.settings.node_name or f"{self.settings.advertised_host}:{self.port}"
+        last: dict[str, object] | None = None
+        written = 0.0
         while True:
             try:
                 report = _report(self.settings, self.port, self.groups, self.partitions)
-                await asyncio.to_thread(self._catalog.report, name, report)
+                now = time.monotonic()
+                # (written when it changed, else every REPORT_KEEP_S: a node nobody uses writes
+                # its metadata database seldom, which may sit on a full disk)
+                if report != last or now - written >= REPORT_KEEP_S:
+                    await asyncio.to_thread(self._catalog.report, name, report)
+                    last, written = report, now
                 if self.settings.clustered:  # (who leads what, as the next replies say)
                     self.handlers.context.view = await asyncio.to_thread(self._catalog.cluster)
             except Exception as exc:  # (the metadata database away: the next report)

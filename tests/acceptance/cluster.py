@@ -204,6 +204,8 @@ class LocalCluster:
         ``node_env[i]`` over the cluster's environment."""
         port, host = self.node_ports[i], self.node_host(i)
         env, prefix = dict(self.node_env.get(i, {})), None
+        while len(self.kafka_ports) <= i:  # (a node added to the cluster)
+            self.kafka_ports.append(free_ports(1)[0])
         env.setdefault("MILLRACE_KAFKA_PORT", str(self.kafka_ports[i]))
         if self.network is not None:
             prefix = self.network.prefix(i)

@@ -124,7 +124,13 @@ class NodeFactory:
             for key, value in os.environ.items()
             if not key.startswith("MILLRACE_") and key not in ("DATABASE_URL", "REDIS_URL")
         }
-        env |= {"MILLRACE_AUTH": "off", "PYTHONUNBUFFERED": "1"}
+        # (no metrics and no Kafka port: several nodes run at once, and a taken port stops one)
+        env |= {
+            "MILLRACE_AUTH": "off",
+            "PYTHONUNBUFFERED": "1",
+            "MILLRACE_SEGMENTSTORE_METRICS_PORT": "0",
+            "MILLRACE_KAFKA_PORT": "0",
+        }
         if unsafe:
             env["MILLRACE_TEST_UNSAFE"] = unsafe
         if tier1:

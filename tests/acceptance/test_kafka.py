@@ -609,3 +609,40 @@ def node_without_dedup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
 def test_without_deduplication_the_retry_is_stored_twice(node_without_dedup: Standalone) -> None:
     """The guard switched off: the same retry stores the batch again."""
     assert _send_twice(node_without_dedup) == 6
+
+
+def test_kafka_records_reach_a_reader_group_and_a_websocket_tail(node: Standalone) -> None:
+    """Records a Kafka producer wrote, with keys, read by Millrace's reader group and followed
+    over a WebSocket as the README's tail follows a stream: the values, in order per partition."""
+    import json
+
+    import websockets.sync.client as ws_client
+    from confluent_kafka import Producer
+
+    topic = _topic("faces")
+    producer = Producer(kc.confluent(node))
+    for i in range(50):
+        producer.produce(topic, key=f"k{i % 5}", value=f"face {i}")
+    assert producer.flush(30) == 0
+
+    manager = node.manager()
+    group = manager.create_reader_group("kafka", _topic("rg"), [f"kafka/{topic}"])
+    reader = group.create_reader("r1")
+    seen = []
+    while len(seen) < 50:
+        event = reader.read_next(timeout=10)
+        assert event is not None, f"only {len(seen)} events"
+        seen.append(bytes(event.data).decode())
+    reader.close()
+    assert seen == [f"face {i}" for i in range(50)]  # (one partition: in order)
+
+    url = node.base.replace("http", "ws", 1)
+    tail = f"{url}/ws/streams/kafka/{topic}?from=head&encoding=utf-8&token={node.token}"
+    followed: list[str] = []
+    with ws_client.connect(tail, open_timeout=30) as socket_:
+        deadline = time.monotonic() + 30
+        while len(followed) < 50 and time.monotonic() < deadline:
+            message = json.loads(socket_.recv(timeout=10))
+            followed += [event["text"] for event in message.get("events", [])]
+    assert followed == [f"face {i}" for i in range(50)]
+    manager.close()

@@ -371,7 +371,34 @@ class QuotaUsageFactory(DjangoModelFactory):
     at = factory.LazyFunction(timezone.now)
 
 
+class KafkaCommittedOffsetFactory(DjangoModelFactory):
+    class Meta:
+        model = models.KafkaCommittedOffset
+
+    group = factory.Sequence(lambda n: f"group-{n}")
+    topic = "orders"
+    partition = 0
+    offset = 0
+
+
+class KafkaProducerIdFactory(DjangoModelFactory):
+    class Meta:
+        model = models.KafkaProducerId
+
+
+class KafkaNodeReportFactory(DjangoModelFactory):
+    class Meta:
+        model = models.KafkaNodeReport
+
+    node = factory.Sequence(lambda n: f"node-{n}")
+    report = factory.LazyFunction(lambda: {"bootstrap": "127.0.0.1:9092", "groups": [],
+                                           "ends": {}})  # fmt: skip
+
+
 ALL_FACTORIES = [
+    KafkaCommittedOffsetFactory,
+    KafkaProducerIdFactory,
+    KafkaNodeReportFactory,
     CanaryProbeFactory,
     ScopeQuotaFactory,
     QuotaUsageFactory,
