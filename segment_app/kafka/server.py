@@ -16,6 +16,8 @@ import logging
 import ssl
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from millrace.kernel.kafka_topics import KafkaCatalog, stream_topic
 from millrace.kernel.naming import parse_segment_name, segment_number
@@ -62,6 +64,7 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._reporter: asyncio.Task[None] | None = None
         self._reported = asyncio.Event()
+        self._reports_executor = ThreadPoolExecutor(1, thread_name_prefix="kafka-reports")
         self._catalog = catalog
 
     @property
@@ -87,6 +90,7 @@ class KafkaServer:
         self._server.close()
         if self._reporter is not None:
             self._reporter.cancel()
+        self._reports_executor.shutdown(wait=False, cancel_futures=True)
         for task in list(self._connections):
             task.cancel()
         await self.groups.stop()
@@ -107,14 +111,20 @@ class KafkaServer:
                 # (written when it changed, else every REPORT_KEEP_S: a node nobody uses writes
                 # its metadata database seldom, which may sit on a full disk)
                 if report != last or now - written >= REPORT_KEEP_S:
-                    await asyncio.to_thread(self._catalog.report, name, report)
+                    await self._off_loop(self._catalog.report, name, report)
                     last, written = report, now
                 if self.settings.clustered:  # (who leads what, as the next replies say)
-                    self.handlers.context.view = await asyncio.to_thread(self._catalog.cluster)
+                    self.handlers.context.view = await self._off_loop(self._catalog.cluster)
             except Exception as exc:  # (the metadata database away: the next report)
                 log.warning("Kafka listener report not kept: %s", exc)
             self._reported.set()
             await asyncio.sleep(REPORT_EVERY_S)
+
+    async def _off_loop(self, call: Any, *args: Any) -> Any:
+        """``call(*args)`` on the listener's own thread: a metadata database that hangs holds
+        its reports, never the threads the node's appends and reads share."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reports_executor, call, *args)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
