@@ -87,7 +87,6 @@ class PartitionLog:
         #: Its entries' headers, in order (loaded at the first read of them).
         self._entries: list[Entry] | None = None
         self._entry_bases: list[int] = []
-        self._pending_body: dict[int, int] = {}
 
     async def open(self) -> None:
         """Start from the stored checkpoint, or the segment's start."""
@@ -148,16 +147,10 @@ class PartitionLog:
     async def _store_checkpoint(self) -> None:
         if self.frontier_bytes - self._stored_bytes < CHECKPOINT_EVERY_BYTES:
             return
-        records, at = self.frontier_records, self.frontier_bytes
         try:
-            await self.store.update_attributes(self.segment, [
-                AttributeUpdate(CHECKPOINT_RECORDS, records),
-                AttributeUpdate(CHECKPOINT_BYTES, at),
-            ])  # fmt: skip
+            await self.store_checkpoint_at(self.frontier_records, self.frontier_bytes)
         except Exception as exc:  # (a sealed segment, a container moving: counted again later)
             log.debug("no Kafka checkpoint on %s: %s", self.segment, exc)
-            return
-        self._stored_bytes = at
 
     async def store_checkpoint_at(self, records: int, at: int) -> None:
         """Store that ``records`` events lie before byte ``at`` (before a truncation there)."""
@@ -234,9 +227,9 @@ class PartitionLog:
                     self.segment, data, writer_id=writer_id, event_number=event_number,
                     expected_offset=start,
                 )  # fmt: skip
-                entry = encode_entry(base, start, count, body)
-                self._pending_body[base] = len(entry) - ENTRY_HEAD.size
-                meta = self._append_meta(entry)
+                meta = self.store.append_nowait(
+                    self.meta_segment, encode_entry(base, start, count, body)
+                )
                 try:
                     result = await landed
                 except BadOffsetError:
@@ -260,7 +253,7 @@ class PartitionLog:
                 self._add_point(self.frontier_records, self.frontier_bytes)
                 if self.frontier_bytes - self._stored_bytes >= CHECKPOINT_EVERY_BYTES:
                     await self._store_checkpoint()
-            await self._meta_landed(meta, base, count, start)
+            await self._meta_landed(meta, Entry(base, count, start, -1, len(body)))
             self.appended.set()
             self.appended = asyncio.Event()
             return base
@@ -285,26 +278,20 @@ class PartitionLog:
             await self.store.create_segment(self.meta_segment)
         self._meta_ready = True
 
-    def _append_meta(self, entry: bytes) -> asyncio.Future[Any]:
-        return self.store.append_nowait(self.meta_segment, entry)
-
-    async def _meta_landed(
-        self, meta: asyncio.Future[Any], base: int, count: int, start: int
-    ) -> None:
+    async def _meta_landed(self, meta: asyncio.Future[Any], entry: Entry) -> None:
+        """Once the entry is stored: known where its body lies (when the entries are loaded)."""
         try:
             result = await meta
         except Exception as exc:  # (the values are in: their keys and times are not)
             log.warning("%s: records stored without their keys and times: %s", self.segment, exc)
             return
         if self._entries is not None:
-            body_length = self._pending_body.pop(base, 0)
-            body_at = result.length - body_length
-            bisect.insort(self._entries, Entry(base, count, start, body_at, body_length),
-                          key=lambda e: e.base)  # fmt: skip
-            self._entry_bases = [e.base for e in self._entries]
+            entry.body_at = result.length - entry.body_length
+            at = bisect.bisect_right(self._entry_bases, entry.base)
+            self._entries.insert(at, entry)
+            self._entry_bases.insert(at, entry.base)
 
     async def _void(self, meta: asyncio.Future[Any], base: int, start: int) -> None:
-        self._pending_body.pop(base, None)
         with contextlib.suppress(Exception):
             await meta
             await self.store.append(self.meta_segment, void_entry(base, start))

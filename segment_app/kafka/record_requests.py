@@ -102,7 +102,7 @@ class RecordRequests:
             entry["error_code"] = error
             return name, entry
         try:
-            batches = _batches(bytes(partition.records or b""))
+            batches = _batches(partition.records or b"")
             framed = [split(batch.records) for batch in batches]
             for batch, (data, _) in zip(batches, framed, strict=True):
                 await self._guard(log_.segment, data, len(batch.records), session)
@@ -329,9 +329,6 @@ class _Decoded:
         self.producer_epoch = batch.producer_epoch
         self.base_sequence = batch.base_sequence
         self.last_offset_delta = batch.last_offset_delta
-
-    def __iter__(self) -> Any:
-        return iter(self.records)
 
 
 def _batch_of(base: int, values: Sequence[bytes], meta: dict[int, RecordMeta]) -> bytes:

@@ -171,26 +171,22 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int
     ) -> None:
         """Answer a frame over the limit from its header, and skip it."""
-        header = await reader.readexactly(8)
+        key, version, correlation = struct.unpack(">hhi", await reader.readexactly(8))
         left = size - 8
-        try:
-            codec.decode_request(header)
-        except codec.DecodeError as exc:
-            error = exc
-        else:
-            error = codec.DecodeError("", codec.ErrorCode.corrupt_message)
-        key, version, correlation = struct.unpack(">hhi", header)
         while left > 0:
             chunk = await reader.read(min(left, 1 << 20))
             if not chunk:
                 raise asyncio.IncompleteReadError(b"", left)
             left -= len(chunk)
-        span = codec.SUPPORTED.get(key)
-        if span is not None and span[0] <= version <= span[1]:
-            reply = codec.error_reply(key, version, codec.ErrorCode.message_too_large)
-            writer.write(codec.encode_reply(key, version, correlation, reply))
+        log.info("Kafka request (API key %d v%d) of %d bytes refused: over %d",
+                 key, version, size, FRAME_BYTES_MAX)  # fmt: skip
+        too_large = codec.DecodeError(
+            "", codec.ErrorCode.message_too_large, key, version, correlation
+        )
+        reply = _refusal(too_large)
+        if reply is not None:
+            writer.write(reply)
             await writer.drain()
-        log.info("Kafka request of %d bytes refused (over %d) %s", size, FRAME_BYTES_MAX, error)
 
     async def _answer(self, frame: bytes, session: Session) -> bytes | None:
         try:
