@@ -34,6 +34,7 @@ SECTIONS = {
     "Writing and reading": 3,
     "Key-value tables": 1,
     "Schemas": 3,
+    "Kafka's clients": 1,
 }
 
 
@@ -53,4 +54,5 @@ def test_the_readme_runs_as_written(node: Standalone, workdir: Path, attempt: st
         found = blocks("README.md", heading)
         assert len(found) == count, f"{heading}: {len(found)} blocks (a section changed?)"
         for language, text in found:
-            run_block(workdir, language, text, node_terminal(node), node_ports(node))
+            ports = node_ports(node) | {"127.0.0.1:9092": f"127.0.0.1:{node.kafka_port}"}
+            run_block(workdir, language, text, node_terminal(node), ports)
