@@ -61,14 +61,22 @@ def test_metadata_names_every_node_and_each_partitions_owner(cluster: LocalClust
         admin.list_topics(timeout=10).brokers), 30, "three brokers listed")  # fmt: skip
     assert sorted(b.port for b in brokers.values()) == sorted(cluster.kafka_ports)
     by_port = {b.id: b.port for b in brokers.values()}
-    owners = cluster.owners()  # container -> node name
     port_of = {f"node-{i}": port for i, port in enumerate(cluster.kafka_ports)}
-    leaders = eventually(lambda: (lambda found: found if -1 not in found.values() else None)(
-        _leaders(cluster, topic)), 30, "every partition led")  # fmt: skip
-    for partition, leader in leaders.items():
-        segment = qualified_segment_name("kafka", topic, segment_id(0, partition))
-        owner = owners[container_for(segment, cluster.containers)]
-        assert by_port[leader] == port_of[owner], (partition, owner)
+
+    def agreed() -> dict[int, int] | None:
+        """Each partition's leader in ``Metadata``, once it is the node that owns the
+        partition's container (each node's view of who owns what follows the controller's
+        within a few seconds)."""
+        leaders = _leaders(cluster, topic)
+        owners = cluster.owners()  # container -> node name
+        for partition, leader in leaders.items():
+            segment = qualified_segment_name("kafka", topic, segment_id(0, partition))
+            owner = owners.get(container_for(segment, cluster.containers))
+            if leader == -1 or by_port.get(leader) != port_of.get(owner or ""):
+                return None
+        return leaders
+
+    leaders = eventually(agreed, 30, "every partition led by its container's owner")
     assert len(set(leaders.values())) > 1  # (the partitions are spread over the nodes)
 
 

@@ -48,9 +48,11 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
             assert status == 200, body
             groups = {g["group"]: g for g in body["groups"]}
             group = groups.get("dashboards")
-            return body if group and group["members"] and group["lag"] == 10 else None
+            consumer.poll(0.2)  # (as a consumer does: a rebalance it is asked to join completes)
+            settled = group and group["members"] and group["state"] == "Stable"
+            return body if settled and group["lag"] == 10 else None
 
-        body = eventually(lagging, 30, "the group reported with a lag of 10")
+        body = eventually(lagging, 30, "the group reported, Stable, with a lag of 10")
         assert body["listeners"][0]["bootstrap"] == f"127.0.0.1:{node.kafka_port}"
         group = next(g for g in body["groups"] if g["group"] == "dashboards")
         assert group["state"] == "Stable" and group["members"][0]["client"] == "dashboard-1"
