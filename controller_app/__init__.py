@@ -19,6 +19,7 @@ Its other modules:
 * ``grpc``: Pravega's Client-Controller API over gRPC, for Pravega's own clients
 * ``kafka_catalog``: what a node's Kafka listener reads and changes in the metadata database
   (topics, users and grants, committed offsets, producer ids)
+* ``kafka_lag``: Kafka consumer groups in the lag round (records, bytes, seconds, status)
 * ``lag``: reader-group lag, measured and judged by the controller
 * ``operations``: running a node: its health, heartbeats, metrics, probes, traces, the canary
   and ``millrace doctor``

@@ -12,6 +12,7 @@ committed offsets and producer ids (``controller_app.models.kafka``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from controller_app.choices import ScalingPolicyType, StreamState
 from controller_app.models import (
     ContainerAssignment,
     KafkaCommittedOffset,
+    KafkaGroupLag,
     KafkaNodeReport,
     KafkaProducerId,
     Node,
@@ -46,7 +48,9 @@ from millrace.kernel.kafka_topics import (
 )
 from millrace.kernel.naming import qualified_segment_name, segment_id
 
-__all__ = ["DatabaseKafkaCatalog", "kafka_groups"]
+__all__ = [
+    "DatabaseKafkaCatalog", "Reported", "committed_offsets", "kafka_groups", "reported",
+]  # fmt: skip
 
 #: A node's report older than this is left out of the views (the node writes it when it changes,
 #: and at least every 10 s).
@@ -235,40 +239,73 @@ class DatabaseKafkaCatalog:
         KafkaNodeReport.objects.update_or_create(node=node, defaults={"report": dict(report)})
 
 
-def kafka_groups() -> dict[str, Any]:
-    """The Kafka listeners and consumer groups as the nodes last reported them (fresh reports
-    only), each group with its members and, per partition, the offset committed, the end and
-    the lag in records; groups that only committed offsets are listed too (no members)."""
+@dataclasses.dataclass
+class Reported:
+    """What the nodes' fresh reports say: the listeners, each partition's end offset and the
+    bytes stored before it (``topic/partition``), and the live groups (with their
+    coordinating node)."""
+
+    reports: list[KafkaNodeReport]
+    ends: dict[str, int]
+    sizes: dict[str, int]
+    live: dict[str, dict[str, Any]]
+
+
+def reported() -> Reported:
+    """The nodes' reports of the last ``REPORT_FRESH_S``."""
     fresh = timezone.now() - datetime.timedelta(seconds=REPORT_FRESH_S)
     reports = list(KafkaNodeReport.objects.filter(updated_at__gte=fresh).order_by("node"))
-    ends: dict[tuple[str, int], int] = {}
-    live: dict[str, dict[str, Any]] = {}
+    found = Reported(reports, {}, {}, {})
     for row in reports:
-        for key, end in dict(row.report.get("ends", {})).items():
-            topic, _, partition = key.rpartition("/")
-            ends[(topic, int(partition))] = int(end)
+        found.ends.update({k: int(v) for k, v in dict(row.report.get("ends", {})).items()})
+        found.sizes.update({k: int(v) for k, v in dict(row.report.get("sizes", {})).items()})
         for group in row.report.get("groups", []):
-            live[group["group"]] = {**group, "coordinator": row.node}
+            found.live[group["group"]] = {**group, "coordinator": row.node}
+    return found
+
+
+def committed_offsets() -> dict[str, list[KafkaCommittedOffset]]:
+    """Each group's committed offsets, by topic and partition."""
     committed: dict[str, list[KafkaCommittedOffset]] = {}
     for offset in KafkaCommittedOffset.objects.order_by("group", "topic", "partition"):
         committed.setdefault(offset.group, []).append(offset)
+    return committed
+
+
+def kafka_groups() -> dict[str, Any]:
+    """The Kafka listeners and consumer groups as the nodes last reported them (fresh reports
+    only), each group with its members and, per partition, the offset committed, the end and
+    the lag in records; groups that only committed offsets are listed too (no members). Each
+    group's status and its lag in bytes and seconds are the lag round's
+    (``controller_app.kafka_lag``; absent until a round measured the group)."""
+    seen = reported()
+    committed = committed_offsets()
+    measured = {row.group: row.report for row in KafkaGroupLag.objects.all()}
     groups = []
-    for name in sorted(set(live) | set(committed)):
+    for name in sorted(set(seen.live) | set(committed)):
+        judged = measured.get(name, {})
+        by_key = {f"{p['topic']}/{p['partition']}": p for p in judged.get("partitions", [])}
         partitions: list[dict[str, Any]] = []
         for offset in committed.get(name, []):
-            end = ends.get((offset.topic, offset.partition))
+            key = f"{offset.topic}/{offset.partition}"
+            end = seen.ends.get(key)
             partitions.append({
                 "topic": offset.topic, "partition": offset.partition, "committed": offset.offset,
                 "end": end, "lag": None if end is None else max(end - offset.offset, 0),
+                "lagBytes": by_key.get(key, {}).get("lagBytes"),
+                "lagSeconds": by_key.get(key, {}).get("lagSeconds"),
             })  # fmt: skip
-        found = live.get(name, {})
+        found = seen.live.get(name, {})
         groups.append({
             "group": name, "state": found.get("state", "Empty"),
             "coordinator": found.get("coordinator"), "protocol": found.get("protocol", ""),
             "generation": found.get("generation"), "members": found.get("members", []),
             "partitions": partitions,
             "lag": sum(p["lag"] or 0 for p in partitions),
+            "status": judged.get("status"), "reason": judged.get("reason"),
+            "lagBytes": judged.get("lagBytes"), "lagSeconds": judged.get("lagSeconds"),
+            "computedAtMs": judged.get("computedAtMs"),
         })  # fmt: skip
     listeners = [{"node": r.node, "bootstrap": r.report.get("bootstrap"),
-                  "updatedAt": r.updated_at.isoformat()} for r in reports]  # fmt: skip
+                  "updatedAt": r.updated_at.isoformat()} for r in seen.reports]  # fmt: skip
     return {"listeners": listeners, "groups": groups}

@@ -98,14 +98,17 @@ def add_point(points: list[list[int]], at_ms: int, length: int) -> list[list[int
     return out
 
 
-def judge(samples: list[dict[str, Any]], online: int) -> tuple[str, str]:
-    """The group's status and why, from its rounds' samples (``lag``: bytes unread, ``read``:
-    the sum of its positions, ``at``: ms, ``error``: why a round failed)."""
+def judge(
+    samples: list[dict[str, Any]], online: int, unit: str = "bytes", who: str = "reader"
+) -> tuple[str, str]:
+    """The group's status and why, from its rounds' samples (``lag``: ``unit`` unread,
+    ``read``: the sum of its positions, ``at``: ms, ``error``: why a round failed) and how
+    many of its ``who`` are online."""
     last = samples[-1]
     if last.get("error"):
         return "ERR", str(last["error"])
     if not online:
-        return "STOP", "no reader online"
+        return "STOP", f"no {who} online"
     window = [s for s in samples[-WINDOW:] if not s.get("error")]
     if any(s["lag"] == 0 for s in window):
         return "OK", "nothing unread" if last["lag"] == 0 else "caught up within the window"
@@ -113,7 +116,7 @@ def judge(samples: list[dict[str, Any]], online: int) -> tuple[str, str]:
         return "OK", f"measuring ({len(window)} of {WINDOW_MIN} rounds)"
     seconds = (window[-1]["at"] - window[0]["at"]) / 1000
     if window[-1]["read"] == window[0]["read"]:
-        return "STALL", f"positions unmoved for {seconds:.0f} s with {last['lag']:,} bytes unread"
+        return "STALL", f"positions unmoved for {seconds:.0f} s with {last['lag']:,} {unit} unread"
     if all(b["lag"] > a["lag"] for a, b in pairwise(window)):
         return "WARN", f"lag grew in each of the last {len(window)} rounds ({seconds:.0f} s)"
     return "OK", "reading"
@@ -259,8 +262,12 @@ def _measure_one(group: ReaderGroup, found: _Segments, at_ms: int) -> None:
         row.save()
 
 
-def lag_round(store: SegmentStorePort, read_traffic: Callable[[], Traffic]) -> int:
-    """Measure every reader group (the beat job); how many. One round at a time: a round
+def lag_round(
+    store: SegmentStorePort, read_traffic: Callable[[], Traffic],
+    also: Callable[[int, float], int] | None = None,
+) -> int:  # fmt: skip
+    """Measure every reader group (the beat job), then ``also(at_ms, deadline)`` (Kafka's
+    consumer groups, ``controller_app.kafka_lag``); how many. One round at a time: a round
     holds the ``lag-round`` lease while it runs, and one that finds it held leaves at once.
     A round stops at its period's end: the groups it did not reach keep their last report
     (whose age the metrics show) until the next round, so a segment store that does not
@@ -283,6 +290,8 @@ def lag_round(store: SegmentStorePort, read_traffic: Callable[[], Traffic]) -> i
                 break
             _measure_one(group, found, at_ms)
             measured += 1
+        if also is not None:
+            measured += also(at_ms, deadline)
         return measured
     finally:
         lease.release()

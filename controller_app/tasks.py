@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError
 from django.db.models import F, QuerySet
 
-from controller_app import dispatch, lag, quotas
+from controller_app import dispatch, kafka_lag, lag, quotas
 from controller_app.choices import BucketService, RetentionPolicyType, StreamState
 from controller_app.errors import (
     ConflictError,
@@ -227,8 +227,9 @@ def autoscale_round() -> int:
 
 @shared_task(name=dispatch.READER_GROUP_LAG, ignore_result=True)
 def reader_group_lag_round() -> int:
-    """Measure every reader group's lag and judge its status (``controller_app.lag``)."""
-    return lag.lag_round(segment_store(), read_traffic)
+    """Measure every reader group's and Kafka consumer group's lag and judge its status
+    (``controller_app.lag``, ``controller_app.kafka_lag``)."""
+    return lag.lag_round(segment_store(), read_traffic, also=kafka_lag.measure_kafka_groups)
 
 
 @shared_task(name=dispatch.CANARY, ignore_result=True)

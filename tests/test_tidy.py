@@ -298,6 +298,7 @@ WRITE_HOMES = {
     "ProcessHeartbeat": "controller_app/operations/heartbeats.py",
     "CanaryProbe": "controller_app/operations/canary.py",
     "ReaderGroupLag": "controller_app/lag.py",
+    "KafkaGroupLag": "controller_app/kafka_lag.py",
     "AuditEntry": "controller_app/audit.py",
     **dict.fromkeys(("KafkaCommittedOffset", "KafkaProducerId", "KafkaNodeReport"),
                     "controller_app/kafka_catalog.py"),

@@ -11,7 +11,7 @@ Its modules:
 * ``epoch``: a stream's history
 * ``grants``: permissions on resource strings, for users and groups (and their denials)
 * ``host``: the host store
-* ``kafka``: Kafka consumer groups' committed offsets, and the producer ids handed out
+* ``kafka``: Kafka consumer groups' committed offsets and lag, the producer ids handed out
 * ``kvt``: key-value table
 * ``quotas``: quotas per scope, and what each node measured of the scopes it serves
 * ``reader_group``: reader groups as the controller knows them, and their subscriptions to
@@ -40,7 +40,12 @@ from controller_app.models.host import (
     ProcessHeartbeat,
     TaskCount,
 )
-from controller_app.models.kafka import KafkaCommittedOffset, KafkaNodeReport, KafkaProducerId
+from controller_app.models.kafka import (
+    KafkaCommittedOffset,
+    KafkaGroupLag,
+    KafkaNodeReport,
+    KafkaProducerId,
+)
 from controller_app.models.kvt import KeyValueTable
 from controller_app.models.quotas import QuotaUsage, ScopeQuota
 from controller_app.models.reader_group import ReaderGroup, ReaderGroupLag, Subscriber
@@ -65,6 +70,7 @@ __all__ = [
     "EpochTransition",
     "Grant",
     "KafkaCommittedOffset",
+    "KafkaGroupLag",
     "KafkaNodeReport",
     "KafkaProducerId",
     "KeyValueTable",

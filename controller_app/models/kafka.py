@@ -1,12 +1,12 @@
 """What Kafka's clients leave with Millrace besides their records: consumer groups' committed
-offsets and the producer ids handed out; and what each node's Kafka listener last reported
-(docs/components/kafka.md)."""
+offsets and the producer ids handed out; what each node's Kafka listener last reported; and
+each group's lag as the lag round measured it (docs/components/kafka.md)."""
 
 from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["KafkaCommittedOffset", "KafkaNodeReport", "KafkaProducerId"]
+__all__ = ["KafkaCommittedOffset", "KafkaGroupLag", "KafkaNodeReport", "KafkaProducerId"]
 
 
 class KafkaCommittedOffset(models.Model):
@@ -49,3 +49,22 @@ class KafkaNodeReport(models.Model):
 
     def __str__(self) -> str:
         return f"Kafka listener of {self.node}"
+
+
+class KafkaGroupLag(models.Model):
+    """A Kafka consumer group's lag as the last lag round measured it
+    (``controller_app.kafka_lag``): the report the views show, the samples its status is judged
+    over and each partition's recent end offsets (what a committed offset's age is read
+    from)."""
+
+    group = models.CharField(max_length=255, unique=True)
+    computed_at_ms = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=8, default="OK")
+    report = models.JSONField(default=dict, blank=True)
+    samples = models.JSONField(default=list, blank=True)
+    tails = models.JSONField(
+        default=dict, blank=True, help_text='{"<topic>/<partition>": [[ms, end offset], ...]}'
+    )
+
+    def __str__(self) -> str:
+        return f"lag of Kafka group {self.group}: {self.status}"

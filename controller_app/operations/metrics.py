@@ -265,15 +265,38 @@ def _kafka_families() -> dict[str, Any]:
         "members": GaugeMetricFamily(
             "millrace_kafka_group_members", "Members of a Kafka consumer group.", labels=["group"]
         ),
-    }
+        "lagBytes": GaugeMetricFamily(
+            "millrace_kafka_group_lag_bytes",
+            "Bytes a Kafka consumer group has not committed yet (the records times their"
+            " partitions' mean stored size; absent when not known).", labels=["group"],
+        ),
+        "lagSeconds": GaugeMetricFamily(
+            "millrace_kafka_group_lag_seconds",
+            "How long ago the oldest record a Kafka consumer group has not committed was"
+            " appended.", labels=["group"],
+        ),
+        "status": GaugeMetricFamily(
+            "millrace_kafka_group_status",
+            "1 for the Kafka consumer group's status (OK, WARN, STALL, STOP, ERR), 0 for the"
+            " others.", labels=["group", "status"],
+        ),
+    }  # fmt: skip
 
 
 def _kafka_groups() -> Iterator[Any]:
     from controller_app.kafka_catalog import kafka_groups
+    from controller_app.lag import STATUSES
 
     families = _kafka_families()
     for group in kafka_groups()["groups"]:
         families["members"].add_metric([group["group"]], len(group["members"]))
+        for key in ("lagBytes", "lagSeconds"):
+            if group[key] is not None:
+                families[key].add_metric([group["group"]], group[key])
+        if group["status"] is not None:
+            for each in STATUSES:
+                families["status"].add_metric([group["group"], each],
+                                              1.0 if each == group["status"] else 0.0)  # fmt: skip
         for p in group["partitions"]:
             if p["lag"] is not None:
                 labels = [group["group"], p["topic"], str(p["partition"])]

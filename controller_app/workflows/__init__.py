@@ -2,9 +2,9 @@
 
 Views, tasks and the CLI call these; nothing else changes the records of scopes, streams,
 epochs, transactions, marks, reader groups and key-value tables. Every other record has one
-home of its own too (access, the cluster, the registry, quotas, lag, the audit log, the
-operations' heartbeats and probes): ``tests/test_tidy.py`` (``WRITE_HOMES``) fails on a write
-anywhere else.
+home of its own too (access, the cluster, the registry, quotas, lag, Kafka's records, the
+audit log, the operations' heartbeats and probes): ``tests/test_tidy.py`` (``WRITE_HOMES``)
+fails on a write anywhere else.
 Each function checks the state it expects, so running it twice (a retried request, a task
 delivered twice) does no harm. Errors are ``controller_app.errors`` classes, which the REST
 layer maps to status codes: ``NotFoundError`` 404, ``AlreadyExistsError`` 409,

@@ -229,7 +229,8 @@ def _refusal(error: codec.DecodeError) -> bytes | None:
 def _report(settings: KafkaSettings, port: int, groups: GroupCoordinator,
             partitions: Partitions) -> dict[str, object]:  # fmt: skip
     """What the listener says of itself to the controller's views: its bootstrap address, its
-    groups and its partitions' end offsets (``topic/partition``)."""
+    groups, and its partitions' end offsets and the bytes stored before them
+    (``topic/partition``)."""
     described = []
     for name in sorted(groups.groups):
         found = groups.describe(name)
@@ -239,10 +240,11 @@ def _report(settings: KafkaSettings, port: int, groups: GroupCoordinator,
                    for m in found["members"]]  # fmt: skip
         described.append({"group": name, "state": found["state"], "protocol": found["protocol"],
                           "generation": found["generation"], "members": members})  # fmt: skip
-    ends = {}
+    ends, sizes = {}, {}
     for segment, log_ in partitions.opened().items():
         with contextlib.suppress(ValueError):
             scope, stream, segment_id = parse_segment_name(segment)
-            topic = stream_topic(scope, stream, settings.scope)
-            ends[f"{topic}/{segment_number(segment_id)}"] = log_.frontier_records
-    return {"bootstrap": f"{settings.advertised_host}:{port}", "groups": described, "ends": ends}
+            key = f"{stream_topic(scope, stream, settings.scope)}/{segment_number(segment_id)}"
+            ends[key], sizes[key] = log_.frontier_records, log_.frontier_bytes
+    return {"bootstrap": f"{settings.advertised_host}:{port}", "groups": described, "ends": ends,
+            "sizes": sizes}  # fmt: skip

@@ -1,11 +1,13 @@
 """The console's Kafka page, in headless Chromium against a real standalone node: a
 confluent-kafka consumer group reads a topic and commits; the page shows the node's listener,
-the group's state, its member and, per partition, what it committed, the end and the lag; the
-REST API (``/v1/kafka/groups``, with a token) and ``millrace kafka groups`` say the same."""
+the group's state, its member, the lag round's status and, per partition, what it committed,
+the end and the lag in records, bytes and seconds; the metrics, the REST API
+(``/v1/kafka/groups``, with a token) and ``millrace kafka groups`` say the same."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -50,15 +52,19 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
             group = groups.get("dashboards")
             consumer.poll(0.2)  # (as a consumer does: a rebalance it is asked to join completes)
             settled = group and group["members"] and group["state"] == "Stable"
-            return body if settled and group["lag"] == 10 else None
+            judged = group and group["status"] == "OK" and group["lagBytes"]  # (the lag round's)
+            return body if settled and judged and group["lag"] == 10 else None
 
-        body = eventually(lagging, 30, "the group reported, Stable, with a lag of 10")
+        body = eventually(lagging, 60, "the group reported, Stable, with a lag of 10, judged OK")
         assert body["listeners"][0]["bootstrap"] == f"127.0.0.1:{node.kafka_port}"
         group = next(g for g in body["groups"] if g["group"] == "dashboards")
         assert group["state"] == "Stable" and group["members"][0]["client"] == "dashboard-1"
-        assert group["partitions"] == [
-            {"topic": "clicks", "partition": 0, "committed": 20, "end": 30, "lag": 10}
-        ]
+        (partition,) = group["partitions"]
+        assert {k: partition[k] for k in ("topic", "partition", "committed", "end", "lag")} == {
+            "topic": "clicks", "partition": 0, "committed": 20, "end": 30, "lag": 10}  # fmt: skip
+        # (ten records of 7 or 8 bytes, each stored with Millrace's framing)
+        assert 70 <= partition["lagBytes"] == group["lagBytes"] < 400
+        assert partition["lagSeconds"] >= 0 and group["reason"]
 
         status, scraped = 0, ""
         import urllib.request
@@ -70,6 +76,10 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
         assert status == 200
         assert ('millrace_kafka_group_lag_records{group="dashboards",partition="0",topic="clicks"}'
                 ' 10.0') in scraped  # fmt: skip
+        assert 'millrace_kafka_group_status{group="dashboards",status="OK"} 1.0' in scraped
+        assert (
+            f'millrace_kafka_group_lag_bytes{{group="dashboards"}} {group["lagBytes"]}' in scraped
+        )
         shown = subprocess.run(
             [sys.executable, "-m", "millrace.ops.cli", "kafka", "groups", "--url", node.base,
              "--token", node.token],
@@ -77,6 +87,7 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
         )  # fmt: skip
         assert shown.returncode == 0, shown.stderr
         assert "group dashboards: Stable, 1 member(s), lag 10 record(s)" in shown.stdout
+        assert "  status OK (" in shown.stdout
         assert "clicks" in shown.stdout
 
         password = (node.data_dir / "admin-password").read_text().strip()
@@ -87,7 +98,10 @@ def test_the_kafka_page_shows_listeners_groups_and_lag(chromium: Any, node: Stan
         expect(section.locator("h3")).to_contain_text("Stable")
         expect(section).to_contain_text("dashboard-1")
         row = section.locator("tr[data-topic=clicks][data-partition='0']")
-        expect(row.locator("td")).to_have_text(["clicks", "0", "20", "30", "10"])
+        expect(row.locator("td")).to_have_text(
+            ["clicks", "0", "20", "30", "10", re.compile(r"\d+\sbytes"), re.compile(r"[\d.]+ s")]
+        )
+        expect(section.locator(".kafka-lag-status")).to_have_attribute("data-status", "OK")
         screenshot(page, "kafka")
     finally:
         consumer.close()

@@ -395,8 +395,16 @@ class KafkaNodeReportFactory(DjangoModelFactory):
                                            "ends": {}})  # fmt: skip
 
 
+class KafkaGroupLagFactory(DjangoModelFactory):
+    class Meta:
+        model = models.KafkaGroupLag
+
+    group = factory.Sequence(lambda n: f"group-{n}")
+
+
 ALL_FACTORIES = [
     KafkaCommittedOffsetFactory,
+    KafkaGroupLagFactory,
     KafkaProducerIdFactory,
     KafkaNodeReportFactory,
     CanaryProbeFactory,

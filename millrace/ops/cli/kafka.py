@@ -1,5 +1,6 @@
 """``millrace kafka groups``: the Kafka listeners and consumer groups (members, committed
-offsets, lag in records), as the nodes last reported them."""
+offsets, lag in records), as the nodes last reported them, with each group's status and lag in
+bytes and seconds as the lag round last judged them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def register(commands: Any, parents: Parents) -> None:
     verbs = kafka.add_subparsers(dest="verb", metavar="VERB", required=True)
     command(
         verbs, "groups", remote.handler(groups),
-        "The Kafka listeners, and each consumer group's state, members and lag per partition.",
+        "The Kafka listeners, and each consumer group's state, status, members and lag.",
         variables=remote.VARIABLES, parents=[parents.data_dir, remote.options()],
     )  # fmt: skip
 
@@ -35,6 +36,10 @@ def group_lines(found: dict[str, Any]) -> list[str]:
         members = len(group["members"])
         lines.append(f"group {group['group']}: {group['state']}, {members} member(s), lag"
                      f" {group['lag']} record(s)")  # fmt: skip
+        if group.get("status"):
+            sized = "?" if group["lagBytes"] is None else f"{group['lagBytes']:,}"
+            lines.append(f"  status {group['status']} ({group['reason']}): {sized} byte(s),"
+                         f" oldest {group['lagSeconds']:.1f} s")  # fmt: skip
         for member in group["members"]:
             lines.append(f"  member {member['member']} ({member['client']} at {member['host']})")
         lines.append(f"  {'TOPIC':<32} {'PARTITION':>9} {'COMMITTED':>10} {'END':>10} {'LAG':>8}")
