@@ -148,6 +148,11 @@ class LocalCluster:
         self.grpc_ports = free_ports(controllers)
         self.token = ""
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Kafka's ``bootstrap.servers``: every node's listener."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports)
+
     # -- starting ----------------------------------------------------------------------------
 
     def cli(self, *args: str) -> str:

@@ -1,20 +1,31 @@
-"""Kafka's own clients, configured for a node's Kafka listener as a user configures them."""
+"""Kafka's own clients, configured for a node's or a cluster's Kafka listeners as a user
+configures them."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import subprocess
-from typing import Any
+from typing import Any, Protocol
 
 from tests.acceptance.standalone_node import Standalone
 
 
-def bootstrap(node: Standalone) -> str:
-    return f"127.0.0.1:{node.kafka_port}"
+class KafkaTarget(Protocol):
+    """A standalone node or a cluster: its Kafka listeners and the admin's token."""
+
+    @property
+    def kafka_bootstrap(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
 
 
-def confluent(node: Standalone, **extra: Any) -> dict[str, Any]:
+def bootstrap(node: KafkaTarget) -> str:
+    return node.kafka_bootstrap
+
+
+def confluent(node: KafkaTarget, **extra: Any) -> dict[str, Any]:
     """confluent-kafka's (librdkafka's) settings: SASL/PLAIN as the admin, its token the
     password."""
     return {
@@ -24,7 +35,7 @@ def confluent(node: Standalone, **extra: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def kafka_python(node: Standalone, **extra: Any) -> dict[str, Any]:
+def kafka_python(node: KafkaTarget, **extra: Any) -> dict[str, Any]:
     """kafka-python's and aiokafka's settings (they share the names)."""
     return {
         "bootstrap_servers": bootstrap(node), "security_protocol": "SASL_PLAINTEXT",
@@ -33,7 +44,7 @@ def kafka_python(node: Standalone, **extra: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def kcat(node: Standalone, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+def kcat(node: KafkaTarget, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
     """Debian's kcat, as the admin; its standard output (a failure shows its error output)."""
     argv = [
         "kcat", "-b", bootstrap(node), "-X", "security.protocol=SASL_PLAINTEXT",

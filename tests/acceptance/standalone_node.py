@@ -74,6 +74,11 @@ class Standalone:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Kafka's ``bootstrap.servers`` for the node."""
+        return f"127.0.0.1:{self.kafka_port}"
+
     def manager(self, **options: Any) -> StreamManager:
         """A client of the node (over TLS, trusting its CA, when the node has TLS)."""
         return StreamManager(self.base, token=self.token, tls_ca=self.tls_ca, **options)
