@@ -1,6 +1,7 @@
 """Batch reads and writes through ``format("millrace")`` on local Spark against a real
 standalone node: round trips with per-key order, exactly once through failures, stream cuts
-shared with the Python client, clear errors for bad options."""
+shared with the Python client, clear errors for bad options, records produced through Kafka's
+protocol read as events."""
 
 from __future__ import annotations
 
@@ -355,3 +356,33 @@ def test_a_stream_in_header_mode_refuses_a_jobs_unframed_rows(spark: Any, node: 
     write.mode("append").save()
     events = sorted(bytes(row["event"]) for row in read_back(spark, node, "orders", scope="typed"))
     assert events == sorted([framed, b"not framed"])
+
+
+def test_records_produced_through_kafka_are_events_to_spark(spark: Any, node: Standalone) -> None:
+    """A confluent-kafka producer writes a topic of three partitions; Spark reads its stream
+    (scope ``kafka``): each record's value an event, each partition a segment in the order of
+    its offsets."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.acceptance import kafka_clients as kc
+
+    topic = f"sparked{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(kc.confluent(node))
+    admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(30)
+    producer = Producer(kc.confluent(node, **{"acks": "all"}))
+    delivered: list[Any] = []
+    for i in range(300):
+        producer.produce(topic, key=f"k{i % 11}", value=f"record {i}",
+                         on_delivery=lambda err, msg: delivered.append((err, msg)))  # fmt: skip
+    assert producer.flush(30) == 0 and all(err is None for err, _ in delivered)
+
+    rows = read_back(spark, node, topic, scope="kafka")
+    assert sorted(r["event"].decode() for r in rows) == sorted(f"record {i}" for i in range(300))
+    assert {r["segment_id"] for r in rows} == {0, 1, 2}
+    for partition in range(3):  # (a partition's records in the order of their Kafka offsets)
+        produced = sorted((m.offset(), m.value().decode()) for _, m in delivered
+                          if m.partition() == partition)  # fmt: skip
+        read = [r["event"].decode() for r in sorted(rows, key=lambda r: r["offset"])
+                if r["segment_id"] == partition]  # fmt: skip
+        assert read == [value for _, value in produced]
