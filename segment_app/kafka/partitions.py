@@ -7,7 +7,11 @@ segment's creation, so that offsets are dense and every face's events are record
 the end of every append it made), so that an offset is found by a short scan forward; and it
 stores a checkpoint (a record count at a byte offset) in two of the segment's attributes at
 least every ``CHECKPOINT_BYTES``, so that a node that opens the partition after a restart or a
-failover, or after tier-2 took the data, scans from there and not from the start.
+failover, or after tier-2 took the data, scans from there and not from the start. Offsets
+before the checkpoint are found from the segment's start: byte 0 is offset 0 when the segment
+was never truncated, and otherwise the events between its start and the checkpoint are counted
+once, at the first need; points found by such scans are kept, so that a consumer reading from
+far back scans each stretch once.
 
 When the segment was truncated past the last checkpoint (retention removed events no Kafka
 client ever asked for), the events removed are not known: the first event left is numbered as
@@ -69,6 +73,9 @@ class PartitionLog:
         #: (records, bytes) points where an event starts, rising in both.
         self._points: list[tuple[int, int]] = []
         self._point_bytes: list[int] = []
+        #: The segment's start byte while the offset there is not known yet (opened from a
+        #: checkpoint past a truncation point): counted at the first need (``_head_point``).
+        self._head_unknown: int | None = None
         #: The end of what is counted: records before ``frontier_bytes``.
         self.frontier_records = 0
         self.frontier_bytes = 0
@@ -99,6 +106,10 @@ class PartitionLog:
             records, at = 0, 0
         if at < info.start_offset:  # truncated past the checkpoint (see the module's note)
             records, at = records + (info.start_offset - at) // _HEADER, info.start_offset
+        if info.start_offset == 0 and at > 0:
+            self._add_point(0, 0)  # (never truncated: offset 0 is byte 0)
+        elif info.start_offset < at:
+            self._head_unknown = info.start_offset  # (counted back from the checkpoint)
         self._stored_bytes = at
         self._add_point(records, at)
         self.frontier_records, self.frontier_bytes = records, at
@@ -108,6 +119,37 @@ class PartitionLog:
             return
         self._points.append((records, at))
         self._point_bytes.append(at)
+
+    def _insert_point(self, records: int, at: int) -> None:
+        """Keep a point found by a scan behind the frontier (a later seek starts there)."""
+        index = bisect.bisect_left(self._point_bytes, at)
+        if index < len(self._point_bytes) and self._point_bytes[index] == at:
+            return
+        self._points.insert(index, (records, at))
+        self._point_bytes.insert(index, at)
+
+    async def _head_point(self) -> None:
+        """Number the events between the segment's start and the first point, once: the
+        partition was opened from a checkpoint and the segment starts before it (retention
+        truncated it, but not past the checkpoint)."""
+        head = self._head_unknown
+        if head is None:
+            return
+        async with self._scan:
+            if self._head_unknown is None:
+                return
+            records, until = self._points[0]
+            count, position = 0, head
+            while position < until:
+                read = await self.store.read(
+                    self.segment, position, min(SCAN_READ_BYTES, until - position)
+                )
+                found, used = _count_events(read.data, self.segment, position, stop=until)
+                if used == 0:
+                    raise CorruptPartitionError(f"{self.segment}: no event starts at {until}")
+                count, position = count + found, position + used
+            self._insert_point(records - count, head)
+            self._head_unknown = None
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -168,6 +210,7 @@ class PartitionLog:
     async def start_offset(self) -> int:
         """The first offset still stored (the log start offset)."""
         info = await self.store.get_info(self.segment)
+        await self._head_point()
         return await self.records_at(max(info.start_offset, self._points[0][1]))
 
     async def records_at(self, at: int) -> int:
@@ -178,6 +221,8 @@ class PartitionLog:
             await self.catch_up(at)
             if at == self.frontier_bytes:
                 return self.frontier_records
+        if at < self._points[0][1]:
+            await self._head_point()
         index = bisect.bisect_right(self._point_bytes, at) - 1
         records, position = self._points[max(index, 0)]
         while position < at:
@@ -189,6 +234,7 @@ class PartitionLog:
                 raise CorruptPartitionError(f"{self.segment}: no event starts at byte {at}")
             records += count
             position += used
+            self._insert_point(records, position)
         return records
 
     async def position_of(self, offset: int) -> int:
@@ -197,6 +243,8 @@ class PartitionLog:
             await self.catch_up()
             if offset >= self.frontier_records:
                 return self.frontier_bytes
+        if offset < self._points[0][0]:
+            await self._head_point()
         index = bisect.bisect_right(self._points, (offset, 1 << 62)) - 1
         records, position = self._points[max(index, 0)]
         while records < offset:
@@ -206,6 +254,7 @@ class PartitionLog:
                 raise CorruptPartitionError(f"{self.segment}: no event {offset}")
             records += count
             position += used
+            self._insert_point(records, position)
         return position
 
     # -- appending and reading ----------------------------------------------------------------
@@ -353,31 +402,32 @@ class PartitionLog:
         """The values of the events from ``offset`` on: at least one (if there is one), then as
         many as fit in ``max_bytes``."""
         position = await self.position_of(offset)
-        values: list[bytes] = []
         want = max(max_bytes, _HEADER)
+        buffer = b""
         while True:
-            read = await self.store.read(self.segment, position, want)
-            data = read.data
-            used = 0
-            unpack = EVENT_HEADER.unpack_from
-            while used + _HEADER <= len(data):
-                kind, length = unpack(data, used)
-                if kind != EVENT_TYPE or length < 0:
-                    raise CorruptPartitionError(
-                        f"{self.segment}: not an event at {position + used}"
-                    )
-                end = used + _HEADER + length
-                if end > len(data):
-                    break
-                values.append(data[used + _HEADER : end])
-                used = end
-            if values or not data or read.at_tail:
-                if not values and data and len(data) >= _HEADER:  # one event over max_bytes
-                    _, length = unpack(data, 0)
-                    if len(data) < _HEADER + length:
-                        want = _HEADER + length
-                        continue
+            read = await self.store.read(self.segment, position + len(buffer), want - len(buffer))
+            buffer += read.data
+            values = self._values(buffer, position)
+            if values or not read.data or read.at_tail:
                 return values
+            if len(buffer) >= _HEADER:  # (the first event is longer than asked: all of it)
+                want = max(want, _HEADER + EVENT_HEADER.unpack_from(buffer)[1])
+
+    def _values(self, data: bytes, position: int) -> list[bytes]:
+        """The values of the whole events at the start of ``data`` (read at ``position``)."""
+        values: list[bytes] = []
+        used = 0
+        unpack = EVENT_HEADER.unpack_from
+        while used + _HEADER <= len(data):
+            kind, length = unpack(data, used)
+            if kind != EVENT_TYPE or length < 0:
+                raise CorruptPartitionError(f"{self.segment}: not an event at {position + used}")
+            end = used + _HEADER + length
+            if end > len(data):
+                break
+            values.append(data[used + _HEADER : end])
+            used = end
+        return values
 
 
 def _count_events(

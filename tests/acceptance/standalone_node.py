@@ -79,6 +79,24 @@ class Standalone:
         """Kafka's ``bootstrap.servers`` for the node."""
         return f"127.0.0.1:{self.kafka_port}"
 
+    def store_metric(self, name: str, port: int | None = None) -> float:
+        """The sum over containers of gauge ``name`` from the segment store's metrics port
+        (``port``, default the node's), which wants a delegation token for ``*`` signed with
+        the node's secret: the inherited ``MILLRACE_TOKEN_SECRET``, else the one it wrote in
+        its data directory."""
+        from millrace.kernel.claims import READ, mint_token
+
+        secret = os.environ.get("MILLRACE_TOKEN_SECRET") or (
+            (self.data_dir / "secrets" / "token-secret").read_text().strip()
+        )
+        asked = urllib.request.Request(
+            f"http://127.0.0.1:{port or self.metrics_port}/metrics",
+            headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
+        )
+        with urllib.request.urlopen(asked, timeout=5) as answer:
+            lines = answer.read().decode().splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+
     def manager(self, **options: Any) -> StreamManager:
         """A client of the node (over TLS, trusting its CA, when the node has TLS)."""
         return StreamManager(self.base, token=self.token, tls_ca=self.tls_ca, **options)

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,6 @@ import pytest
 from millrace.client.controller import AsyncControllerClient
 from millrace.client.manager import StreamManager
 from millrace.client.transport import segment_store as ssc
-from millrace.kernel.claims import READ, mint_token
 from tests.acceptance.faulty_proxy import FaultyProxy
 from tests.acceptance.standalone_node import (
     READY_LINE,
@@ -80,25 +77,9 @@ def _start(data_dir: Path, url: str, metrics: int, **more: str) -> Standalone:
     return node
 
 
-def _metric(node: Standalone, metrics: int, name: str) -> float:
-    """The sum over containers of gauge ``name`` from the node's metrics port (which wants a
-    delegation token for ``*``, signed with the node's secret: the inherited
-    ``MILLRACE_TOKEN_SECRET``, else the one it wrote in its data directory)."""
-    secret = os.environ.get("MILLRACE_TOKEN_SECRET") or (
-        (node.data_dir / "secrets" / "token-secret").read_text().strip()
-    )
-    asked = urllib.request.Request(
-        f"http://127.0.0.1:{metrics}/metrics",
-        headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
-    )
-    with urllib.request.urlopen(asked, timeout=5) as answer:
-        lines = answer.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
-
-
 def _lag_bytes(node: Standalone, metrics: int) -> float:
     """Bytes appended and not yet in tier-2, all containers (the node's metrics port)."""
-    return _metric(node, metrics, "millrace_container_tier2_lag_bytes")
+    return node.store_metric("millrace_container_tier2_lag_bytes", metrics)
 
 
 class SteadyWriter(threading.Thread):
@@ -380,7 +361,7 @@ def test_with_a_disk_cache_the_backlog_outgrows_memory_without_refusals(
                     writer.write_event(f"k0:{n}:{'d' * 1000}")
                 writer.flush()  # acknowledged with tier-2 down
         on_disk = eventually(  # (the metrics port's figures are a few seconds old)
-            lambda: _metric(node, metrics, "millrace_container_disk_cache_bytes") > 0, 30,
+            lambda: node.store_metric("millrace_container_disk_cache_bytes", metrics) > 0, 30,
             "data in the disk cache",
         )  # fmt: skip
         assert on_disk
