@@ -139,17 +139,24 @@ class PartitionLog:
             if self._head_unknown is None:
                 return
             records, until = self._points[0]
-            count, position = 0, head
-            while position < until:
-                read = await self.store.read(
-                    self.segment, position, min(SCAN_READ_BYTES, until - position)
-                )
-                found, used = _count_events(read.data, self.segment, position, stop=until)
-                if used == 0:
-                    raise CorruptPartitionError(f"{self.segment}: no event starts at {until}")
-                count, position = count + found, position + used
-            self._insert_point(records - count, head)
+            self._insert_point(records - await self._count_from(head, until), head)
             self._head_unknown = None
+
+    async def _count_from(self, position: int, until: int, records: int | None = None) -> int:
+        """How many events lie from byte ``position`` to byte ``until``; given ``records``
+        (the offset at ``position``), the points scanned past are kept."""
+        count = 0
+        while position < until:
+            read = await self.store.read(
+                self.segment, position, min(SCAN_READ_BYTES, until - position)
+            )
+            found, used = _count_events(read.data, self.segment, position, stop=until)
+            if used == 0:
+                raise CorruptPartitionError(f"{self.segment}: no event starts at byte {until}")
+            count, position = count + found, position + used
+            if records is not None:
+                self._insert_point(records + count, position)
+        return count
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -225,17 +232,7 @@ class PartitionLog:
             await self._head_point()
         index = bisect.bisect_right(self._point_bytes, at) - 1
         records, position = self._points[max(index, 0)]
-        while position < at:
-            read = await self.store.read(
-                self.segment, position, min(SCAN_READ_BYTES, at - position)
-            )
-            count, used = _count_events(read.data, self.segment, position, stop=at)
-            if used == 0:
-                raise CorruptPartitionError(f"{self.segment}: no event starts at byte {at}")
-            records += count
-            position += used
-            self._insert_point(records, position)
-        return records
+        return records + await self._count_from(position, at, records)
 
     async def position_of(self, offset: int) -> int:
         """The byte where the event numbered ``offset`` starts (``offset`` ≤ the end)."""
