@@ -46,7 +46,7 @@ from controller_app.workflows.config import StreamConfig, check_name
 from controller_app.workflows.room import check_room
 from controller_app.workflows.scopes import get_scope
 from millrace.kernel import defaults, schema_policy
-from millrace.kernel.naming import transaction_segment_name
+from millrace.kernel.naming import KAFKA_RECORDS_MARK, transaction_segment_name
 
 #: Buckets the periodic services spread streams over (Pravega's default is 100).
 BUCKET_COUNT = 100
@@ -306,7 +306,11 @@ def run_delete(store: SegmentStorePort, stream_id: int) -> None:
             store.delete(transaction_segment_name(sel.segment_name(stream, segment.id), txn.hex))
     records = SegmentRecord.objects.filter(stream=stream).only("number", "creation_epoch")
     for record in records.iterator(chunk_size=1000):
-        store.delete(sel.segment_name(stream, record.segment_id))
+        name = sel.segment_name(stream, record.segment_id)
+        store.delete(name)
+        # (its records' keys, times and headers, where Kafka's clients wrote to it: none found
+        # is no error)
+        store.delete(name + KAFKA_RECORDS_MARK)
     step("delete.segments")
     Stream.objects.filter(pk=stream_id, state=StreamState.DELETING).delete()
 

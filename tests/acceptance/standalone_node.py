@@ -79,19 +79,34 @@ class Standalone:
         """Kafka's ``bootstrap.servers`` for the node."""
         return f"127.0.0.1:{self.kafka_port}"
 
-    def store_metric(self, name: str, port: int | None = None) -> float:
-        """The sum over containers of gauge ``name`` from the segment store's metrics port
-        (``port``, default the node's), which wants a delegation token for ``*`` signed with
-        the node's secret: the inherited ``MILLRACE_TOKEN_SECRET``, else the one it wrote in
-        its data directory."""
+    def delegation_token(self) -> str:
+        """A delegation token for ``*`` (read), as the controller hands out, signed with the
+        node's secret: the inherited ``MILLRACE_TOKEN_SECRET``, else the one it wrote in its
+        data directory."""
         from millrace.kernel.claims import READ, mint_token
 
         secret = os.environ.get("MILLRACE_TOKEN_SECRET") or (
             (self.data_dir / "secrets" / "token-secret").read_text().strip()
         )
+        return mint_token(secret, "*", READ, 60)
+
+    def segment_exists(self, name: str) -> bool:
+        """Whether the node's segment store has segment ``name`` (asked over the wire)."""
+        from millrace.kernel import wire
+        from tests.acceptance.cluster import wire_call
+
+        reply = wire_call(
+            self.wire_port, wire.GetStreamSegmentInfo(1, name, self.delegation_token())
+        )
+        assert isinstance(reply, wire.StreamSegmentInfo | wire.NoSuchSegment), reply
+        return isinstance(reply, wire.StreamSegmentInfo)
+
+    def store_metric(self, name: str, port: int | None = None) -> float:
+        """The sum over containers of gauge ``name`` from the segment store's metrics port
+        (``port``, default the node's), which wants a delegation token."""
         asked = urllib.request.Request(
             f"http://127.0.0.1:{port or self.metrics_port}/metrics",
-            headers={"Authorization": f"Bearer {mint_token(secret, '*', READ, 60)}"},
+            headers={"Authorization": f"Bearer {self.delegation_token()}"},
         )
         with urllib.request.urlopen(asked, timeout=5) as answer:
             lines = answer.read().decode().splitlines()

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from millrace.kernel.naming import KAFKA_RECORDS_MARK, qualified_segment_name, segment_id
 from tests.acceptance import kafka_clients as kc
 from tests.acceptance.standalone_node import (
     READY_LINE,
@@ -156,8 +157,12 @@ def test_confluent_kafka_admin_produce_group_commit_resume(node: Standalone) -> 
             range(len(by_partition[partition]), len(by_partition[partition]) + len(seen))
         )
 
+    # (partition 0's records' keys, times and headers)
+    companion = qualified_segment_name("kafka", topic, segment_id(0, 0)) + KAFKA_RECORDS_MARK
+    assert node.segment_exists(companion)
     admin.delete_topics([topic])[topic].result(60)
     eventually(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the topic gone")
+    eventually(lambda: not node.segment_exists(companion), 30, "the companion segment gone")
 
 
 def test_kafka_python_admin_produce_and_group(node: Standalone) -> None:
