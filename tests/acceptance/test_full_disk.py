@@ -28,7 +28,6 @@ import pytest
 
 from millrace.client.manager import StreamManager
 from millrace.client.transport.segment_store import SegmentStoreError
-from millrace.kernel import defaults
 from tests.acceptance.standalone_node import (
     READY_LINE,
     Standalone,
@@ -44,6 +43,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 #: of its disk guard (0.1 s), tier-1 and tier-2 together at page-cache speed.
 DISK_BYTES = 1024 * 2**20
 EVENT = "x" * 4000
+#: The writer's delivery timeout: shorter than the default (120 s, which a test would wait out
+#: for nothing), long enough for the disk guard's refusals to be retried a few times.
+DELIVERY_S = 20.0
 
 
 @pytest.fixture
@@ -92,9 +94,7 @@ def _restarts(node: Standalone) -> dict[str, int]:
 def _write_until_refused(manager: StreamManager, scope: str) -> tuple[set[str], float, str]:
     """Writes numbered events, flushing every 500, until a flush fails; (the events
     acknowledged, seconds from the failed flush's start to its failure, its error)."""
-    writer = manager.create_writer(
-        scope, "st", delivery_timeout_s=defaults.DELIVERY_TIMEOUT_SECONDS
-    )
+    writer = manager.create_writer(scope, "st", delivery_timeout_s=DELIVERY_S)
     acked: set[str] = set()
     batch: list[str] = []
     for n in range(1_000_000):
@@ -148,7 +148,7 @@ def test_a_full_disk_refuses_appends_in_time_and_recovers_by_itself(small_disk: 
         restarts = _restarts(node)
         filler = _fill(small_disk, 0.9)
         acked, refused_for, why = _write_until_refused(manager, scope)
-        assert refused_for <= defaults.DELIVERY_TIMEOUT_SECONDS + 10, refused_for
+        assert refused_for <= DELIVERY_S + 10, refused_for
         assert why.startswith("DeliveryTimeoutError") and "appends refused: the disk of" in why, why
         tier1 = _tier1(node)
         assert "appends refused" in tier1.get("disk", ""), tier1
