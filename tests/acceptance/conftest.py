@@ -32,8 +32,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     try:
         running.wait_for(READY_LINE)
         yield running
-        running.stop()
-    finally:
+    finally:  # (killed: see running_standalone)
         running.kill()
 
 

@@ -348,7 +348,8 @@ def running_standalone(
 ) -> Iterator[Standalone]:
     """A module's ``millrace standalone`` node with ``env`` (a fixture's body), on free ports
     (its metrics port too), its data directory in a new folder of ``factory``'s (or in the
-    folder given); stopped, or killed, at the end."""
+    folder given); killed at the end (its process group SIGKILLed: a graceful stop spends some
+    7 s waiting for Celery's pool to exit, and is tested by itself in test_standalone)."""
     http, wire, metrics = free_ports(3)
     env = {"MILLRACE_SEGMENTSTORE_METRICS_PORT": str(metrics), **env}
     where = factory if isinstance(factory, Path) else factory.mktemp(name)
@@ -356,6 +357,5 @@ def running_standalone(
     try:
         node.wait_for(READY_LINE)
         yield node
-        node.stop()
     finally:
         node.kill()

@@ -356,6 +356,5 @@ def test_readers_byte_streams_and_transactions_outlive_their_tokens(
             assert len(read) == len({e.data for e in read}) == 303  # type: ignore[attr-defined]
             for closing in (writer, reader, member, stream, txns):
                 closing.close()
-        node.stop()
     finally:
         node.kill()

@@ -142,8 +142,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
         running.wait_for(READY_LINE)
         print(f"e2e node on {'PostgreSQL and Redis' if services else 'embedded defaults'}")
         yield running
-        running.stop()
-    finally:
+    finally:  # (killed: see running_standalone)
         running.kill()
 
 

@@ -198,7 +198,6 @@ def test_a_development_certificate_serves_a_node_as_the_guide_says(
             f"https://localhost:{http}", token=node.token, tls_ca=exported["MILLRACE_TLS_CA_FILE"]
         ) as manager:
             manager.create_scope("dev")
-        node.stop()
     finally:
         node.kill()
 
