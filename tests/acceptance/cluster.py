@@ -151,7 +151,7 @@ class LocalCluster:
     @property
     def kafka_bootstrap(self) -> str:
         """Kafka's ``bootstrap.servers``: every node's listener."""
-        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports)
+        return ",".join(f"{self.node_host(i)}:{port}" for i, port in enumerate(self.kafka_ports))
 
     # -- starting ----------------------------------------------------------------------------
 

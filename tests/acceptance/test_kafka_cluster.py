@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 import uuid
 from typing import Any
@@ -44,13 +43,6 @@ def cluster(module_postgres: PrivatePostgres, tmp_path_factory: pytest.TempPathF
     yield from LocalCluster(where, database, controllers=1).running()
 
 
-def _leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    found = AdminClient(kc.confluent(cluster)).list_topics(topic, timeout=10).topics[topic]
-    return {p.id: p.leader for p in found.partitions.values()}
-
-
 def test_metadata_names_every_node_and_each_partitions_owner(cluster: LocalCluster) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -67,7 +59,7 @@ def test_metadata_names_every_node_and_each_partitions_owner(cluster: LocalClust
         """Each partition's leader in ``Metadata``, once it is the node that owns the
         partition's container (each node's view of who owns what follows the controller's
         within a few seconds)."""
-        leaders = _leaders(cluster, topic)
+        leaders = kc.leaders(cluster, topic)
         owners = cluster.owners()  # container -> node name
         for partition, leader in leaders.items():
             segment = qualified_segment_name("kafka", topic, segment_id(0, partition))
@@ -88,89 +80,22 @@ def test_an_idempotent_producer_and_a_group_through_a_nodes_fault(
     session, then woken by ``restore``), under an idempotent producer: its partitions are led
     by the others and take records again within ``FOLLOW_SECONDS``; nothing acknowledged is
     lost and nothing stored twice, as a consumer group reads back."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = f"through-{fault}"
-    admin = AdminClient(kc.confluent(cluster))
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(60)
+    def strike(i: int) -> None:
+        process = cluster.processes[f"node-{i}"]
+        if fault == "kill":
+            process.kill()
+        else:
+            process.signal(signal.SIGSTOP)
+
     # (a paused node keeps its connections open and answers nothing: a client gives up on it
     # after socket.timeout.ms, 60 s by default, as against a paused Kafka broker; the guides
     # say to set it to 10 s where a pause is to be ridden through as fast as a kill)
     timeouts = {"socket.timeout.ms": 10_000} if fault == "pause" else {}
-    settings = {"enable.idempotence": True, "linger.ms": 5, "delivery.timeout.ms": 120_000}
-    producer = Producer(kc.confluent(cluster, **settings, **timeouts))
-    acknowledged: set[str] = set()
-    #: Partition -> when a record of it was last acknowledged.
-    last_ack: dict[int, float] = {}
-    failed: list[Any] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            acknowledged.add(msg.value().decode())
-            last_ack[msg.partition()] = time.monotonic()
-        else:
-            failed.append(err)
-
-    stop = threading.Event()
-    sent = [0]
-
-    def produce() -> None:
-        while not stop.is_set():
-            value = f"r{sent[0]}"
-            producer.produce(topic, key=f"k{sent[0] % 40}", value=value, on_delivery=delivered)
-            sent[0] += 1
-            producer.poll(0)
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=produce)
-    thread.start()
-    try:
-        eventually(lambda: len(acknowledged) > 300, 60, "records acknowledged before the kill")
-        brokers = admin.list_topics(timeout=10).brokers
-        leaders = _leaders(cluster, topic)
-        # (the node leading the most partitions: where containers land varies from run to run)
-        victim = max(brokers, key=lambda b: sum(leader == b for leader in leaders.values()))
-        led = [p for p, leader in leaders.items() if leader == victim]
-        assert led and -1 not in leaders.values(), leaders
-        index = cluster.kafka_ports.index(brokers[victim].port)
-        victim_process = cluster.processes[f"node-{index}"]
-        if fault == "kill":
-            victim_process.kill()
-        else:
-            victim_process.signal(signal.SIGSTOP)
-        moved = time.monotonic()
-        # every partition the node led takes records again: its containers moved and recovered
-        # (its session times out in 5 s), and the producer followed them
-        eventually(lambda: all(last_ack.get(p, 0) > moved for p in led), 90,
-                   "records of the node's partitions acknowledged again")  # fmt: skip
-        resumed = time.monotonic() - moved
-        print(f"{fault}: the node's partitions took records again after {resumed:.1f} s")
-        assert resumed < FOLLOW_SECONDS, f"{resumed:.1f} s to produce again"
-        # led by the others now, in every node's Metadata (each reads the owners every 2 s)
-        eventually(lambda: all(leader not in (victim, -1) for p, leader in
-                               _leaders(cluster, topic).items() if p in led), 30,
-                   "the node's partitions led by the others")  # fmt: skip
-    finally:
-        stop.set()
-        thread.join(30)
-    assert producer.flush(120) == 0
-    assert not failed, failed[:3]
-
-    consumer = Consumer(
-        kc.confluent(cluster, **{"group.id": "audit", "auto.offset.reset": "earliest"})
-    )
-    consumer.subscribe([topic])
-    seen: list[str] = []
-    deadline = time.monotonic() + 120
-    while len(seen) < sent[0] and time.monotonic() < deadline:
-        message = consumer.poll(1)
-        if message is not None and message.error() is None:
-            seen.append(message.value().decode())
-    consumer.close()
-    assert acknowledged <= set(seen), f"{len(acknowledged - set(seen))} acknowledged, not stored"
-    assert len(seen) == len(set(seen)), "a record stored twice"
-    cluster.restore()  # (the node started again, every container served)
+    resumed = kc.ride_through(cluster, f"through-{fault}", strike, **timeouts)
+    print(f"{fault}: the node's partitions took records again after {resumed:.1f} s")
+    assert resumed < FOLLOW_SECONDS, f"{resumed:.1f} s to produce again"
+    cluster.restore()  # (the node started again, or woken, every container served)
 
 
 # -- kafka-python, aiokafka and kcat, unchanged, through a node's restart -------------------------
