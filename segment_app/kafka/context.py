@@ -269,17 +269,26 @@ class Context:
     async def partition(
         self, session: Session, name: str, index: int, access: str, create: bool = False
     ) -> tuple[int, PartitionLog | None]:
-        """(error code, the partition's log) for a request on ``name``/``index``."""
+        """(error code, the partition's log) for a request on ``name``/``index``. When the
+        metadata database does not answer, the node cannot tell whether it leads the partition
+        (a node cut from it loses its containers to the others): ``NOT_LEADER_OR_FOLLOWER``,
+        so that the client asks ``Metadata`` again, of another node."""
         try:
             view = await self.topic(name)
             if view is None and create and self.settings.auto_create and self.signed_in(session):
                 await self.create(session, name, self.settings.partitions)
                 view = await self.topic(name)
+            allowed = view is not None and await self.may(
+                session, view.scope, view.stream, "stream", access
+            )
         except CatalogError as exc:
             return exc.code, None
+        except Exception as exc:  # (the metadata database away)
+            log.warning("Kafka partition %s-%d: the catalog did not answer: %s", name, index, exc)
+            return NOT_LEADER_OR_FOLLOWER, None
         if view is None:
             return UNKNOWN_TOPIC_OR_PARTITION, None
-        if not await self.may(session, view.scope, view.stream, "stream", access):
+        if not allowed:
             return TOPIC_AUTHORIZATION_FAILED, None
         if view.refusal is not None:
             return view.refusal[0], None

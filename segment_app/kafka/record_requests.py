@@ -124,6 +124,9 @@ class RecordRequests:
             entry["error_code"] = NOT_LEADER_OR_FOLLOWER
         except EngineError as exc:
             entry.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(exc))
+        except Exception as exc:  # (a guard's source away: retriable, and the reply whole)
+            log.warning("Kafka produce to %s-%d failed: %s", name, partition.index, exc)
+            entry.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(exc))
         return name, entry
 
     async def _guard(self, segment: str, data: bytes, count: int, session: Session) -> None:

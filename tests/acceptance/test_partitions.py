@@ -15,7 +15,7 @@ the same writer run (so they keep their order, on one worker):
   (an asymmetric cut: its containers stay, the writer keeps trying and goes on once healed).
 
 An idempotent Kafka producer rides through a partition of the node leading most of its topic's
-partitions the same way.
+partitions, and through its cut from the database alone, the same way.
 
 After each fault every routing key is acknowledged again within ``RECOVERY_BOUND_S`` of it (of
 the heal, for the asymmetric cut), and the keys of the other nodes are acknowledged throughout.
@@ -231,18 +231,27 @@ def _owner(cluster: LocalCluster, scope: str, stream: str) -> list[str]:
     return [owners[container_for(s["name"], cluster.containers)] for s in answer["segments"]]
 
 
+@pytest.mark.parametrize("fault", ["partition", "database"])
 def test_a_kafka_producer_rides_through_a_partition_of_the_busiest_node(
-    cluster: LocalCluster, network: PrivateNetwork
+    cluster: LocalCluster, network: PrivateNetwork, fault: str
 ) -> None:
     """An idempotent confluent-kafka producer, given every node's Kafka listener: the node
-    leading the most of its partitions is partitioned (its link down); its partitions are led
-    by the others and take records again within ``RECOVERY_BOUND_S``, nothing acknowledged is
-    lost and nothing stored twice. The partitioned node answers nothing, so the client gives up
-    on it after its ``socket.timeout.ms`` (10 s here; librdkafka's default, 60 s, would hold it
-    that long, as a partitioned Kafka broker does)."""
+    leading the most of its partitions is partitioned (its link down), or cut from the database
+    alone (it still answers its clients); its partitions are led by the others and take records
+    again within ``RECOVERY_BOUND_S``, nothing acknowledged is lost and nothing stored twice. A
+    partitioned node answers nothing, so the client gives up on it after its
+    ``socket.timeout.ms`` (10 s here; librdkafka's default, 60 s, would hold it that long, as a
+    partitioned Kafka broker does); a node cut from the database answers its partitions
+    ``NOT_LEADER_OR_FOLLOWER`` once its containers have gone, and the client asks again."""
     from tests.acceptance import kafka_clients as kc
 
-    resumed = kc.ride_through(cluster, f"k{uuid.uuid4().hex[:8]}", network.cut,
+    def strike(i: int) -> None:
+        if fault == "partition":
+            network.cut(i)
+        else:
+            network.blackhole(i, network.database)
+
+    resumed = kc.ride_through(cluster, f"k{uuid.uuid4().hex[:8]}", strike,
                               **{"socket.timeout.ms": 10_000})  # fmt: skip
-    print(f"partition: the node's Kafka partitions took records again after {resumed:.1f} s")
+    print(f"{fault}: the node's Kafka partitions took records again after {resumed:.1f} s")
     assert resumed < RECOVERY_BOUND_S, f"{resumed:.1f} s to produce again"
